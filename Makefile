@@ -1,0 +1,35 @@
+# The two commands a newcomer runs: `make run` and `make test`. Both install what is missing.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+ARGS ?=
+
+.PHONY: run test setup build bench sanitize clean
+
+setup:
+	@bash scripts/setup.sh
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+
+build: setup $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+# The default simulation: 4 virtual GPUs, DDP, Fashion-MNIST CNN, one epoch.
+run: build
+	$(BUILD)/meshsim train $(ARGS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+bench: build
+	bash bench/run.sh $(BUILD)
+
+# Runs the comm/ and memory/ tests under ThreadSanitizer and AddressSanitizer.
+sanitize: setup
+	cmake -S . -B build-tsan -DMESHSIM_SANITIZE=thread -DMESHSIM_BENCH=OFF && cmake --build build-tsan -j $(JOBS)
+	build-tsan/meshsim_tests --gtest_filter='Comm*:Memory*:Rank*'
+	cmake -S . -B build-asan -DMESHSIM_SANITIZE=address -DMESHSIM_BENCH=OFF && cmake --build build-asan -j $(JOBS)
+	build-asan/meshsim_tests --gtest_filter='Comm*:Memory*:Rank*:Idx*'
+
+clean:
+	rm -rf $(BUILD) build-tsan build-asan

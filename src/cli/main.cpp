@@ -1,0 +1,34 @@
+// meshsim's command line: `meshsim train` runs a simulation and writes its run folder;
+// `meshsim info` says what this build can do.
+//
+// Exit codes: 0 ok, 2 usage or configuration, 3 data, 4 a virtual GPU ran out of memory,
+// 5 a collective timed out or a rank failed, 1 anything else.
+#include <CLI/CLI.hpp>
+
+#include <ATen/Parallel.h>
+#include <torch/version.h>
+
+#include "cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"meshsim: multi-GPU distributed training on virtual GPUs"};
+  app.require_subcommand(1);
+  meshsim::TrainConfig config;
+  auto* train = app.add_subcommand("train", "train a model on N virtual GPUs");
+  meshsim::add_train_flags(*train, config);
+  auto* info = app.add_subcommand("info", "show this build's LibTorch, threads and defaults");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string what = e.what();
+    std::fprintf(stderr, "meshsim: %s (see meshsim %s --help)\n", what.c_str(),
+                 train->parsed() ? "train" : "");
+    return meshsim::kExitUsage;
+  }
+  if (info->parsed()) return meshsim::run_info();
+  return meshsim::run_train(config);
+}

@@ -1,0 +1,221 @@
+// `meshsim train`: validate, load data, run, and write the run folder — also when the run
+// fails, so what was measured before the failure is kept.
+#include <ATen/Parallel.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "comm/communicator.h"
+#include "data/dataset.h"
+#include "memory/allocator.h"
+#include "mesh/device_mesh.h"
+#include "mesh/rank_runner.h"
+#include "models/models.h"
+#include "report/run_folder.h"
+#include "train/trainer.h"
+
+namespace meshsim {
+namespace {
+
+std::string one_line(const std::exception& e) {
+  std::string text;
+  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) text = c10->what_without_backtrace();
+  else text = e.what();
+  const auto nl = text.find('\n');
+  return nl == std::string::npos ? text : text.substr(0, nl);
+}
+
+nlohmann::json gpu_json(const VirtualGpu& gpu) {
+  const auto s = gpu.stats();
+  nlohmann::json by_category;
+  for (auto c : kAllCategories) by_category[category_name(c)] = s.peak_by_category[static_cast<size_t>(c)];
+  return {{"rank", gpu.rank()},
+          {"capacity_bytes", s.capacity},
+          {"peak_bytes", s.peak},
+          {"peak_by_category", by_category},
+          {"allocations", s.allocations}};
+}
+
+nlohmann::json collectives_json(const std::vector<Recorder>& recorders) {
+  std::map<std::string, std::pair<int64_t, int64_t>> by_op;  // calls, bytes (rank 0)
+  if (!recorders.empty())
+    for (const auto& c : recorders[0].collectives) {
+      by_op[c.op].first += 1;
+      by_op[c.op].second += c.bytes;
+    }
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [op, v] : by_op) out[op] = {{"calls", v.first}, {"bytes", v.second}};
+  return out;
+}
+
+void write_outputs(RunFolder& run, DeviceMesh& mesh, const TrainConfig& config,
+                   nlohmann::json summary) {
+  std::vector<int64_t> capacities;
+  nlohmann::json gpus = nlohmann::json::array();
+  for (int r = 0; r < mesh.world_size(); ++r) {
+    capacities.push_back(mesh.gpu(r).capacity());
+    gpus.push_back(gpu_json(mesh.gpu(r)));
+  }
+  summary["gpus"] = gpus;
+  std::string plot_error;
+  const std::string title = fmt::format("meshsim: {} {} on {} virtual GPUs", config.model,
+                                        config.strategy, config.gpus);
+  if (!run.write_memory(mesh.timeline().samples(), capacities, title, &plot_error))
+    fmt::print(stderr, "meshsim: warning: memory.png not drawn: {}\n", plot_error);
+  run.write_json("summary.json", summary);
+}
+
+} // namespace
+
+void add_train_flags(CLI::App& app, TrainConfig& c) {
+  app.add_option("--gpus", c.gpus, "number of virtual GPUs")->capture_default_str();
+  app.add_option("--strategy", c.strategy, "single | ddp | dp")->capture_default_str();
+  app.add_option("--model", c.model, "cnn | lenet")->capture_default_str();
+  app.add_option("--data", c.data, "IDX folder (MNIST/Fashion-MNIST, .gz or raw), or 'synthetic'")
+      ->capture_default_str();
+  app.add_option("--device", c.device, "physical device (cpu)")->capture_default_str();
+  app.add_option("--epochs", c.epochs)->capture_default_str();
+  app.add_option("--max-steps", c.max_steps, "stop after this many steps (0: no limit)")
+      ->capture_default_str();
+  app.add_option("--batch-size", c.batch_size, "batch size per GPU")->capture_default_str();
+  app.add_option("--seed", c.seed)->capture_default_str();
+  app.add_option("--log-every", c.log_every, "steps between metrics lines")->capture_default_str();
+  app.add_option("--optimizer", c.optimizer.name, "adam | sgd")->capture_default_str();
+  app.add_option("--lr", c.optimizer.lr, "learning rate (default 1e-3 for adam, 0.01 for sgd)");
+  app.add_option("--momentum", c.optimizer.momentum, "sgd momentum")->capture_default_str();
+  app.add_option("--gpu-mem", c.gpu_mem, "capacity per GPU: 512MiB, 2GiB, ... or auto")
+      ->capture_default_str();
+  app.add_option("--bucket-mb", c.bucket_mb, "gradient bucket size in MiB")->capture_default_str();
+  app.add_option("--comm-timeout", c.comm_timeout_s, "seconds a collective waits for all ranks")
+      ->capture_default_str();
+  app.add_option("--checkpoint-every", c.checkpoint_every, "steps between checkpoints (0: at the end only)")
+      ->capture_default_str();
+  app.add_option("--resume", c.resume, "run folder or checkpoint to continue from");
+  app.add_option("--out", c.out, "run folder (default runs/<timestamp>)");
+  app.add_option("--synthetic-train", c.synthetic_train, "training samples of --data synthetic")
+      ->capture_default_str();
+  app.add_option("--synthetic-test", c.synthetic_test, "test samples of --data synthetic")
+      ->capture_default_str();
+  app.add_option("--eval-limit", c.eval_limit, "evaluate on the first N test samples (0: all)")
+      ->capture_default_str();
+  app.add_option("--inject-fault", c.inject_fault,
+                 "RANK:STEP — that rank leaves the run at that step (tests failure handling)");
+  app.add_flag("!--no-progress", c.progress, "no progress bar or lines");
+  app.callback([&c, &app] {
+    if (c.optimizer.name == "sgd" && app.count("--lr") == 0) c.optimizer.lr = 0.01;
+  });
+}
+
+int run_train(TrainConfig config) {
+  try {
+    validate(config);
+  } catch (const std::invalid_argument& e) {
+    fmt::print(stderr, "meshsim: {}\n", e.what());
+    return kExitUsage;
+  }
+
+  DataSplit data;
+  try {
+    data = config.data == "synthetic"
+               ? synthetic_dataset(config.synthetic_train, config.synthetic_test, config.seed)
+               : load_idx_dataset(config.data);
+  } catch (const DataError& e) {
+    fmt::print(stderr, "meshsim: {}\n", e.what());
+    return kExitData;
+  }
+
+  install_accounting_allocator();
+  std::unique_ptr<RunFolder> run;
+  try {
+    run = std::make_unique<RunFolder>(config.out);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "meshsim: {}\n", one_line(e));
+    return kExitUsage;
+  }
+  nlohmann::json config_json = to_json(config);
+  config_json["out"] = run->dir().string();
+  run->write_json("config.json", config_json);
+
+  MeshOptions mesh_options;
+  mesh_options.world_size = config.gpus;
+  mesh_options.capacity_bytes = config.gpu_mem_bytes;
+  mesh_options.device = config.device;
+  mesh_options.comm_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(config.comm_timeout_s * 1000));
+  DeviceMesh mesh(mesh_options);
+
+  fmt::print(stderr,
+             "meshsim: {} on {} virtual GPUs ({} each, {} device, {} threads per rank), model {} "
+             "({} parameters), data {} ({} train / {} test), run folder {}\n",
+             config.strategy, config.gpus, format_bytes(mesh.gpu(0).capacity()), config.device,
+             threads_per_rank(config.gpus), config.model,
+             count_parameters(*build_model(config.model, {})), config.data, data.train.size(),
+             data.test.size(), run->dir().string());
+
+  nlohmann::json summary = {{"world_size", config.gpus},
+                            {"strategy", config.strategy},
+                            {"model", config.model},
+                            {"device", config.device},
+                            {"batch_size", config.batch_size},
+                            {"global_batch_size", config.batch_size * config.gpus}};
+  const auto wall_start = std::chrono::steady_clock::now();
+  auto wall = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  };
+  int code = kExitOk;
+  std::string error;
+  try {
+    TrainResult result = train(config, mesh, data, run.get());
+    summary["status"] = "ok";
+    summary["steps"] = result.steps;
+    summary["final_loss"] = result.final_loss;
+    summary["test_accuracy"] = result.test_accuracy;
+    summary["train_seconds"] = result.train_seconds;
+    summary["collectives"] = collectives_json(result.recorders);
+  } catch (const OutOfMemory& e) {
+    code = kExitOutOfMemory, error = one_line(e);
+  } catch (const CollectiveTimeout& e) {
+    code = kExitRankFailure, error = one_line(e);
+  } catch (const CollectiveMismatch& e) {
+    code = kExitRankFailure, error = one_line(e);
+  } catch (const RankAborted& e) {
+    code = kExitRankFailure, error = one_line(e);
+  } catch (const DataError& e) {
+    code = kExitData, error = one_line(e);
+  } catch (const std::invalid_argument& e) {
+    code = kExitUsage, error = one_line(e);
+  } catch (const std::exception& e) {
+    code = kExitFailure, error = one_line(e);
+  }
+  summary["wall_seconds"] = wall();
+  if (code != kExitOk) {
+    summary["status"] = "failed";
+    summary["error"] = error;
+    summary["exit_code"] = code;
+    fmt::print(stderr, "\nmeshsim: {}\n", error);
+  }
+  try {
+    write_outputs(*run, mesh, config, summary);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "meshsim: could not write the run folder: {}\n", one_line(e));
+    if (code == kExitOk) code = kExitFailure;
+  }
+  if (code == kExitOk)
+    fmt::print(stderr, "meshsim: done: {} steps, final loss {:.4f}, test accuracy {:.2f}%, {:.1f} s; wrote {}\n",
+               summary["steps"].get<int64_t>(), summary["final_loss"].get<double>(),
+               100 * summary["test_accuracy"].get<double>(), summary["wall_seconds"].get<double>(),
+               run->dir().string());
+  return code;
+}
+
+int run_info() {
+  fmt::print("meshsim 0.1.0\nLibTorch {}\nCUDA: {}\n{}", TORCH_VERSION,
+             torch::cuda::is_available() ? "available" : "not available in this build",
+             at::get_parallel_info());
+  return kExitOk;
+}
+
+} // namespace meshsim

@@ -1,0 +1,23 @@
+// Group: an ordered set of global ranks.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "comm/communicator.h"
+
+namespace meshsim {
+
+int Group::index_of(int rank) const {
+  for (size_t i = 0; i < ranks.size(); ++i)
+    if (ranks[i] == rank) return static_cast<int>(i);
+  return -1;
+}
+
+std::string Group::key() const { return fmt::format("{}", fmt::join(ranks, ",")); }
+
+Group Group::world(int n) {
+  Group g;
+  for (int r = 0; r < n; ++r) g.ranks.push_back(r);
+  return g;
+}
+
+} // namespace meshsim

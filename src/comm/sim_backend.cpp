@@ -1,0 +1,324 @@
+// In-process collectives. See sim_backend.h for the algorithm.
+#include "comm/sim_backend.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "comm/kernels.h"
+#include "memory/allocator.h"
+
+namespace meshsim {
+
+struct SimWorld::Slot {
+  std::string op;
+  int64_t numel = 0;
+  c10::ScalarType dtype = c10::ScalarType::Float;
+  int root = -1;
+  std::vector<void*> in;
+  std::vector<void*> out;
+  std::vector<bool> present;
+  int arrived = 0;
+  int departed = 0;
+};
+
+namespace {
+
+std::string describe(const std::string& op, int64_t numel, c10::ScalarType dtype) {
+  return fmt::format("{} of {} {} elements", op, numel, c10::toString(dtype));
+}
+
+// The slice of `numel` elements that group member `index` of `n` works on.
+std::pair<int64_t, int64_t> slice_of(int64_t numel, int n, int index) {
+  const int64_t base = numel / n, extra = numel % n;
+  const int64_t lo = index * base + std::min<int64_t>(index, extra);
+  return {lo, lo + base + (index < extra ? 1 : 0)};
+}
+
+} // namespace
+
+class SimCommunicator final : public Communicator {
+public:
+  SimCommunicator(SimWorld& world, int rank) : world_(world), rank_(rank) {}
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_.world_size(); }
+  const std::vector<CollectiveRecord>& records() const override { return records_; }
+
+  void all_reduce(torch::Tensor& tensor, ReduceOp op, const Group& group) override {
+    torch::Tensor buf = contiguous(tensor);
+    collective("all_reduce", group, buf, buf.data_ptr(), buf.data_ptr(), -1,
+               [&](SimWorld::Slot& s, int index) {
+                 auto [lo, hi] = slice_of(s.numel, group.size(), index);
+                 reduce_into(s.dtype, s.in, s.out, lo, hi, op, group.size());
+               });
+    if (!buf.is_same(tensor)) tensor.copy_(buf);
+  }
+
+  void broadcast(torch::Tensor& tensor, int root, const Group& group) override {
+    const int root_index = checked_member(group, root, "broadcast root");
+    torch::Tensor buf = contiguous(tensor);
+    collective("broadcast", group, buf, buf.data_ptr(), buf.data_ptr(), root,
+               [&](SimWorld::Slot& s, int index) {
+                 auto [lo, hi] = slice_of(s.numel, group.size(), index);
+                 const int64_t item = c10::elementSize(s.dtype);
+                 const char* src = static_cast<const char*>(s.in[root_index]) + lo * item;
+                 for (int j = 0; j < group.size(); ++j)
+                   if (j != root_index)
+                     std::memcpy(static_cast<char*>(s.out[j]) + lo * item, src, (hi - lo) * item);
+               });
+    if (!buf.is_same(tensor)) tensor.copy_(buf);
+  }
+
+  torch::Tensor all_gather(const torch::Tensor& input, const Group& group) override {
+    torch::Tensor in = input.contiguous();
+    std::vector<int64_t> sizes{group.size()};
+    for (auto d : in.sizes()) sizes.push_back(d);
+    torch::Tensor out;
+    {
+      CategoryScope scope(MemoryCategory::Communication);
+      out = torch::empty(sizes, in.options());
+    }
+    collective("all_gather", group, in, in.data_ptr(), out.data_ptr(), -1,
+               [&](SimWorld::Slot& s, int index) {
+                 const int64_t bytes = s.numel * c10::elementSize(s.dtype);
+                 for (int j = 0; j < group.size(); ++j)
+                   std::memcpy(static_cast<char*>(s.out[j]) + index * bytes, s.in[index], bytes);
+               });
+    return out;
+  }
+
+  torch::Tensor reduce_scatter(const torch::Tensor& input, ReduceOp op,
+                               const Group& group) override {
+    torch::Tensor in = input.contiguous();
+    if (in.numel() % group.size() != 0)
+      throw std::invalid_argument(fmt::format(
+          "reduce_scatter: {} elements do not split evenly over {} ranks", in.numel(), group.size()));
+    torch::Tensor out;
+    {
+      CategoryScope scope(MemoryCategory::Communication);
+      out = torch::empty({in.numel() / group.size()}, in.options());
+    }
+    collective("reduce_scatter", group, in, in.data_ptr(), out.data_ptr(), -1,
+               [&](SimWorld::Slot& s, int index) {
+                 const int64_t chunk = s.numel / group.size();
+                 const int64_t item = c10::elementSize(s.dtype);
+                 // Member `index` reduces chunk `index` of every input into its own output.
+                 std::vector<void*> in_ptrs(group.size());
+                 for (int j = 0; j < group.size(); ++j)
+                   in_ptrs[j] = static_cast<char*>(s.in[j]) + index * chunk * item;
+                 std::vector<void*> out_ptrs{s.out[index]};
+                 reduce_into(s.dtype, in_ptrs, out_ptrs, 0, chunk, op, group.size());
+               });
+    return out;
+  }
+
+  void reduce(torch::Tensor& tensor, int root, ReduceOp op, const Group& group) override {
+    const int root_index = checked_member(group, root, "reduce root");
+    torch::Tensor buf = contiguous(tensor);
+    collective("reduce", group, buf, buf.data_ptr(), buf.data_ptr(), root,
+               [&](SimWorld::Slot& s, int index) {
+                 auto [lo, hi] = slice_of(s.numel, group.size(), index);
+                 std::vector<void*> out_ptrs{s.out[root_index]};
+                 reduce_into(s.dtype, s.in, out_ptrs, lo, hi, op, group.size());
+               });
+    if (rank_ == root && !buf.is_same(tensor)) tensor.copy_(buf);
+  }
+
+  void send(const torch::Tensor& tensor, int dst, int tag) override {
+    check_peer(dst, "send");
+    CollectiveRecord rec = start_record("send", {rank_, dst}, tensor);
+    rec.peer = dst;
+    rec.seq = p2p_seq_[{dst, tag}]++;
+    torch::Tensor message;
+    {
+      // The message is charged to the sender until the receiver has copied it out.
+      CategoryScope scope(MemoryCategory::Communication);
+      message = tensor.detach().clone(at::MemoryFormat::Contiguous);
+    }
+    {
+      std::lock_guard<std::mutex> lock(world_.mutex_);
+      if (!world_.abort_reason_.empty()) throw RankAborted(world_.abort_reason_);
+      world_.mailboxes_[{rank_, dst, tag}].push_back(std::move(message));
+    }
+    world_.cv_.notify_all();
+    finish_record(rec);
+  }
+
+  torch::Tensor recv(int src, int tag) override {
+    check_peer(src, "recv");
+    CollectiveRecord rec = start_record("recv", {src, rank_}, torch::Tensor());
+    rec.peer = src;
+    rec.seq = p2p_seq_[{src, -1 - tag}]++;
+    torch::Tensor message;
+    {
+      std::unique_lock<std::mutex> lock(world_.mutex_);
+      auto& box = world_.mailboxes_[{src, rank_, tag}];
+      const bool ready = world_.cv_.wait_for(lock, world_.timeout_, [&] {
+        return !box.empty() || !world_.abort_reason_.empty();
+      });
+      if (!world_.abort_reason_.empty()) throw RankAborted(world_.abort_reason_);
+      if (!ready)
+        throw CollectiveTimeout(fmt::format(
+            "recv #{} on rank {} from rank {} (tag {}) timed out after {:.1f} s: rank {} never sent",
+            rec.seq, rank_, src, tag, world_.timeout_.count() / 1000.0, src));
+      message = std::move(box.front());
+      box.pop_front();
+    }
+    torch::Tensor out = torch::empty_like(message);  // charged to this rank's GPU
+    out.copy_(message);
+    message = torch::Tensor();  // frees the sender's copy
+    rec.bytes = out.numel() * out.element_size();
+    finish_record(rec);
+    return out;
+  }
+
+  void barrier(const Group& group) override {
+    torch::Tensor none;
+    collective("barrier", group, none, nullptr, nullptr, -1, [](SimWorld::Slot&, int) {});
+  }
+
+private:
+  static torch::Tensor contiguous(torch::Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
+
+  int checked_member(const Group& group, int rank, const char* what) const {
+    const int index = group.index_of(rank);
+    if (index < 0)
+      throw std::invalid_argument(
+          fmt::format("{} {} is not in group [{}]", what, rank, group.key()));
+    return index;
+  }
+
+  void check_peer(int peer, const char* op) const {
+    if (peer < 0 || peer >= world_.world_size() || peer == rank_)
+      throw std::invalid_argument(
+          fmt::format("{} on rank {}: invalid peer {} (world size {})", op, rank_, peer,
+                      world_.world_size()));
+  }
+
+  CollectiveRecord start_record(const char* op, std::vector<int> group, const torch::Tensor& t) {
+    CollectiveRecord rec;
+    rec.op = op;
+    rec.group = std::move(group);
+    rec.bytes = t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
+    rec.start_s = clock().now();
+    return rec;
+  }
+
+  void finish_record(CollectiveRecord& rec) {
+    rec.end_s = clock().now();
+    records_.push_back(std::move(rec));
+  }
+
+  const RunClock& clock() const { return world_.clock_ ? *world_.clock_ : world_.own_clock_; }
+
+  // The rendezvous shared by every collective: arrive, do this member's slice, depart.
+  void collective(const char* op, const Group& group, const torch::Tensor& meta, void* in,
+                  void* out, int root, const std::function<void(SimWorld::Slot&, int)>& work) {
+    const int index = checked_member(group, rank_, "rank");
+    const int n = group.size();
+    const std::string key = group.key();
+    const int64_t seq = seq_[key]++;
+    CollectiveRecord rec = start_record(op, group.ranks, meta);
+    rec.seq = seq;
+    const int64_t numel = meta.defined() ? meta.numel() : 0;
+    const auto dtype = meta.defined() ? meta.scalar_type() : c10::ScalarType::Float;
+
+    std::shared_ptr<SimWorld::Slot> slot;
+    {
+      std::unique_lock<std::mutex> lock(world_.mutex_);
+      if (!world_.abort_reason_.empty()) throw RankAborted(world_.abort_reason_);
+      auto& entry = world_.slots_[{key, seq}];
+      if (!entry) {
+        entry = std::make_shared<SimWorld::Slot>();
+        entry->op = op;
+        entry->numel = numel;
+        entry->dtype = dtype;
+        entry->root = root;
+        entry->in.assign(n, nullptr);
+        entry->out.assign(n, nullptr);
+        entry->present.assign(n, false);
+      } else if (entry->op != op || entry->numel != numel || entry->dtype != dtype ||
+                 entry->root != root) {
+        throw CollectiveMismatch(fmt::format(
+            "collective #{} on group [{}]: rank {} called {} but another rank called {}", seq,
+            key, rank_, describe(op, numel, dtype), describe(entry->op, entry->numel, entry->dtype)));
+      }
+      slot = entry;
+      slot->in[index] = in;
+      slot->out[index] = out;
+      slot->present[index] = true;
+      if (++slot->arrived == n) world_.cv_.notify_all();
+      const bool all_here = world_.cv_.wait_for(lock, world_.timeout_, [&] {
+        return slot->arrived == n || !world_.abort_reason_.empty();
+      });
+      if (!world_.abort_reason_.empty()) throw RankAborted(world_.abort_reason_);
+      if (!all_here) {
+        std::vector<int> missing;
+        for (int j = 0; j < n; ++j)
+          if (!slot->present[j]) missing.push_back(group.ranks[j]);
+        throw CollectiveTimeout(fmt::format(
+            "{} #{} on group [{}] timed out after {:.1f} s: rank{} {} never arrived", op, seq, key,
+            world_.timeout_.count() / 1000.0, missing.size() > 1 ? "s" : "",
+            fmt::join(missing, ", ")));
+      }
+    }
+
+    work(*slot, index);
+
+    {
+      std::unique_lock<std::mutex> lock(world_.mutex_);
+      if (++slot->departed == n) {
+        world_.slots_.erase({key, seq});
+        world_.cv_.notify_all();
+      }
+      // Others are still reading our input or writing our output until they depart.
+      const bool all_done = world_.cv_.wait_for(lock, world_.timeout_, [&] {
+        return slot->departed == n || !world_.abort_reason_.empty();
+      });
+      if (!world_.abort_reason_.empty() && slot->departed != n)
+        throw RankAborted(world_.abort_reason_);
+      if (!all_done)
+        throw CollectiveTimeout(fmt::format("{} #{} on group [{}]: members did not finish in time",
+                                            op, seq, key));
+    }
+    finish_record(rec);
+  }
+
+  SimWorld& world_;
+  const int rank_;
+  std::map<std::string, int64_t> seq_;
+  std::map<std::pair<int, int>, int64_t> p2p_seq_;
+  std::vector<CollectiveRecord> records_;
+};
+
+SimWorld::SimWorld(int world_size, std::chrono::milliseconds timeout, const RunClock* clock)
+    : world_size_(world_size), timeout_(timeout), clock_(clock) {
+  if (world_size < 1) throw std::invalid_argument("world size must be at least 1");
+}
+
+SimWorld::~SimWorld() = default;
+
+std::unique_ptr<Communicator> SimWorld::make_communicator(int rank) {
+  if (rank < 0 || rank >= world_size_)
+    throw std::invalid_argument(fmt::format("rank {} out of range for world {}", rank, world_size_));
+  return std::make_unique<SimCommunicator>(*this, rank);
+}
+
+void SimWorld::abort(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (abort_reason_.empty()) abort_reason_ = reason.empty() ? "aborted" : reason;
+  }
+  cv_.notify_all();
+}
+
+bool SimWorld::aborted() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return !abort_reason_.empty();
+}
+
+} // namespace meshsim

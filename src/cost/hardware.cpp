@@ -1,0 +1,272 @@
+// Hardware preset tables (GPUs, links) and the cluster-spec parser.
+//
+// All FLOP/s are vendor peaks, dense, no sparsity: where a datasheet quotes "with sparsity"
+// we halve it. Link bandwidths are derived from lane/link counts by formula so the reader can
+// check them; see docs/cost-model.md for the full source list.
+#include "cost/hardware.h"
+
+#include <algorithm>
+#include <cctype>
+#include <stdexcept>
+
+namespace meshsim {
+namespace {
+
+constexpr double kTera = 1e12;
+constexpr double kGiga = 1e9;
+
+// Datasheets quote tensor-core FLOP/s "with sparsity" (2:4 structured); dense is half.
+constexpr double dense(double sparse_flops) {
+  return sparse_flops / 2;
+}
+
+// NVLink 2, 3 and 4 all run 25 GB/s per direction per link; generations differ in link count.
+constexpr double kNvlinkPerLinkPerDirection = 25 * kGiga;
+constexpr double nvlink(int links) {
+  return links * kNvlinkPerLinkPerDirection;
+}
+
+// PCIe x16, one direction: GT/s per lane x 16 lanes x line-code efficiency / 8 bits.
+constexpr int kPcieLanes = 16;
+constexpr double kPcie128b130b = 128.0 / 130.0; // PCIe 3.0 and later line code
+constexpr double pcie_x16(double gt_per_s) {
+  return gt_per_s * kGiga * kPcieLanes * kPcie128b130b / 8;
+}
+
+// Network ports are quoted as data rate in Gbit/s.
+constexpr double network(double gbit_per_s) {
+  return gbit_per_s * kGiga / 8;
+}
+
+// Per-hop latencies: NCCL's own tuning model (src/graph/tuning.cc, hwLat, Ring/LL protocol,
+// the protocol NCCL picks for the small messages where α matters): NVLink 0.6 us, PCI 1.0 us,
+// network 2.7 us.
+constexpr double kNvlinkHopLatency = 0.6e-6;
+constexpr double kPcieHopLatency = 1.0e-6;
+constexpr double kNetHopLatency = 2.7e-6;
+
+// GPU table. Sources (each "dense, no sparsity"):
+//  V100 SXM2: NVIDIA Tesla V100 datasheet: FP32 15.7 TF, Tensor (FP16) 125 TF, HBM2 900 GB/s,
+//    16/32 GB. Volta has no TF32 and no BF16: those run at the FP32 CUDA-core rate.
+//  A100 SXM: NVIDIA A100 datasheet: FP32 19.5 TF, TF32 156 TF, BF16/FP16 312 TF (dense; 312/624
+//    with sparsity); 40 GB HBM2 1,555 GB/s, 80 GB HBM2e 2,039 GB/s.
+//  H100 SXM: NVIDIA H100 datasheet: FP32 67 TF, TF32 989 TF*, BF16/FP16 1,979 TF* (*sparsity,
+//    halved here), 80 GB HBM3 3.35 TB/s.
+//  H200 SXM: NVIDIA H200 datasheet: same Hopper compute as H100 SXM; 141 GB HBM3e 4.8 TB/s.
+//  RTX 2080 Ti: NVIDIA Turing architecture whitepaper (reference clocks): FP32 13.4 TF, FP16
+//    tensor with FP32 accumulate 53.8 TF, 616 GB/s GDDR6, 11 GB. No TF32/BF16 (FP32 rate).
+//  RTX 4090: NVIDIA Ada Lovelace architecture whitepaper: FP32 82.6 TF, TF32 tensor 82.6 TF,
+//    BF16/FP16 tensor with FP32 accumulate 165.2 TF (dense), 1,008 GB/s GDDR6X, 24 GB.
+//  L4: NVIDIA L4 datasheet: FP32 30.3 TF, TF32 120 TF*, BF16/FP16 242 TF* (*sparsity), 300 GB/s
+//    GDDR6, 24 GB.
+// Memory capacity is decimal GB as the vendors quote it (80 GB = 80e9 bytes).
+// Units as the datasheets print them: TFLOP/s, GB/s, GB.
+GpuSpec gpu(const char* name, double fp32_tf, double tf32_tf, double bf16_tf, double fp16_tf,
+            double mem_gb_per_s, double mem_gb) {
+  return {name,
+          fp32_tf * kTera,
+          tf32_tf * kTera,
+          bf16_tf * kTera,
+          fp16_tf * kTera,
+          mem_gb_per_s * kGiga,
+          mem_gb * kGiga};
+}
+
+// clang-format off
+const std::vector<GpuSpec> kGpus = {
+    //   name       fp32  tf32        bf16         fp16         mem GB/s  GB
+    gpu("v100-16", 15.7, 15.7,       15.7,        125,         900,      16),
+    gpu("v100-32", 15.7, 15.7,       15.7,        125,         900,      32),
+    gpu("a100-40", 19.5, 156,        312,         312,         1555,     40),
+    gpu("a100-80", 19.5, 156,        312,         312,         2039,     80),
+    gpu("h100",    67,   dense(989), dense(1979), dense(1979), 3350,     80),
+    gpu("h200",    67,   dense(989), dense(1979), dense(1979), 4800,     141),
+    gpu("2080ti",  13.4, 13.4,       13.4,        53.8,        616,      11),
+    gpu("4090",    82.6, 82.6,       165.2,       165.2,       1008,     24),
+    gpu("l4",      30.3, dense(120), dense(242),  dense(242),  300,      24),
+};
+// clang-format on
+
+// Link table: bandwidth per GPU per direction.
+//  nvlink2: V100 SXM2, 6 links (datasheet "300 GB/s" counts both directions).
+//  nvlink3: A100 SXM, 12 links (datasheet "600 GB/s" bidirectional).
+//  nvlink4: H100/H200 SXM, 18 links (datasheet "900 GB/s" bidirectional).
+//  NVLink numbers assume an NVSwitch (DGX/HGX) so every GPU reaches its peers at full rate.
+//  pcie3/4/5: 8/16/32 GT/s per lane, x16, 128b/130b (PCI-SIG base specifications).
+//  hdr/ndr: InfiniBand HDR 200 Gb/s and NDR 400 Gb/s per port (NVIDIA ConnectX-6/-7).
+//  100gbe: 100 Gb/s Ethernet (RoCE assumed; with TCP sockets the latency is ~10x higher).
+// clang-format off
+const std::vector<LinkSpec> kLinks = {
+    {"nvlink2", nvlink(6),     kNvlinkHopLatency},
+    {"nvlink3", nvlink(12),    kNvlinkHopLatency},
+    {"nvlink4", nvlink(18),    kNvlinkHopLatency},
+    {"pcie3",   pcie_x16(8),   kPcieHopLatency},
+    {"pcie4",   pcie_x16(16),  kPcieHopLatency},
+    {"pcie5",   pcie_x16(32),  kPcieHopLatency},
+    {"hdr",     network(200),  kNetHopLatency},
+    {"ndr",     network(400),  kNetHopLatency},
+    {"100gbe",  network(100),  kNetHopLatency},
+};
+// clang-format on
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+template <typename T> std::string known_names(const std::vector<T>& table) {
+  std::string names;
+  for (const T& entry : table)
+    names += (names.empty() ? "" : ", ") + entry.name;
+  return names;
+}
+
+template <typename T>
+const T& find_by_name(const std::vector<T>& table, const std::string& name, const char* what) {
+  const std::string key = lower(name);
+  for (const T& entry : table)
+    if (entry.name == key)
+      return entry;
+  throw std::invalid_argument("unknown " + std::string(what) + " \"" + name +
+                              "\" (known: " + known_names(table) + ")");
+}
+
+// A positive decimal count, with a one-line error naming the whole spec.
+int parse_count(const std::string& text, const std::string& spec, const char* what) {
+  constexpr size_t kMaxDigits = 6; // a million nodes is already absurd; avoids overflow
+  const bool digits =
+      !text.empty() && text.size() <= kMaxDigits &&
+      std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c); });
+  const int value = digits ? std::stoi(text) : 0;
+  if (value < 1)
+    throw std::invalid_argument("invalid cluster spec \"" + spec + "\": " + what + " \"" + text +
+                                "\" is not a positive integer (expected NODESxGPUSxMODEL, "
+                                "e.g. 4x8xh100)");
+  return value;
+}
+
+} // namespace
+
+Dtype parse_dtype(const std::string& name) {
+  const std::string key = lower(name);
+  if (key == "fp32" || key == "float32")
+    return Dtype::FP32;
+  if (key == "tf32")
+    return Dtype::TF32;
+  if (key == "bf16" || key == "bfloat16")
+    return Dtype::BF16;
+  if (key == "fp16" || key == "float16" || key == "half")
+    return Dtype::FP16;
+  throw std::invalid_argument("unknown dtype \"" + name + "\" (known: fp32, tf32, bf16, fp16)");
+}
+
+const char* to_string(Dtype dtype) {
+  switch (dtype) {
+  case Dtype::FP32:
+    return "fp32";
+  case Dtype::TF32:
+    return "tf32";
+  case Dtype::BF16:
+    return "bf16";
+  case Dtype::FP16:
+    return "fp16";
+  }
+  return "?";
+}
+
+double dtype_bytes(Dtype dtype) {
+  return (dtype == Dtype::BF16 || dtype == Dtype::FP16) ? 2.0 : 4.0;
+}
+
+double GpuSpec::peak_flops(Dtype dtype) const {
+  switch (dtype) {
+  case Dtype::FP32:
+    return fp32_flops;
+  case Dtype::TF32:
+    return tf32_flops;
+  case Dtype::BF16:
+    return bf16_flops;
+  case Dtype::FP16:
+    return fp16_flops;
+  }
+  return fp32_flops;
+}
+
+const std::vector<GpuSpec>& gpu_presets() {
+  return kGpus;
+}
+const std::vector<LinkSpec>& link_presets() {
+  return kLinks;
+}
+
+GpuSpec gpu_preset(const std::string& name) {
+  return find_by_name(kGpus, name, "GPU model");
+}
+LinkSpec link_preset(const std::string& name) {
+  return find_by_name(kLinks, name, "link");
+}
+
+std::string default_intra_link(const std::string& gpu_name) {
+  const std::string gpu = gpu_preset(gpu_name).name; // validates the name
+  if (gpu == "h100" || gpu == "h200")
+    return "nvlink4";
+  if (gpu.rfind("a100", 0) == 0)
+    return "nvlink3";
+  if (gpu.rfind("v100", 0) == 0)
+    return "nvlink2";
+  if (gpu == "2080ti")
+    return "pcie3"; // consumer boards; NVLink bridges pair only 2 GPUs
+  return "pcie4";   // 4090 and L4 have no NVLink
+}
+
+std::string default_inter_link(const std::string& gpu_name) {
+  const std::string gpu = gpu_preset(gpu_name).name;
+  return (gpu == "h100" || gpu == "h200") ? "ndr" : "hdr"; // DGX H100 ships NDR, DGX A100 HDR
+}
+
+std::string ClusterSpec::to_string() const {
+  return std::to_string(nodes) + "x" + std::to_string(gpus_per_node) + "x" + gpu.name + " (intra " +
+         intra.name + ", inter " + inter.name + ")";
+}
+
+ClusterSpec parse_cluster_spec(const std::string& spec, const std::string& intra_override,
+                               const std::string& inter_override) {
+  // Split on 'x' but only before the model name: model names never start with a digit run
+  // followed by 'x', so at most the first two 'x'-separated parts are counts.
+  std::vector<std::string> parts;
+  const size_t first = spec.find_first_not_of(" \t");
+  std::string rest = first == std::string::npos
+                         ? std::string()
+                         : lower(spec.substr(first, spec.find_last_not_of(" \t") - first + 1));
+  for (int i = 0; i < 2; ++i) {
+    const size_t x = rest.find('x');
+    if (x == std::string::npos || x == 0 ||
+        !std::all_of(rest.begin(), rest.begin() + static_cast<long>(x),
+                     [](unsigned char c) { return std::isdigit(c); }))
+      break;
+    parts.push_back(rest.substr(0, x));
+    rest = rest.substr(x + 1);
+  }
+  if (rest.empty())
+    throw std::invalid_argument("invalid cluster spec \"" + spec +
+                                "\": missing GPU model (expected NODESxGPUSxMODEL, e.g. 4x8xh100)");
+
+  ClusterSpec cluster;
+  if (parts.size() == 2) {
+    cluster.nodes = parse_count(parts[0], spec, "node count");
+    cluster.gpus_per_node = parse_count(parts[1], spec, "GPUs per node");
+  } else if (parts.size() == 1) {
+    cluster.gpus_per_node = parse_count(parts[0], spec, "GPUs per node");
+  }
+  try {
+    cluster.gpu = gpu_preset(rest);
+    cluster.intra = link_preset(intra_override.empty() ? default_intra_link(rest) : intra_override);
+    cluster.inter = link_preset(inter_override.empty() ? default_inter_link(rest) : inter_override);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("invalid cluster spec \"" + spec + "\": " + e.what());
+  }
+  return cluster;
+}
+
+} // namespace meshsim

@@ -1,0 +1,287 @@
+// Replay: implementation.
+//
+// With in-order streams, explicit dependencies and rendezvous collectives as the only
+// constraints (no contention for links or SMs is modelled), an event-driven simulation reduces
+// to a longest-path pass over a DAG: every compute task is a node, every collective (all its
+// members' instances) is one node, and a node starts at the latest end of its predecessors.
+// Kahn's topological order processes nodes in the order their start events can fire; nodes it
+// never reaches form a cycle, i.e. the program would deadlock.
+#include "cost/replay.h"
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+#include <unordered_map>
+#include <utility>
+
+namespace meshsim {
+namespace {
+
+constexpr size_t kMaxNamedInErrors = 8;
+
+std::string group_text(const std::vector<int>& group) {
+  std::string text;
+  for (int rank : group)
+    text += (text.empty() ? "" : ",") + std::to_string(rank);
+  return "{" + text + "}";
+}
+
+struct TaskRef {
+  int rank = 0;
+  const Task* task = nullptr;
+};
+
+// One schedulable unit: a compute task, or all instances of one collective.
+struct Node {
+  std::vector<size_t> tasks; // flat task indexes; >1 only for collectives
+  std::vector<size_t> preds; // node indexes, one entry per edge
+  double duration_s = 0;
+  double start_s = 0;
+  double end_s = 0;
+};
+
+// Length of the overlap of two sorted lists of disjoint intervals.
+double overlap(const std::vector<std::pair<double, double>>& a,
+               const std::vector<std::pair<double, double>>& b) {
+  double total = 0;
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    const double lo = std::max(a[i].first, b[j].first);
+    const double hi = std::min(a[i].second, b[j].second);
+    if (hi > lo)
+      total += hi - lo;
+    (a[i].second < b[j].second) ? ++i : ++j;
+  }
+  return total;
+}
+
+void validate_collective(const std::string& key, const std::vector<size_t>& members,
+                         const std::vector<TaskRef>& flat) {
+  const Task& first = *flat[members.front()].task;
+  std::vector<int> seen;
+  for (size_t t : members) {
+    const Task& task = *flat[t].task;
+    const int rank = flat[t].rank;
+    if (task.op != first.op || task.group != first.group || task.bytes != first.bytes)
+      throw std::invalid_argument("replay: collective \"" + key + "\": task \"" + task.id +
+                                  "\" disagrees with \"" + first.id + "\" on op, group or bytes");
+    if (std::find(task.group.begin(), task.group.end(), rank) == task.group.end())
+      throw std::invalid_argument("replay: task \"" + task.id + "\" on rank " +
+                                  std::to_string(rank) + " is not a member of its group " +
+                                  group_text(task.group));
+    if (std::find(seen.begin(), seen.end(), rank) != seen.end())
+      throw std::invalid_argument("replay: collective \"" + key + "\" has two instances on rank " +
+                                  std::to_string(rank));
+    seen.push_back(rank);
+  }
+  if (seen.size() != first.group.size())
+    throw std::invalid_argument("replay: collective \"" + key + "\" on group " +
+                                group_text(first.group) + " has " + std::to_string(seen.size()) +
+                                " of its " + std::to_string(first.group.size()) + " members");
+}
+
+} // namespace
+
+Task Task::compute(std::string id, double seconds, std::vector<std::string> deps) {
+  Task task;
+  task.id = std::move(id);
+  task.duration_s = seconds;
+  task.deps = std::move(deps);
+  return task;
+}
+
+Task Task::compute(std::string id, const ComputeWork& work, std::vector<std::string> deps) {
+  Task task;
+  task.id = std::move(id);
+  task.work = work;
+  task.deps = std::move(deps);
+  return task;
+}
+
+Task Task::comm(std::string id, CollectiveOp op, std::vector<int> group, double bytes,
+                std::vector<std::string> deps, std::string key) {
+  Task task;
+  task.id = std::move(id);
+  task.kind = TaskKind::Comm;
+  task.op = op;
+  task.group = std::move(group);
+  task.bytes = bytes;
+  task.deps = std::move(deps);
+  task.key = std::move(key);
+  return task;
+}
+
+const TaskTiming& ReplayResult::task(const std::string& id) const {
+  for (const TaskTiming& timing : tasks)
+    if (timing.id == id)
+      return timing;
+  throw std::out_of_range("replay result has no task \"" + id + "\"");
+}
+
+double ReplayResult::max_exposed_comm_s() const {
+  double worst = 0;
+  for (const RankStats& rank : ranks)
+    worst = std::max(worst, rank.exposed_comm_s);
+  return worst;
+}
+
+ReplayResult replay(const Program& program, const ClusterSpec& cluster,
+                    const ReplayOptions& options) {
+  const int num_ranks = static_cast<int>(program.ranks.size());
+  if (num_ranks > cluster.world_size())
+    throw std::invalid_argument("replay: program has " + std::to_string(num_ranks) +
+                                " ranks but cluster " + cluster.to_string() + " has " +
+                                std::to_string(cluster.world_size()) + " GPUs");
+
+  // Flatten, index ids, and assign every task to a node.
+  std::vector<TaskRef> flat;
+  std::unordered_map<std::string, size_t> index_of;
+  for (int r = 0; r < num_ranks; ++r)
+    for (const Task& task : program.ranks[static_cast<size_t>(r)]) {
+      if (!index_of.emplace(task.id, flat.size()).second)
+        throw std::invalid_argument("replay: duplicate task id \"" + task.id + "\"");
+      flat.push_back({r, &task});
+    }
+
+  std::vector<Node> nodes;
+  std::vector<size_t> node_of(flat.size());
+  std::map<std::string, size_t> collective_node; // ordered: deterministic error messages
+  std::vector<std::map<std::string, int>> calls_per_rank(static_cast<size_t>(num_ranks));
+  for (size_t t = 0; t < flat.size(); ++t) {
+    const Task& task = *flat[t].task;
+    if (task.kind == TaskKind::Compute) {
+      node_of[t] = nodes.size();
+      nodes.push_back({{t}, {}, 0, 0, 0});
+      continue;
+    }
+    std::string key = "key:" + task.key;
+    if (task.key.empty()) { // NCCL's rule: the k-th call on a group matches the k-th call
+      const std::string base = std::string(to_string(task.op)) + group_text(task.group);
+      key = "auto:" + base + "#" + std::to_string(calls_per_rank[flat[t].rank][base]++);
+    }
+    auto [it, inserted] = collective_node.emplace(key, nodes.size());
+    if (inserted)
+      nodes.push_back({{}, {}, 0, 0, 0});
+    node_of[t] = it->second;
+    nodes[it->second].tasks.push_back(t);
+  }
+
+  // Durations.
+  for (const auto& [key, n] : collective_node)
+    validate_collective(key, nodes[n].tasks, flat);
+  for (Node& node : nodes) {
+    const Task& first = *flat[node.tasks.front()].task;
+    double given = -1;
+    for (size_t t : node.tasks)
+      given = std::max(given, flat[t].task->duration_s);
+    if (given >= 0)
+      node.duration_s = given;
+    else if (first.kind == TaskKind::Compute)
+      node.duration_s = roofline(first.work, cluster.gpu, options.efficiency).time_s;
+    else
+      node.duration_s = collective_cost(first.op, first.bytes, group_shape(first.group, cluster),
+                                        cluster, options.algorithm)
+                            .time_s;
+  }
+
+  // Edges: stream order, then explicit dependencies. task_preds keeps each instance's own
+  // predecessors so its ready time (before waiting for peers) can be reported.
+  std::vector<std::vector<size_t>> task_preds(flat.size());
+  for (int r = 0; r < num_ranks; ++r) {
+    size_t last[2] = {SIZE_MAX, SIZE_MAX}; // previous task on the compute / comm stream
+    for (const Task& task : program.ranks[static_cast<size_t>(r)]) {
+      const size_t t = index_of.at(task.id);
+      size_t& prev = last[task.kind == TaskKind::Compute ? 0 : 1];
+      if (prev != SIZE_MAX)
+        task_preds[t].push_back(node_of[prev]);
+      prev = t;
+      for (const std::string& dep : task.deps) {
+        const auto found = index_of.find(dep);
+        if (found == index_of.end())
+          throw std::invalid_argument("replay: task \"" + task.id +
+                                      "\" depends on unknown task \"" + dep + "\"");
+        task_preds[t].push_back(node_of[found->second]);
+      }
+      for (size_t p : task_preds[t])
+        nodes[node_of[t]].preds.push_back(p);
+    }
+  }
+
+  // Kahn's algorithm over nodes; start = latest predecessor end.
+  std::vector<std::vector<size_t>> succs(nodes.size());
+  std::vector<size_t> waiting(nodes.size(), 0);
+  for (size_t n = 0; n < nodes.size(); ++n)
+    for (size_t p : nodes[n].preds) {
+      succs[p].push_back(n);
+      ++waiting[n];
+    }
+  std::vector<size_t> ready;
+  for (size_t n = 0; n < nodes.size(); ++n)
+    if (waiting[n] == 0)
+      ready.push_back(n);
+  size_t done = 0;
+  while (!ready.empty()) {
+    const size_t n = ready.back();
+    ready.pop_back();
+    ++done;
+    Node& node = nodes[n];
+    for (size_t p : node.preds)
+      node.start_s = std::max(node.start_s, nodes[p].end_s);
+    node.end_s = node.start_s + node.duration_s;
+    for (size_t s : succs[n])
+      if (--waiting[s] == 0)
+        ready.push_back(s);
+  }
+  if (done != nodes.size()) {
+    std::string stuck;
+    size_t named = 0, count = 0;
+    for (size_t t = 0; t < flat.size(); ++t)
+      if (waiting[node_of[t]] > 0) {
+        ++count;
+        if (named++ < kMaxNamedInErrors)
+          stuck += (stuck.empty() ? "" : ", ") + flat[t].task->id;
+      }
+    throw std::runtime_error("replay: deadlock: " + std::to_string(count) +
+                             " tasks can never start (dependency cycle, or ranks issue "
+                             "collectives in different orders): " +
+                             stuck + (count > kMaxNamedInErrors ? ", ..." : ""));
+  }
+
+  // Per-task timings and per-rank statistics.
+  ReplayResult result;
+  result.ranks.resize(static_cast<size_t>(num_ranks));
+  std::vector<std::vector<std::pair<double, double>>> busy_compute(result.ranks.size());
+  std::vector<std::vector<std::pair<double, double>>> busy_comm(result.ranks.size());
+  for (size_t t = 0; t < flat.size(); ++t) {
+    const Node& node = nodes[node_of[t]];
+    TaskTiming timing;
+    timing.id = flat[t].task->id;
+    timing.rank = flat[t].rank;
+    timing.kind = flat[t].task->kind;
+    for (size_t p : task_preds[t])
+      timing.ready_s = std::max(timing.ready_s, nodes[p].end_s);
+    timing.start_s = node.start_s;
+    timing.end_s = node.end_s;
+    result.makespan_s = std::max(result.makespan_s, timing.end_s);
+    auto& busy = (timing.kind == TaskKind::Compute ? busy_compute : busy_comm)[timing.rank];
+    busy.emplace_back(timing.start_s, timing.end_s);
+    result.tasks.push_back(timing);
+  }
+  double idle_total = 0;
+  for (size_t r = 0; r < result.ranks.size(); ++r) {
+    RankStats& stats = result.ranks[r];
+    for (const auto& [start, end] : busy_compute[r])
+      stats.compute_busy_s += end - start;
+    for (const auto& [start, end] : busy_comm[r])
+      stats.comm_busy_s += end - start;
+    // Each stream is in order, so its intervals are already sorted and disjoint.
+    stats.exposed_comm_s = stats.comm_busy_s - overlap(busy_comm[r], busy_compute[r]);
+    stats.compute_idle_s = result.makespan_s - stats.compute_busy_s;
+    idle_total += stats.compute_idle_s;
+  }
+  if (result.makespan_s > 0 && num_ranks > 0)
+    result.bubble_fraction = idle_total / (num_ranks * result.makespan_s);
+  return result;
+}
+
+} // namespace meshsim

@@ -1,0 +1,50 @@
+// The accounting CPU allocator: every tensor allocated on a rank's thread is charged to that
+// rank's virtual GPU, under the category of the innermost CategoryScope.
+//
+// CPU only: on CPU, forward and backward run on the rank's own thread, so a thread-local
+// "current GPU" sees every allocation (see docs/memory.md for what is and is not counted).
+#pragma once
+
+#include <cstdint>
+
+#include "memory/category.h"
+#include "memory/virtual_gpu.h"
+
+namespace meshsim {
+
+/// Installs the accounting allocator as LibTorch's CPU allocator. Idempotent; call before
+/// creating the tensors you want counted.
+void install_accounting_allocator();
+
+/// The virtual GPU of the calling thread, or nullptr (host memory, not charged).
+VirtualGpu* current_gpu();
+MemoryCategory current_category();
+
+/// Bytes allocated by threads with no current GPU (data sets, host-side buffers), live now.
+int64_t host_bytes();
+
+/// Makes `gpu` the calling thread's current GPU for the guard's lifetime.
+class GpuGuard {
+public:
+  explicit GpuGuard(VirtualGpu* gpu);
+  ~GpuGuard();
+  GpuGuard(const GpuGuard&) = delete;
+  GpuGuard& operator=(const GpuGuard&) = delete;
+
+private:
+  VirtualGpu* previous_;
+};
+
+/// Sets the category of new allocations on this thread for the scope's lifetime.
+class CategoryScope {
+public:
+  explicit CategoryScope(MemoryCategory category);
+  ~CategoryScope();
+  CategoryScope(const CategoryScope&) = delete;
+  CategoryScope& operator=(const CategoryScope&) = delete;
+
+private:
+  MemoryCategory previous_;
+};
+
+} // namespace meshsim

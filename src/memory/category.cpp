@@ -1,0 +1,60 @@
+// Category names and byte-size formatting/parsing shared by memory accounting and the CLI.
+#include "memory/category.h"
+
+#include <cctype>
+#include <cmath>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace meshsim {
+
+const char* category_name(MemoryCategory c) {
+  switch (c) {
+  case MemoryCategory::Parameters: return "parameters";
+  case MemoryCategory::Gradients: return "gradients";
+  case MemoryCategory::Optimizer: return "optimizer";
+  case MemoryCategory::Activations: return "activations";
+  case MemoryCategory::Communication: return "communication";
+  case MemoryCategory::Other: return "other";
+  }
+  return "other";
+}
+
+std::string format_bytes(int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (std::llabs(bytes) < 1024) return fmt::format("{} B", bytes);
+  if (std::fabs(b) < 1024.0 * 1024) return fmt::format("{:.1f} KiB", b / 1024);
+  if (std::fabs(b) < 1024.0 * 1024 * 1024) return fmt::format("{:.1f} MiB", b / (1024 * 1024));
+  return fmt::format("{:.2f} GiB", b / (1024.0 * 1024 * 1024));
+}
+
+int64_t parse_bytes(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'))
+    ++i;
+  if (i == 0) throw std::invalid_argument("expected a size such as 512MiB or 2GiB, got '" + text + "'");
+  double value = 0;
+  try {
+    value = std::stod(text.substr(0, i));
+  } catch (const std::exception&) {
+    throw std::invalid_argument("expected a size such as 512MiB or 2GiB, got '" + text + "'");
+  }
+  std::string unit = text.substr(i);
+  for (auto& ch : unit) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  double scale = 0;
+  if (unit.empty() || unit == "b") scale = 1;
+  else if (unit == "kib" || unit == "k") scale = 1024.0;
+  else if (unit == "mib" || unit == "m") scale = 1024.0 * 1024;
+  else if (unit == "gib" || unit == "g") scale = 1024.0 * 1024 * 1024;
+  else if (unit == "kb") scale = 1e3;
+  else if (unit == "mb") scale = 1e6;
+  else if (unit == "gb") scale = 1e9;
+  else throw std::invalid_argument("unknown size unit '" + text.substr(i) + "' in '" + text + "' (use B, KiB, MiB, GiB, KB, MB or GB)");
+  const double bytes = value * scale;
+  if (!(bytes >= 1) || bytes > 9.0e18)
+    throw std::invalid_argument("size out of range: '" + text + "'");
+  return static_cast<int64_t>(bytes);
+}
+
+} // namespace meshsim

@@ -1,0 +1,35 @@
+// Memory categories: what each byte on a virtual GPU is for.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+namespace meshsim {
+
+enum class MemoryCategory : uint8_t {
+  Parameters = 0,
+  Gradients,
+  Optimizer,
+  Activations,
+  Communication,
+  Other,
+};
+
+constexpr int kNumCategories = 6;
+
+/// The lower-case name used in logs, summary.json and memory.csv.
+const char* category_name(MemoryCategory c);
+
+/// All categories in declaration order.
+constexpr std::array<MemoryCategory, kNumCategories> kAllCategories = {
+    MemoryCategory::Parameters,  MemoryCategory::Gradients,     MemoryCategory::Optimizer,
+    MemoryCategory::Activations, MemoryCategory::Communication, MemoryCategory::Other};
+
+/// "12.4 MiB", "512 B": human-readable byte counts for logs and errors.
+std::string format_bytes(int64_t bytes);
+
+/// Parses "512MiB", "2GiB", "1.5GB", "4096" (bytes). Throws std::invalid_argument.
+int64_t parse_bytes(const std::string& text);
+
+} // namespace meshsim

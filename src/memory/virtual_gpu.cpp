@@ -1,0 +1,81 @@
+// Per-virtual-GPU accounting. Lock-free on the allocation path; see virtual_gpu.h.
+#include "memory/virtual_gpu.h"
+
+#include <fmt/format.h>
+
+namespace meshsim {
+namespace {
+
+void raise_to(std::atomic<int64_t>& peak, int64_t value) {
+  int64_t seen = peak.load(std::memory_order_relaxed);
+  while (value > seen && !peak.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
+  }
+}
+
+} // namespace
+
+VirtualGpu::VirtualGpu(int rank, int64_t capacity_bytes) : rank_(rank), capacity_(capacity_bytes) {}
+
+void VirtualGpu::charge(int64_t bytes, MemoryCategory category) {
+  const int64_t now = current_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  if (now > capacity_) {
+    current_.fetch_sub(bytes, std::memory_order_relaxed);
+    std::string message = describe_oom(bytes, category);
+    {
+      std::lock_guard<std::mutex> lock(oom_mutex_);
+      if (oom_message_.empty()) oom_message_ = message;
+    }
+    throw OutOfMemory(message);
+  }
+  raise_to(peak_, now);
+  const auto c = static_cast<size_t>(category);
+  const int64_t in_category =
+      current_by_category_[c].fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  raise_to(peak_by_category_[c], in_category);
+  allocations_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void VirtualGpu::release(int64_t bytes, MemoryCategory category) {
+  current_.fetch_sub(bytes, std::memory_order_relaxed);
+  current_by_category_[static_cast<size_t>(category)].fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+MemoryStats VirtualGpu::stats() const {
+  MemoryStats s;
+  s.capacity = capacity_;
+  s.current = current_.load(std::memory_order_relaxed);
+  s.peak = peak_.load(std::memory_order_relaxed);
+  s.allocations = allocations_.load(std::memory_order_relaxed);
+  for (int c = 0; c < kNumCategories; ++c) {
+    s.current_by_category[c] = current_by_category_[c].load(std::memory_order_relaxed);
+    s.peak_by_category[c] = peak_by_category_[c].load(std::memory_order_relaxed);
+  }
+  return s;
+}
+
+void VirtualGpu::reset_peaks() {
+  peak_.store(current_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  for (int c = 0; c < kNumCategories; ++c)
+    peak_by_category_[c].store(current_by_category_[c].load(std::memory_order_relaxed),
+                               std::memory_order_relaxed);
+}
+
+std::string VirtualGpu::oom_message() const {
+  std::lock_guard<std::mutex> lock(oom_mutex_);
+  return oom_message_;
+}
+
+std::string VirtualGpu::describe_oom(int64_t request, MemoryCategory category) const {
+  std::string use;
+  for (auto c : kAllCategories) {
+    const int64_t b = current_by_category_[static_cast<size_t>(c)].load(std::memory_order_relaxed);
+    if (!use.empty()) use += ", ";
+    use += fmt::format("{} {}", category_name(c), format_bytes(b));
+  }
+  return fmt::format("out of memory on {}: tried to allocate {} for {}; in use {} ({}); capacity {}",
+                     name(), format_bytes(request), category_name(category),
+                     format_bytes(current_.load(std::memory_order_relaxed)), use,
+                     format_bytes(capacity_));
+}
+
+} // namespace meshsim

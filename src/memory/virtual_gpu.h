@@ -1,0 +1,72 @@
+// VirtualGpu: one simulated device's memory — capacity, live bytes by category, peaks.
+//
+// Counters are atomics so that any thread may read every GPU's live bytes (the memory
+// timeline samples all GPUs at once) while each rank's thread allocates on its own GPU.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+#include "memory/category.h"
+
+namespace meshsim {
+
+/// Thrown when an allocation would exceed a virtual GPU's capacity.
+class OutOfMemory : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+struct MemoryStats {
+  int64_t capacity = 0;
+  int64_t current = 0;
+  int64_t peak = 0;
+  int64_t allocations = 0;
+  std::array<int64_t, kNumCategories> current_by_category{};
+  std::array<int64_t, kNumCategories> peak_by_category{};
+};
+
+class VirtualGpu {
+public:
+  VirtualGpu(int rank, int64_t capacity_bytes);
+  VirtualGpu(const VirtualGpu&) = delete;
+  VirtualGpu& operator=(const VirtualGpu&) = delete;
+
+  int rank() const { return rank_; }
+  int64_t capacity() const { return capacity_; }
+  std::string name() const { return "gpu" + std::to_string(rank_); }
+
+  /// Charges `bytes` to `category`; throws OutOfMemory (and remembers the message) when the
+  /// GPU would go over capacity. Nothing is charged when it throws.
+  void charge(int64_t bytes, MemoryCategory category);
+  /// Returns bytes previously charged to `category`.
+  void release(int64_t bytes, MemoryCategory category);
+
+  int64_t current_bytes() const { return current_.load(std::memory_order_relaxed); }
+  int64_t peak_bytes() const { return peak_.load(std::memory_order_relaxed); }
+  MemoryStats stats() const;
+  /// Resets peaks to the current values (e.g. after setup, to measure a step alone).
+  void reset_peaks();
+
+  /// The OutOfMemory message if this GPU ever ran out, else empty.
+  std::string oom_message() const;
+
+private:
+  std::string describe_oom(int64_t request, MemoryCategory category) const;
+
+  const int rank_;
+  const int64_t capacity_;
+  std::atomic<int64_t> current_{0};
+  std::atomic<int64_t> peak_{0};
+  std::atomic<int64_t> allocations_{0};
+  std::array<std::atomic<int64_t>, kNumCategories> current_by_category_{};
+  std::array<std::atomic<int64_t>, kNumCategories> peak_by_category_{};
+  mutable std::mutex oom_mutex_;
+  std::string oom_message_;
+};
+
+} // namespace meshsim

@@ -1,0 +1,48 @@
+// DeviceMesh: the virtual GPUs of a run, their communicator world, clock and memory timeline.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/sim_backend.h"
+#include "memory/virtual_gpu.h"
+#include "mesh/recorder.h"
+
+namespace meshsim {
+
+struct MeshOptions {
+  int world_size = 4;
+  int64_t capacity_bytes = 0;  // per virtual GPU; 0 = auto (physical memory split evenly)
+  std::string device = "cpu";
+  std::chrono::milliseconds comm_timeout{60000};
+};
+
+/// Physical memory of the device split evenly over `world_size` virtual GPUs.
+int64_t auto_capacity(const std::string& device, int world_size);
+
+class DeviceMesh {
+public:
+  explicit DeviceMesh(const MeshOptions& options);
+
+  int world_size() const { return options_.world_size; }
+  const std::string& device() const { return options_.device; }
+  VirtualGpu& gpu(int rank) { return *gpus_.at(rank); }
+  const VirtualGpu& gpu(int rank) const { return *gpus_.at(rank); }
+  SimWorld& comm_world() { return world_; }
+  MemoryTimeline& timeline() { return timeline_; }
+  const RunClock& clock() const { return clock_; }
+
+  /// Appends one memory.csv row: every GPU's live bytes now.
+  void sample_memory(int64_t step, const std::string& phase);
+
+private:
+  MeshOptions options_;
+  RunClock clock_;
+  std::vector<std::unique_ptr<VirtualGpu>> gpus_;
+  SimWorld world_;
+  MemoryTimeline timeline_;
+};
+
+} // namespace meshsim

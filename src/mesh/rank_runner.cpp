@@ -1,0 +1,79 @@
+// Rank threads, failure propagation and the choice of the "primary" error.
+#include "mesh/rank_runner.h"
+
+#include <ATen/Parallel.h>
+
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "memory/allocator.h"
+
+namespace meshsim {
+
+void RankContext::record_compute(const std::string& name, int64_t step, double start_s) {
+  recorder.compute.push_back({name, step, start_s, now()});
+}
+
+int threads_per_rank(int world_size) {
+  const int cores = std::max(1u, std::thread::hardware_concurrency());
+  return std::max(1, cores / std::max(1, world_size));
+}
+
+std::vector<Recorder> run_ranks(DeviceMesh& mesh, const std::function<void(RankContext&)>& fn) {
+  install_accounting_allocator();
+  const int n = mesh.world_size();
+  std::vector<Recorder> recorders(n);
+  std::vector<std::exception_ptr> errors(n);
+  std::vector<std::unique_ptr<Communicator>> comms;
+  for (int r = 0; r < n; ++r) comms.push_back(mesh.comm_world().make_communicator(r));
+
+  const int intra_threads = threads_per_rank(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        at::set_num_threads(intra_threads);
+        GpuGuard guard(&mesh.gpu(r));
+        RankContext ctx{r, n, mesh.gpu(r), *comms[r], recorders[r], mesh};
+        fn(ctx);
+      } catch (const RankLeft& e) {
+        fmt::print(stderr, "meshsim: {}\n", e.what());
+      } catch (const std::exception& e) {
+        errors[r] = std::current_exception();
+        mesh.comm_world().abort(fmt::format("rank {} failed: {}", r, e.what()));
+      } catch (...) {
+        errors[r] = std::current_exception();
+        mesh.comm_world().abort(fmt::format("rank {} failed", r));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+
+  for (int r = 0; r < n; ++r) {
+    const auto& records = comms[r]->records();
+    recorders[r].collectives.assign(records.begin(), records.end());
+  }
+
+  // A GPU that ran out of memory is the cause, whatever exception type reached the thread
+  // (autograd may wrap it).
+  for (int r = 0; r < n; ++r)
+    if (auto msg = mesh.gpu(r).oom_message(); !msg.empty()) throw OutOfMemory(msg);
+  std::exception_ptr secondary;
+  for (int r = 0; r < n; ++r) {
+    if (!errors[r]) continue;
+    try {
+      std::rethrow_exception(errors[r]);
+    } catch (const RankAborted&) {
+      if (!secondary) secondary = errors[r];
+    } catch (...) {
+      throw;
+    }
+  }
+  if (secondary) std::rethrow_exception(secondary);
+  return recorders;
+}
+
+} // namespace meshsim

@@ -1,0 +1,46 @@
+// Runs one thread per rank. Each thread makes its virtual GPU current, so every tensor it
+// allocates is charged there, and gets its own Communicator and Recorder.
+//
+// If a rank fails, the communicator world is aborted so no other rank waits for it; the
+// run then rethrows the first real failure (never the secondary "aborted" ones).
+#pragma once
+
+#include <functional>
+#include <stdexcept>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "mesh/device_mesh.h"
+#include "mesh/recorder.h"
+
+namespace meshsim {
+
+/// Thrown by a rank that leaves the run on purpose (fault injection): its thread ends
+/// quietly and the other ranks find out the way they would on a cluster, by a timeout.
+class RankLeft : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+struct RankContext {
+  int rank;
+  int world_size;
+  VirtualGpu& gpu;
+  Communicator& comm;
+  Recorder& recorder;
+  DeviceMesh& mesh;
+
+  /// Records a memory.csv row (all GPUs) tagged with this rank's step and phase.
+  void sample_memory(int64_t step, const std::string& phase) { mesh.sample_memory(step, phase); }
+  /// Records a compute region [start_s, now] for the trace and the cost model.
+  void record_compute(const std::string& name, int64_t step, double start_s);
+  double now() const { return mesh.clock().now(); }
+};
+
+/// Intra-op threads each rank uses so that all ranks together fill the physical cores.
+int threads_per_rank(int world_size);
+
+/// Runs `fn` on every rank and returns each rank's Recorder (with its collective records).
+std::vector<Recorder> run_ranks(DeviceMesh& mesh, const std::function<void(RankContext&)>& fn);
+
+} // namespace meshsim

@@ -1,0 +1,75 @@
+// Recorder: what one rank did, kept for the report and the cost model.
+//
+// Each rank owns one Recorder and is the only thread writing to it; the main thread reads
+// it after the rank threads have been joined. Memory samples are the exception: they go to
+// the shared MemoryTimeline, which is guarded.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace meshsim {
+
+/// Seconds since the run's clock started (steady clock).
+class RunClock {
+public:
+  RunClock() : start_(std::chrono::steady_clock::now()) {}
+  double now() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+private:
+  std::chrono::steady_clock::time_point start_;
+};
+
+struct CollectiveRecord {
+  std::string op;          // all_reduce, broadcast, all_gather, reduce_scatter, reduce, send, recv, barrier
+  std::vector<int> group;  // global ranks, in group order
+  int64_t bytes = 0;       // payload per rank (the input tensor's size)
+  int64_t seq = 0;         // sequence number within the group (per peer pair for send/recv)
+  int peer = -1;           // send/recv peer
+  double start_s = 0;
+  double end_s = 0;
+};
+
+struct ComputeRecord {
+  std::string name;  // forward, backward, optimizer, ...
+  int64_t step = 0;
+  double start_s = 0;
+  double end_s = 0;
+};
+
+struct Recorder {
+  std::vector<CollectiveRecord> collectives;
+  std::vector<ComputeRecord> compute;
+};
+
+/// One row of memory.csv: the live bytes of every GPU at one instant.
+struct MemorySample {
+  double time_s = 0;
+  int64_t step = 0;
+  std::string phase;
+  std::vector<int64_t> bytes;  // one per GPU
+};
+
+/// Samples shared by all ranks, appended under a mutex.
+class MemoryTimeline {
+public:
+  void add(MemorySample sample) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    samples_.push_back(std::move(sample));
+  }
+  std::vector<MemorySample> samples() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return samples_;
+  }
+
+private:
+  mutable std::mutex mutex_;
+  std::vector<MemorySample> samples_;
+};
+
+} // namespace meshsim

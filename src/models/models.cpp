@@ -1,0 +1,97 @@
+// cnn: the original project's Fashion-MNIST network (421,642 parameters).
+// lenet: the classic MNIST net from PyTorch's DDP/MNIST examples.
+#include "models/models.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <mutex>
+#include <stdexcept>
+
+namespace meshsim {
+namespace {
+
+namespace nn = torch::nn;
+
+nn::Sequential build_cnn() {
+  nn::Sequential m;
+  m->push_back("conv1", nn::Conv2d(nn::Conv2dOptions(1, 32, 3).padding(1)));
+  m->push_back("relu1", nn::ReLU());
+  m->push_back("pool1", nn::MaxPool2d(2));
+  m->push_back("conv2", nn::Conv2d(nn::Conv2dOptions(32, 64, 3).padding(1)));
+  m->push_back("relu2", nn::ReLU());
+  m->push_back("pool2", nn::MaxPool2d(2));
+  m->push_back("flatten", nn::Flatten());
+  m->push_back("fc1", nn::Linear(64 * 7 * 7, 128));
+  m->push_back("relu3", nn::ReLU());
+  m->push_back("fc2", nn::Linear(128, 10));
+  return m;
+}
+
+nn::Sequential build_lenet(const ModelOptions& o) {
+  // Layer creation order (conv1, conv2, fc1, fc2) is PyTorch's example order, so the
+  // initial weights match it; dropout has no weights.
+  nn::Conv2d conv1(nn::Conv2dOptions(1, 10, 5));
+  nn::Conv2d conv2(nn::Conv2dOptions(10, 20, 5));
+  nn::Linear fc1(320, 50);
+  nn::Linear fc2(50, 10);
+  const uint64_t dropout_seed = o.seed * 1000003ULL + static_cast<uint64_t>(o.rank) + 1;
+  nn::Sequential m;
+  m->push_back("conv1", conv1);
+  m->push_back("pool1", nn::MaxPool2d(2));
+  m->push_back("relu1", nn::ReLU());
+  m->push_back("conv2", conv2);
+  m->push_back("conv2_drop", RankDropout(0.5, true, dropout_seed));
+  m->push_back("pool2", nn::MaxPool2d(2));
+  m->push_back("relu2", nn::ReLU());
+  m->push_back("flatten", nn::Flatten());
+  m->push_back("fc1", fc1);
+  m->push_back("relu3", nn::ReLU());
+  m->push_back("drop", RankDropout(0.5, false, dropout_seed + 7919));
+  m->push_back("fc2", fc2);
+  m->push_back("log_softmax", nn::LogSoftmax(1));
+  return m;
+}
+
+} // namespace
+
+RankDropoutImpl::RankDropoutImpl(double p, bool channelwise, uint64_t seed)
+    : p_(p), channelwise_(channelwise),
+      generator_(at::make_generator<at::CPUGeneratorImpl>(seed)) {}
+
+torch::Tensor RankDropoutImpl::forward(const torch::Tensor& x) {
+  if (!is_training() || p_ == 0) return x;
+  std::vector<int64_t> shape = x.sizes().vec();
+  if (channelwise_)
+    for (size_t d = 2; d < shape.size(); ++d) shape[d] = 1;
+  torch::Tensor keep;
+  {
+    torch::NoGradGuard no_grad;
+    keep = torch::empty(shape, x.options()).bernoulli_(1 - p_, generator_).div_(1 - p_);
+  }
+  return x * keep;
+}
+
+const std::vector<std::string>& model_names() {
+  static const std::vector<std::string> names{"cnn", "lenet"};
+  return names;
+}
+
+torch::nn::Sequential build_model(const std::string& name, const ModelOptions& options) {
+  // Initialization draws from LibTorch's one global generator; rank threads building their
+  // models at once would interleave their draws. One model at a time keeps every replica
+  // bit-identical to PyTorch's.
+  static std::mutex generator_mutex;
+  std::lock_guard<std::mutex> lock(generator_mutex);
+  torch::manual_seed(options.seed);
+  if (name == "cnn") return build_cnn();
+  if (name == "lenet") return build_lenet(options);
+  throw std::invalid_argument("unknown model '" + name + "' (choose cnn or lenet)");
+}
+
+int64_t count_parameters(const torch::nn::Module& module) {
+  int64_t n = 0;
+  for (const auto& p : module.parameters()) n += p.numel();
+  return n;
+}
+
+} // namespace meshsim

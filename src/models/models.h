@@ -1,0 +1,42 @@
+// The models meshsim trains: plain LibTorch modules in a Sequential, so strategies can wrap
+// them unmodified and a pipeline can cut them between layers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace meshsim {
+
+struct ModelOptions {
+  uint64_t seed = 0;  // torch::manual_seed(seed) before the layers are built
+  int rank = 0;       // seeds this rank's dropout generator
+};
+
+/// Names accepted by --model.
+const std::vector<std::string>& model_names();
+
+/// Builds the model in PyTorch's layer order after torch::manual_seed(seed), so its initial
+/// weights equal PyTorch's for the same seed. Throws std::invalid_argument for unknown names.
+torch::nn::Sequential build_model(const std::string& name, const ModelOptions& options);
+
+/// Number of scalar parameters.
+int64_t count_parameters(const torch::nn::Module& module);
+
+/// Dropout that draws from its own generator (seeded per rank), so ranks running as threads
+/// do not share, and race on, the global generator. `channelwise` is Dropout2d.
+class RankDropoutImpl : public torch::nn::Module {
+public:
+  RankDropoutImpl(double p, bool channelwise, uint64_t seed);
+  torch::Tensor forward(const torch::Tensor& x);
+
+private:
+  double p_;
+  bool channelwise_;
+  at::Generator generator_;
+};
+TORCH_MODULE(RankDropout);
+
+} // namespace meshsim

@@ -1,0 +1,60 @@
+// The strategy registry, the shared loss, and `single`: one device, the reference that
+// every other strategy is tested against.
+#include "parallel/strategy.h"
+
+#include <stdexcept>
+
+#include "memory/allocator.h"
+#include "parallel/replica.h"
+
+namespace meshsim {
+
+std::unique_ptr<Strategy> make_ddp(RankContext& ctx, const StrategyOptions& options);
+std::unique_ptr<Strategy> make_dp(RankContext& ctx, const StrategyOptions& options);
+
+torch::Tensor loss_fn(const torch::Tensor& logits, const torch::Tensor& targets) {
+  return torch::nn::functional::cross_entropy(logits, targets);
+}
+
+namespace {
+
+class SingleStrategy final : public Strategy {
+public:
+  SingleStrategy(RankContext& ctx, const StrategyOptions& options)
+      : ctx_(ctx), replica_(options, ctx.rank, /*with_optimizer=*/true) {}
+
+  double step(const Batch& batch, int64_t step_number) override {
+    replica_.optimizer->zero_grad();
+    const double loss = replica_.forward_backward(ctx_, batch, step_number);
+    replica_.optimizer_step(ctx_, step_number);
+    return loss;
+  }
+  torch::nn::Sequential eval_model() override { return replica_.model; }
+  torch::nn::Sequential model() override { return replica_.model; }
+  Optimizer* optimizer() override { return replica_.optimizer.get(); }
+
+private:
+  RankContext& ctx_;
+  Replica replica_;
+};
+
+} // namespace
+
+const std::vector<std::string>& strategy_names() {
+  static const std::vector<std::string> names{"single", "ddp", "dp"};
+  return names;
+}
+
+std::unique_ptr<Strategy> make_strategy(const std::string& name, RankContext& ctx,
+                                        const StrategyOptions& options) {
+  if (name == "single") {
+    if (ctx.world_size != 1)
+      throw std::invalid_argument("--strategy single runs on one GPU; use --gpus 1");
+    return std::make_unique<SingleStrategy>(ctx, options);
+  }
+  if (name == "ddp") return make_ddp(ctx, options);
+  if (name == "dp") return make_dp(ctx, options);
+  throw std::invalid_argument("unknown strategy '" + name + "' (choose single, ddp or dp)");
+}
+
+} // namespace meshsim

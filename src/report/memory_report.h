@@ -1,0 +1,45 @@
+// memory.csv and memory.png: every virtual GPU's live bytes over the run.
+//
+// The CSV is the data of record (one row per MemoryTimeline sample); the PNG is drawn by
+// gnuplot (Debian gnuplot-nox, pngcairo terminal) so meshsim needs no plotting library. A
+// missing or failing gnuplot costs the picture, never the run: plot_memory reports, never throws.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "mesh/recorder.h"
+
+namespace meshsim {
+
+/// memory.csv text: header `time_s,step,phase,gpu0_mib,gpu1_mib,...`, one row per sample in
+/// the given order, time with 6 decimals, MiB with 3. Throws std::invalid_argument if a
+/// sample does not have exactly num_gpus byte counts.
+std::string memory_csv(const std::vector<MemorySample>& samples, int num_gpus);
+/// memory_csv, written atomically (write_file_atomic).
+void write_memory_csv(const std::filesystem::path& path, const std::vector<MemorySample>& samples,
+                      int num_gpus);
+
+/// The gnuplot script plot_memory runs (data inline), drawing into `output_png`: one line per
+/// GPU, time (s) on x, MiB on y, each capacity (> 0) a dashed horizontal line in its GPU's
+/// colour, or one black line labelled "capacity" when all are equal. A capacity more than
+/// 20x above the highest peak is left off the y-range, and its key entry says "(off scale)".
+std::string memory_plot_script(const std::vector<MemorySample>& samples,
+                                const std::vector<int64_t>& capacities, const std::string& title,
+                                const std::filesystem::path& output_png);
+
+/// Runs `$MESHSIM_GNUPLOT` (default: gnuplot on PATH) on `script` with stdin from /dev/null,
+/// killing it (and its process group) after timeout_ms. False plus a one-line *error when
+/// gnuplot is missing, exits non-zero, dies or times out.
+bool run_gnuplot(const std::filesystem::path& script, int timeout_ms, std::string* error);
+
+/// Draws memory.png (see memory_plot_script): writes the script next to `png`, renders into a
+/// temporary file and renames it over `png` on success; the script is removed either way.
+/// Returns false and sets *error (one line) on any failure; never throws.
+bool plot_memory(const std::filesystem::path& png, const std::vector<MemorySample>& samples,
+                 const std::vector<int64_t>& capacities, const std::string& title,
+                 std::string* error);
+
+} // namespace meshsim

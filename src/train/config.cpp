@@ -1,0 +1,96 @@
+// Validation of TrainConfig: every bad value is a one-line error before anything runs.
+#include "train/config.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "memory/category.h"
+#include "models/models.h"
+#include "parallel/strategy.h"
+
+namespace meshsim {
+namespace {
+
+bool contains(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw std::invalid_argument(message);
+}
+
+} // namespace
+
+void validate(TrainConfig& c) {
+  require(c.gpus >= 1 && c.gpus <= 1024, fmt::format("--gpus must be between 1 and 1024, got {}", c.gpus));
+  require(contains(strategy_names(), c.strategy),
+          fmt::format("unknown strategy '{}' (choose single, ddp or dp)", c.strategy));
+  require(contains(model_names(), c.model),
+          fmt::format("unknown model '{}' (choose cnn or lenet)", c.model));
+  require(c.strategy != "single" || c.gpus == 1, "--strategy single runs on one GPU; use --gpus 1");
+  require(c.device == "cpu" || c.device.rfind("cuda", 0) == 0,
+          fmt::format("unknown device '{}' (choose cpu or cuda)", c.device));
+  require(c.device == "cpu",
+          "--device cuda: this build of meshsim attributes memory on the CPU device only");
+  require(c.batch_size >= 1, fmt::format("--batch-size must be at least 1, got {}", c.batch_size));
+  require(c.epochs >= 1, fmt::format("--epochs must be at least 1, got {}", c.epochs));
+  require(c.max_steps >= 0, "--max-steps must be 0 (no limit) or more");
+  require(c.log_every >= 1, "--log-every must be at least 1");
+  require(c.optimizer.name == "adam" || c.optimizer.name == "sgd",
+          fmt::format("unknown optimizer '{}' (choose adam or sgd)", c.optimizer.name));
+  require(c.optimizer.lr > 0, "--lr must be positive");
+  require(c.optimizer.momentum >= 0 && c.optimizer.momentum < 1, "--momentum must be in [0, 1)");
+  require(c.bucket_mb > 0, "--bucket-mb must be positive");
+  require(c.comm_timeout_s > 0, "--comm-timeout must be positive");
+  require(c.checkpoint_every >= 0, "--checkpoint-every must be 0 or more");
+  require(c.eval_limit >= 0, "--eval-limit must be 0 (all) or more");
+  require(c.synthetic_train >= 1 && c.synthetic_test >= 1, "synthetic sizes must be positive");
+  if (c.gpu_mem == "auto") {
+    c.gpu_mem_bytes = 0;
+  } else {
+    try {
+      c.gpu_mem_bytes = parse_bytes(c.gpu_mem);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(fmt::format("--gpu-mem: {}", e.what()));
+    }
+  }
+  if (!c.inject_fault.empty()) {
+    int rank = -1;
+    long long step = -1;
+    char extra = 0;
+    require(std::sscanf(c.inject_fault.c_str(), "%d:%lld%c", &rank, &step, &extra) == 2 &&
+                rank >= 0 && rank < c.gpus && step >= 1,
+            fmt::format("--inject-fault expects RANK:STEP with 0 <= RANK < {}, got '{}'", c.gpus,
+                        c.inject_fault));
+    require(c.strategy == "ddp", "--inject-fault is supported with --strategy ddp");
+  }
+}
+
+nlohmann::json to_json(const TrainConfig& c) {
+  return {{"gpus", c.gpus},
+          {"strategy", c.strategy},
+          {"model", c.model},
+          {"data", c.data},
+          {"device", c.device},
+          {"epochs", c.epochs},
+          {"max_steps", c.max_steps},
+          {"batch_size", c.batch_size},
+          {"global_batch_size", c.batch_size * c.gpus},
+          {"seed", c.seed},
+          {"log_every", c.log_every},
+          {"optimizer", c.optimizer.name},
+          {"lr", c.optimizer.lr},
+          {"momentum", c.optimizer.momentum},
+          {"gpu_mem", c.gpu_mem},
+          {"bucket_mb", c.bucket_mb},
+          {"comm_timeout_s", c.comm_timeout_s},
+          {"checkpoint_every", c.checkpoint_every},
+          {"resume", c.resume},
+          {"synthetic_train", c.synthetic_train},
+          {"synthetic_test", c.synthetic_test},
+          {"eval_limit", c.eval_limit}};
+}
+
+} // namespace meshsim

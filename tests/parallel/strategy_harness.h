@@ -1,0 +1,64 @@
+// Drives strategies directly on hand-made global batches, so a multi-GPU run and the
+// single-device reference see exactly the same samples at every step.
+#pragma once
+
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "data/dataset.h"
+#include "memory/allocator.h"
+#include "mesh/device_mesh.h"
+#include "mesh/rank_runner.h"
+#include "parallel/strategy.h"
+
+namespace meshsim::testing {
+
+struct HarnessRun {
+  std::vector<double> losses;              // rank 0's reported loss per step
+  std::vector<torch::Tensor> parameters;   // rank 0's final parameters
+  DeviceMesh* mesh = nullptr;
+};
+
+/// Global batch k is `global_batch` consecutive samples of a fixed permutation of `data`.
+/// Strategies that shard (ddp) give rank r the r-th contiguous slice of it.
+inline HarnessRun run_strategy(DeviceMesh& mesh, const std::string& strategy,
+                               const StrategyOptions& options, const Dataset& data,
+                               int64_t global_batch, int steps) {
+  HarnessRun out;
+  out.mesh = &mesh;
+  const int world = mesh.world_size();
+  torch::Tensor order = torch::randperm(data.size(), torch::TensorOptions().dtype(torch::kLong));
+  run_ranks(mesh, [&](RankContext& ctx) {
+    auto s = make_strategy(strategy, ctx, options);
+    for (int k = 0; k < steps; ++k) {
+      const int64_t begin = (k * global_batch) % (data.size() - global_batch);
+      Batch b;
+      std::vector<int64_t> idx;
+      if (s->rank0_loads_global_batch()) {
+        if (ctx.rank == 0)
+          for (int64_t i = 0; i < global_batch; ++i) idx.push_back(order[begin + i].item<int64_t>());
+      } else {
+        const int64_t local = global_batch / world;
+        for (int64_t i = 0; i < local; ++i)
+          idx.push_back(order[begin + ctx.rank * local + i].item<int64_t>());
+      }
+      if (!idx.empty()) std::tie(b.inputs, b.targets) = gather_batch(data, idx);
+      const double loss = s->step(b, k + 1);
+      if (ctx.rank == 0) out.losses.push_back(loss);
+    }
+    if (ctx.rank == 0) {
+      GpuGuard host(nullptr);
+      for (const auto& p : s->model()->parameters()) out.parameters.push_back(p.detach().clone());
+    }
+  });
+  return out;
+}
+
+/// ||a - b|| / ||b||
+inline double relative_error(const torch::Tensor& a, const torch::Tensor& b) {
+  const double denom = b.norm().item<double>();
+  return (a - b).norm().item<double>() / (denom > 0 ? denom : 1.0);
+}
+
+} // namespace meshsim::testing
