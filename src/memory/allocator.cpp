@@ -7,6 +7,8 @@
 #include "memory/allocator.h"
 
 #include <atomic>
+#include <malloc.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -85,7 +87,17 @@ AccountingAllocator& allocator() {
 
 void install_accounting_allocator() {
   static std::once_flag once;
-  std::call_once(once, [] { c10::SetCPUAllocator(&allocator(), /*priority=*/100); });
+  std::call_once(once, [] {
+    // Activations of every step are freed and allocated again. With glibc's defaults each
+    // large block is a fresh mmap and its pages fault in again every step (over a million
+    // faults in 100 steps of the CNN on 8 ranks). Keeping freed blocks in the heap, as
+    // GPU caching allocators do, removes that cost; accounting is unaffected (it counts
+    // requested bytes, not what malloc keeps).
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+    mallopt(M_TOP_PAD, 64 << 20);
+    c10::SetCPUAllocator(&allocator(), /*priority=*/100);
+  });
 }
 
 VirtualGpu* current_gpu() { return t_gpu; }
