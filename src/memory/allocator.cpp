@@ -6,9 +6,9 @@
 // data pointer because LibTorch's raw_allocate requires it.
 #include "memory/allocator.h"
 
-#include <atomic>
 #include <malloc.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>

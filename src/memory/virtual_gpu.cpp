@@ -65,16 +65,22 @@ std::string VirtualGpu::oom_message() const {
   return oom_message_;
 }
 
-std::string VirtualGpu::describe_oom(int64_t request, MemoryCategory category) const {
+std::string describe_use(const MemoryStats& stats, bool skip_empty) {
   std::string use;
   for (auto c : kAllCategories) {
-    const int64_t b = current_by_category_[static_cast<size_t>(c)].load(std::memory_order_relaxed);
+    const int64_t b = stats.current_by_category[static_cast<size_t>(c)];
+    if (skip_empty && b == 0) continue;
     if (!use.empty()) use += ", ";
     use += fmt::format("{} {}", category_name(c), format_bytes(b));
   }
+  return use;
+}
+
+std::string VirtualGpu::describe_oom(int64_t request, MemoryCategory category) const {
+  const MemoryStats s = stats();
   return fmt::format("out of memory on {}: tried to allocate {} for {}; in use {} ({}); capacity {}",
                      name(), format_bytes(request), category_name(category),
-                     format_bytes(current_.load(std::memory_order_relaxed)), use,
+                     format_bytes(s.current), describe_use(s, /*skip_empty=*/false),
                      format_bytes(capacity_));
 }
 

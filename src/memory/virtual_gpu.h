@@ -30,6 +30,10 @@ struct MemoryStats {
   std::array<int64_t, kNumCategories> peak_by_category{};
 };
 
+/// "parameters 1.6 MiB, gradients 1.6 MiB, ...": live bytes by category; `skip_empty`
+/// leaves out categories holding nothing.
+std::string describe_use(const MemoryStats& stats, bool skip_empty);
+
 class VirtualGpu {
 public:
   VirtualGpu(int rank, int64_t capacity_bytes);

@@ -65,6 +65,8 @@ void validate(TrainConfig& c) {
             fmt::format("--inject-fault expects RANK:STEP with 0 <= RANK < {}, got '{}'", c.gpus,
                         c.inject_fault));
     require(c.strategy == "ddp", "--inject-fault is supported with --strategy ddp");
+    c.fault_rank = rank;
+    c.fault_step = step;
   }
 }
 

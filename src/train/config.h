@@ -36,6 +36,8 @@ struct TrainConfig {
   int64_t synthetic_test = 1024;
   int64_t eval_limit = 0;  // 0: the whole test set
   std::string inject_fault;  // "RANK:STEP": that rank leaves the run at that step
+  int fault_rank = -1;       // resolved from inject_fault by validate()
+  int64_t fault_step = -1;
   bool progress = true;
 };
 

@@ -41,14 +41,8 @@ double evaluate(RankContext& ctx, torch::nn::Sequential model, const Dataset& te
 
 std::string memory_line(const VirtualGpu& gpu) {
   const auto s = gpu.stats();
-  std::string parts;
-  for (auto c : kAllCategories) {
-    const int64_t b = s.current_by_category[static_cast<size_t>(c)];
-    if (b == 0) continue;
-    parts += fmt::format("{}{} {}", parts.empty() ? "" : ", ", format_bytes(b), category_name(c));
-  }
   return fmt::format("{}: {} of {} in use ({})", gpu.name(), format_bytes(s.current),
-                     format_bytes(s.capacity), parts);
+                     format_bytes(s.capacity), describe_use(s, /*skip_empty=*/true));
 }
 
 } // namespace
@@ -61,11 +55,8 @@ TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& 
   options.seed = config.seed;
   options.optimizer = config.optimizer;
   options.bucket_mb = config.bucket_mb;
-  if (!config.inject_fault.empty()) {
-    long long step = -1;
-    std::sscanf(config.inject_fault.c_str(), "%d:%lld", &options.fault_rank, &step);
-    options.fault_step = step;
-  }
+  options.fault_rank = config.fault_rank;
+  options.fault_step = config.fault_step;
 
   TrainResult result;
   std::mutex result_mutex;
