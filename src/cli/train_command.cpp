@@ -10,6 +10,8 @@
 #include "cli/commands.h"
 #include "comm/communicator.h"
 #include "data/dataset.h"
+#include "data/text.h"
+#include "mesh/parallel_dims.h"
 #include "memory/allocator.h"
 #include "mesh/device_mesh.h"
 #include "mesh/rank_runner.h"
@@ -73,14 +75,35 @@ void write_outputs(RunFolder& run, DeviceMesh& mesh, const TrainConfig& config,
 void add_train_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--gpus", c.gpus, "number of virtual GPUs")->capture_default_str();
   app.add_option("--strategy", c.strategy, "single | ddp | dp")->capture_default_str();
-  app.add_option("--model", c.model, "cnn | lenet")->capture_default_str();
-  app.add_option("--data", c.data, "IDX folder (MNIST/Fashion-MNIST, .gz or raw), or 'synthetic'")
+  app.add_option("--model", c.model, "cnn | lenet | gpt")->capture_default_str();
+  app.add_option("--data", c.data,
+                 "IDX folder (MNIST/Fashion-MNIST, .gz or raw) for cnn/lenet, any text file for gpt, "
+                 "or 'synthetic' (default: " + std::string(kDefaultData) + ", or " + kDefaultText +
+                     " for gpt)");
+  app.add_option("--tp", c.tp, "tensor-parallel size (gpt)")->capture_default_str();
+  app.add_option("--pp", c.pp, "pipeline stages")->capture_default_str();
+  app.add_option("--zero", c.zero, "ZeRO stage on the data-parallel dimension: 0 | 1 | 2 | 3")
       ->capture_default_str();
+  app.add_option("--schedule", c.schedule, "pipeline schedule: naive | gpipe | 1f1b")
+      ->capture_default_str();
+  app.add_option("--micro-batches", c.micro_batches, "micro-batches per step (pipeline, or accumulation)")
+      ->capture_default_str();
+  app.add_option("--recompute", c.recompute, "activation checkpointing per transformer block: none | full")
+      ->capture_default_str();
+  app.add_option("--global-batch-size", c.global_batch_size,
+                 "samples per step over all replicas (overrides --batch-size)");
+  app.add_option("--layers", c.gpt.layers, "gpt: transformer blocks")->capture_default_str();
+  app.add_option("--hidden", c.gpt.hidden, "gpt: hidden size")->capture_default_str();
+  app.add_option("--heads", c.gpt.heads, "gpt: attention heads")->capture_default_str();
+  app.add_option("--seq-len", c.gpt.seq_len, "gpt: tokens per sample")->capture_default_str();
+  app.add_option("--vocab", c.gpt.vocab, "gpt: vocabulary (256 for byte-level text)")->capture_default_str();
+  app.add_flag("--tie-head", c.gpt.tie_head, "gpt: the LM head shares the token embedding");
   app.add_option("--device", c.device, "physical device (cpu)")->capture_default_str();
   app.add_option("--epochs", c.epochs)->capture_default_str();
   app.add_option("--max-steps", c.max_steps, "stop after this many steps (0: no limit)")
       ->capture_default_str();
-  app.add_option("--batch-size", c.batch_size, "batch size per GPU")->capture_default_str();
+  app.add_option("--batch-size", c.batch_size, "batch size per data-parallel replica")
+      ->capture_default_str();
   app.add_option("--seed", c.seed)->capture_default_str();
   app.add_option("--log-every", c.log_every, "steps between metrics lines")->capture_default_str();
   app.add_option("--optimizer", c.optimizer.name, "adam | sgd")->capture_default_str();
@@ -119,9 +142,15 @@ int run_train(TrainConfig config) {
 
   DataSplit data;
   try {
-    data = config.data == "synthetic"
-               ? synthetic_dataset(config.synthetic_train, config.synthetic_test, config.seed)
-               : load_idx_dataset(config.data);
+    if (config.model == "gpt")
+      data = config.data == "synthetic"
+                 ? synthetic_text(config.synthetic_train, config.synthetic_test, config.gpt.seq_len,
+                                  config.gpt.vocab, config.seed)
+                 : make_text_dataset(config.data, config.gpt.seq_len);
+    else
+      data = config.data == "synthetic"
+                 ? synthetic_dataset(config.synthetic_train, config.synthetic_test, config.seed)
+                 : load_idx_dataset(config.data);
   } catch (const DataError& e) {
     fmt::print(stderr, "meshsim: {}\n", e.what());
     return kExitData;
@@ -147,20 +176,34 @@ int run_train(TrainConfig config) {
       std::chrono::milliseconds(static_cast<int64_t>(config.comm_timeout_s * 1000));
   DeviceMesh mesh(mesh_options);
 
+  const ParallelDims dims = ParallelDims::make(config.gpus, config.tp, config.pp);
+  ModelOptions model_options;
+  model_options.gpt = config.gpt;
+  const int64_t parameters = count_parameters(*build_model(config.model, model_options));
+  const std::string layout =
+      uses_mesh_layout(config)
+          ? fmt::format(" as {}, zero {}, {} schedule, {} micro-batches, recompute {}",
+                        dims.describe(), config.zero, config.schedule, config.micro_batches,
+                        config.recompute)
+          : "";
   fmt::print(stderr,
-             "meshsim: {} on {} virtual GPUs ({} each, {} device, {} threads per rank), model {} "
+             "meshsim: {} on {} virtual GPUs{} ({} each, {} device, {} threads per rank), model {} "
              "({} parameters), data {} ({} train / {} test), run folder {}\n",
-             config.strategy, config.gpus, format_bytes(mesh.gpu(0).capacity()), config.device,
-             threads_per_rank(config.gpus), config.model,
-             count_parameters(*build_model(config.model, {})), config.data, data.train.size(),
-             data.test.size(), run->dir().string());
+             config.strategy, config.gpus, layout, format_bytes(mesh.gpu(0).capacity()),
+             config.device, threads_per_rank(config.gpus), config.model, parameters, config.data,
+             data.train.size(), data.test.size(), run->dir().string());
 
   nlohmann::json summary = {{"world_size", config.gpus},
                             {"strategy", config.strategy},
+                            {"layout", {{"dp", dims.dp}, {"tp", dims.tp}, {"pp", dims.pp},
+                                        {"zero", config.zero}, {"schedule", config.schedule},
+                                        {"micro_batches", config.micro_batches},
+                                        {"recompute", config.recompute}}},
                             {"model", config.model},
+                            {"parameters", parameters},
                             {"device", config.device},
                             {"batch_size", config.batch_size},
-                            {"global_batch_size", config.batch_size * config.gpus}};
+                            {"global_batch_size", config.batch_size * dims.dp}};
   const auto wall_start = std::chrono::steady_clock::now();
   auto wall = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();

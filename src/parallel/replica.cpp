@@ -9,7 +9,11 @@ namespace meshsim {
 Replica::Replica(const StrategyOptions& options, int rank, bool with_optimizer) {
   {
     CategoryScope scope(MemoryCategory::Parameters);
-    model = build_model(options.model, ModelOptions{options.seed, rank});
+    ModelOptions model_options;
+    model_options.seed = options.seed;
+    model_options.rank = rank;
+    model_options.gpt = options.gpt;
+    model = build_model(options.model, model_options);
   }
   params = model->parameters();
   allocate_gradients(params);

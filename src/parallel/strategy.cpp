@@ -11,6 +11,25 @@ namespace meshsim {
 
 std::unique_ptr<Strategy> make_ddp(RankContext& ctx, const StrategyOptions& options);
 std::unique_ptr<Strategy> make_dp(RankContext& ctx, const StrategyOptions& options);
+std::unique_ptr<Strategy> make_hybrid(RankContext& ctx, const StrategyOptions& options);
+
+std::pair<int64_t, int64_t> Strategy::evaluate(const Batch& batch) {
+  auto model = eval_model();
+  model->eval();
+  const torch::Tensor logits = model->forward(batch.inputs);
+  model->train();
+  return {logits.argmax(-1).eq(batch.targets).sum().item<int64_t>(), batch.targets.numel()};
+}
+
+std::vector<torch::Tensor> Strategy::full_parameters() {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : model()->parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+bool uses_hybrid(const StrategyOptions& o) {
+  return o.tp > 1 || o.pp > 1 || o.zero > 0 || o.micro_batches > 1 || o.recompute;
+}
 
 torch::Tensor loss_fn(const torch::Tensor& logits, const torch::Tensor& targets) {
   return torch::nn::functional::cross_entropy(logits, targets);
@@ -47,6 +66,9 @@ const std::vector<std::string>& strategy_names() {
 
 std::unique_ptr<Strategy> make_strategy(const std::string& name, RankContext& ctx,
                                         const StrategyOptions& options) {
+  if (name == "ddp" && uses_hybrid(options)) return make_hybrid(ctx, options);
+  if (uses_hybrid(options))
+    throw std::invalid_argument("--tp, --pp, --zero, --micro-batches and --recompute need --strategy ddp");
   if (name == "single") {
     if (ctx.world_size != 1)
       throw std::invalid_argument("--strategy single runs on one GPU; use --gpus 1");

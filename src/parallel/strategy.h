@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "mesh/rank_runner.h"
+#include "models/models.h"
 #include "train/optimizer.h"
 
 namespace meshsim {
@@ -19,9 +20,23 @@ struct Batch {
   int64_t size() const { return inputs.defined() ? inputs.size(0) : 0; }
 };
 
+/// Which slice of the data a rank trains on: `index` of `replicas` equal shards, as
+/// DistributedSampler(num_replicas, rank) gives it. Ranks that hold parts of one model replica
+/// (tensor or pipeline parallel) share a shard.
+struct DataShard {
+  int replicas = 1;
+  int index = 0;
+};
+
 struct StrategyOptions {
   std::string model = "cnn";
   uint64_t seed = 0;
+  GptOptions gpt;               // --model gpt
+  int tp = 1, pp = 1;           // the mesh: dp = world / (tp · pp)
+  int zero = 0;                 // ZeRO stage on the data-parallel dimension
+  std::string schedule = "1f1b";
+  int micro_batches = 1;
+  bool recompute = false;       // activation checkpointing per transformer block
   OptimizerOptions optimizer;
   double bucket_mb = 25;
   int fault_rank = -1;          // --inject-fault: this rank skips the gradient all-reduce...
@@ -39,6 +54,24 @@ public:
   /// True when rank 0 loads the whole global batch and scatters it (DataParallel).
   virtual bool rank0_loads_global_batch() const { return false; }
 
+  /// The data this rank trains and evaluates on. Default: one shard per rank.
+  virtual DataShard data_shard(const RankContext& ctx) const {
+    return DataShard{ctx.world_size, ctx.rank};
+  }
+
+  /// Scores a test batch: (correct predictions, predictions) that this rank contributes to
+  /// the accuracy; ranks sharing a shard must count it once between them. Collective for
+  /// strategies whose model is split across ranks. Default: eval_model() on the whole batch.
+  virtual std::pair<int64_t, int64_t> evaluate(const Batch& batch);
+
+  /// Collective: the whole model's parameters in the unsplit model's order, on rank 0 (other
+  /// ranks may return an empty list). Default: this rank's model.
+  virtual std::vector<torch::Tensor> full_parameters();
+
+  /// Whether model() and optimizer() hold the whole training state (false when it is split
+  /// across ranks, whose checkpoints are not written yet).
+  virtual bool supports_checkpoints() const { return true; }
+
   /// Makes this rank's model current for evaluation and returns it.
   virtual torch::nn::Sequential eval_model() = 0;
 
@@ -55,7 +88,8 @@ const std::vector<std::string>& strategy_names();
 std::unique_ptr<Strategy> make_strategy(const std::string& name, RankContext& ctx,
                                         const StrategyOptions& options);
 
-/// Cross-entropy on logits, the loss every strategy trains.
+/// Cross-entropy on logits ([B, classes], or [B, T, vocab] with [B, T] targets), the loss
+/// every strategy trains.
 torch::Tensor loss_fn(const torch::Tensor& logits, const torch::Tensor& targets);
 
 } // namespace meshsim

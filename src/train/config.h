@@ -7,21 +7,31 @@
 
 #include <nlohmann/json.hpp>
 
+#include "models/models.h"
 #include "train/optimizer.h"
 
 namespace meshsim {
 
 constexpr const char* kDefaultData = "/usr/share/datasets/fashion-mnist";
+/// Text every Debian machine has (package base-files), the default data of --model gpt.
+constexpr const char* kDefaultText = "/usr/share/common-licenses/GPL-3";
 
 struct TrainConfig {
   int gpus = 4;
   std::string strategy = "ddp";
   std::string model = "cnn";
-  std::string data = kDefaultData;  // an IDX folder, or "synthetic"
+  std::string data;           // an IDX folder, a text file (gpt), or "synthetic"; "" = the model's default
+  GptOptions gpt;             // --layers --hidden --heads --seq-len --vocab --tie-head
+  int tp = 1, pp = 1;         // dp = gpus / (tp · pp)
+  int zero = 0;
+  std::string schedule = "1f1b";
+  int micro_batches = 1;
+  std::string recompute = "none";
+  int64_t global_batch_size = 0;  // 0: batch_size × dp
   std::string device = "cpu";
   int64_t epochs = 1;
   int64_t max_steps = 0;      // 0: no limit
-  int64_t batch_size = 64;    // per GPU
+  int64_t batch_size = 64;    // per data-parallel replica (per GPU without --tp/--pp)
   uint64_t seed = 0;
   int64_t log_every = 10;
   OptimizerOptions optimizer;
@@ -41,7 +51,12 @@ struct TrainConfig {
   bool progress = true;
 };
 
-/// Checks every field; throws std::invalid_argument with a one-line message.
+/// Whether the run needs the hybrid dp × tp × pp engine (any of --tp --pp --zero
+/// --micro-batches --recompute).
+bool uses_mesh_layout(const TrainConfig& config);
+
+/// Checks every field and resolves the derived ones (data default, batch per replica, the
+/// fault); throws std::invalid_argument with a one-line message.
 void validate(TrainConfig& config);
 
 nlohmann::json to_json(const TrainConfig& config);

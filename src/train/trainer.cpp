@@ -13,28 +13,30 @@
 namespace meshsim {
 namespace {
 
-// Test accuracy of `model`, each rank scoring every world_size-th test sample.
-double evaluate(RankContext& ctx, torch::nn::Sequential model, const Dataset& test,
+// Test accuracy: each data shard scores every replicas-th test sample; the strategy says what
+// each rank counts (ranks that share a shard count it once between them).
+double evaluate(RankContext& ctx, Strategy& strategy, DataShard shard, const Dataset& test,
                 int64_t limit, int64_t batch_size) {
   CategoryScope scope(MemoryCategory::Activations);
   c10::InferenceMode inference;
-  model->eval();
   const int64_t n = limit > 0 ? std::min(limit, test.size()) : test.size();
   std::vector<int64_t> mine;
-  for (int64_t i = ctx.rank; i < n; i += ctx.world_size) mine.push_back(i);
-  int64_t correct = 0;
+  for (int64_t i = shard.index; i < n; i += shard.replicas) mine.push_back(i);
+  int64_t correct = 0, counted = 0;
   for (size_t start = 0; start < mine.size(); start += batch_size) {
     const size_t end = std::min(mine.size(), start + batch_size);
-    auto [x, y] = gather_batch(test, {mine.begin() + start, mine.begin() + end});
-    correct += model->forward(x).argmax(1).eq(y).sum().item<int64_t>();
+    Batch b;
+    std::tie(b.inputs, b.targets) = gather_batch(test, {mine.begin() + start, mine.begin() + end});
+    const auto [c, k] = strategy.evaluate(b);
+    correct += c;
+    counted += k;
   }
   torch::Tensor counts;
   {
     CategoryScope comm_scope(MemoryCategory::Communication);
-    counts = torch::tensor({correct, static_cast<int64_t>(mine.size())}, torch::kInt64);
+    counts = torch::tensor({correct, counted}, torch::kInt64);
     ctx.comm.all_reduce(counts, ReduceOp::Sum);
   }
-  model->train();
   const auto* c = counts.data_ptr<int64_t>();
   return c[1] > 0 ? static_cast<double>(c[0]) / static_cast<double>(c[1]) : 0.0;
 }
@@ -57,22 +59,32 @@ TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& 
   options.bucket_mb = config.bucket_mb;
   options.fault_rank = config.fault_rank;
   options.fault_step = config.fault_step;
+  options.gpt = config.gpt;
+  options.tp = config.tp;
+  options.pp = config.pp;
+  options.zero = config.zero;
+  options.schedule = config.schedule;
+  options.micro_batches = config.micro_batches;
+  options.recompute = config.recompute == "full";
 
   TrainResult result;
   std::mutex result_mutex;
 
   auto rank_main = [&](RankContext& ctx) {
     auto strategy = make_strategy(config.strategy, ctx, options);
+    const bool checkpoints = run && strategy->supports_checkpoints();
     TrainPosition start;
     if (!config.resume.empty())
       start = load_checkpoint(config.resume, *strategy->model(), strategy->optimizer());
     // DataParallel loads whole global batches on GPU 0; the others shard the data set the
-    // way torch's DistributedSampler does.
+    // way torch's DistributedSampler does, one shard per data-parallel replica.
     const bool global_loader = strategy->rank0_loads_global_batch();
+    const DataShard shard = strategy->data_shard(ctx);
+    const DataShard eval_shard = global_loader ? DataShard{world, ctx.rank} : shard;
     if (ctx.rank == 0 || (global_loader && ctx.rank == 1))
       fmt::print(stderr, "{}\n", memory_line(ctx.gpu));
-    const int replicas = global_loader ? 1 : world;
-    const int sampler_rank = global_loader ? 0 : ctx.rank;
+    const int replicas = global_loader ? 1 : shard.replicas;
+    const int sampler_rank = global_loader ? 0 : shard.index;
     const int64_t batch = global_loader ? config.batch_size * world : config.batch_size;
     DistributedSampler sampler(data.train.size(), replicas, sampler_rank, true, config.seed);
     const int64_t steps_per_epoch = (sampler.num_samples() + batch - 1) / batch;
@@ -103,7 +115,7 @@ TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& 
         last_loss = strategy->step(b, step + 1);
         train_seconds += ctx.now() - t0;
         ++step;
-        window_samples += global_loader ? b.size() : b.size() * world;
+        window_samples += global_loader ? b.size() : b.size() * shard.replicas;
         if (ctx.rank != 0) continue;
 
         const bool log = step % config.log_every == 0 || step == total_steps;
@@ -122,11 +134,11 @@ TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& 
           window_start = ctx.now();
           window_samples = 0;
         }
-        if (run && config.checkpoint_every > 0 && step % config.checkpoint_every == 0)
+        if (checkpoints && config.checkpoint_every > 0 && step % config.checkpoint_every == 0)
           save_checkpoint(run->dir(), *strategy->model(), strategy->optimizer(), {step});
       }
       if (step % steps_per_epoch == 0 || step == total_steps) {
-        accuracy = evaluate(ctx, strategy->eval_model(), data.test, config.eval_limit, config.batch_size);
+        accuracy = evaluate(ctx, *strategy, eval_shard, data.test, config.eval_limit, config.batch_size);
         evaluated_at_end = step == total_steps;
         if (ctx.rank == 0) {
           progress.finish();
@@ -136,18 +148,21 @@ TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& 
       }
     }
     if (!evaluated_at_end)  // resumed at the very end, or nothing to do
-      accuracy = evaluate(ctx, strategy->eval_model(), data.test, config.eval_limit, config.batch_size);
+      accuracy = evaluate(ctx, *strategy, eval_shard, data.test, config.eval_limit, config.batch_size);
+    std::vector<torch::Tensor> parameters;
+    {
+      GpuGuard host(nullptr);  // the caller's copy is not GPU memory
+      parameters = strategy->full_parameters();
+    }
     if (ctx.rank == 0) {
       progress.finish();
-      if (run) save_checkpoint(run->dir(), *strategy->model(), strategy->optimizer(), {step});
+      if (checkpoints) save_checkpoint(run->dir(), *strategy->model(), strategy->optimizer(), {step});
       std::lock_guard<std::mutex> lock(result_mutex);
       result.steps = step;
       result.final_loss = last_loss;
       result.test_accuracy = accuracy;
       result.train_seconds = train_seconds;
-      GpuGuard host(nullptr);  // the caller's copy is not GPU memory
-      for (const auto& p : strategy->model()->parameters())
-        result.final_parameters.push_back(p.detach().clone());
+      result.final_parameters = std::move(parameters);
     }
   };
 

@@ -2,6 +2,7 @@
 // single-device reference see exactly the same samples at every step.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include <torch/torch.h>
@@ -21,13 +22,16 @@ struct HarnessRun {
 };
 
 /// Global batch k is `global_batch` consecutive samples of a fixed permutation of `data`.
-/// Strategies that shard (ddp) give rank r the r-th contiguous slice of it.
+/// Strategies that shard give data shard i (see Strategy::data_shard) the i-th contiguous
+/// slice of it.
+/// `after_step` (optional) runs on every rank after each step, between steps.
+using AfterStep = std::function<void(RankContext&, Strategy&, int step)>;
+
 inline HarnessRun run_strategy(DeviceMesh& mesh, const std::string& strategy,
                                const StrategyOptions& options, const Dataset& data,
-                               int64_t global_batch, int steps) {
+                               int64_t global_batch, int steps, const AfterStep& after_step = {}) {
   HarnessRun out;
   out.mesh = &mesh;
-  const int world = mesh.world_size();
   torch::Tensor order = torch::randperm(data.size(), torch::TensorOptions().dtype(torch::kLong));
   run_ranks(mesh, [&](RankContext& ctx) {
     auto s = make_strategy(strategy, ctx, options);
@@ -39,18 +43,19 @@ inline HarnessRun run_strategy(DeviceMesh& mesh, const std::string& strategy,
         if (ctx.rank == 0)
           for (int64_t i = 0; i < global_batch; ++i) idx.push_back(order[begin + i].item<int64_t>());
       } else {
-        const int64_t local = global_batch / world;
+        const DataShard shard = s->data_shard(ctx);
+        const int64_t local = global_batch / shard.replicas;
         for (int64_t i = 0; i < local; ++i)
-          idx.push_back(order[begin + ctx.rank * local + i].item<int64_t>());
+          idx.push_back(order[begin + shard.index * local + i].item<int64_t>());
       }
       if (!idx.empty()) std::tie(b.inputs, b.targets) = gather_batch(data, idx);
       const double loss = s->step(b, k + 1);
       if (ctx.rank == 0) out.losses.push_back(loss);
+      if (after_step) after_step(ctx, *s, k + 1);
     }
-    if (ctx.rank == 0) {
-      GpuGuard host(nullptr);
-      for (const auto& p : s->model()->parameters()) out.parameters.push_back(p.detach().clone());
-    }
+    GpuGuard host(nullptr);
+    auto parameters = s->full_parameters();  // collective
+    if (ctx.rank == 0) out.parameters = std::move(parameters);
   });
   return out;
 }

@@ -1,0 +1,194 @@
+// The mesh engine: data × tensor × pipeline parallelism, with ZeRO on the data-parallel
+// dimension. It composes the pieces in the order Megatron-LM and torchtitan do:
+//
+//   1. build the whole model on the host (nothing charged), with the run's seed, so every
+//      layout starts from the weights `single` starts from;
+//   2. tensor parallel: apply the plan by module name (this rank keeps its shards);
+//   3. pipeline parallel: keep this rank's stage, a contiguous run of the model's children;
+//   4. charge what this rank kept to its GPU as `parameters`;
+//   5. data parallel with ZeRO over the ranks that hold the same part (dp group).
+//
+// A step splits the replica's batch into micro-batches and runs them through the pipeline
+// schedule (or, with one stage, forward and backward in turn), then averages gradients over
+// the dp group and takes the optimizer step on this rank's part. Layout: mesh/parallel_dims.h.
+#include <fmt/format.h>
+
+#include "memory/allocator.h"
+#include "mesh/parallel_dims.h"
+#include "models/gpt.h"
+#include "parallel/pipeline.h"
+#include "parallel/schedule.h"
+#include "parallel/strategy.h"
+#include "parallel/tensor_parallel.h"
+#include "parallel/zero.h"
+
+namespace meshsim {
+namespace {
+
+// Tags of the point-to-point messages this file sends (far from the pipeline executor's).
+constexpr int kTagEvalActivations = 1 << 28;
+constexpr int kTagParameters = (1 << 28) + 1;
+
+class HybridStrategy final : public Strategy {
+public:
+  HybridStrategy(RankContext& ctx, const StrategyOptions& options)
+      : ctx_(ctx), options_(options),
+        dims_(ParallelDims::make(ctx.world_size, options.tp, options.pp)),
+        coord_(dims_.coord(ctx.rank)), tp_(dims_.tp_group(ctx.rank)),
+        dp_(dims_.dp_group(ctx.rank)), world_(Group::world(ctx.world_size)),
+        micro_batches_(options.schedule == "naive" && dims_.pp > 1 ? 1 : options.micro_batches) {
+    stage_ = build_stage();
+    zero_ = std::make_unique<ZeroDataParallel>(
+        ctx, stage_, dp_, ZeroOptions{options.zero, options.bucket_mb, options.optimizer});
+    pipe_.module = zero_->module();
+    pipe_.stage = coord_.pp;
+    pipe_.stages = dims_.pp;
+    if (coord_.pp > 0) pipe_.prev_rank = dims_.rank({coord_.dp, coord_.tp, coord_.pp - 1});
+    if (coord_.pp + 1 < dims_.pp) pipe_.next_rank = dims_.rank({coord_.dp, coord_.tp, coord_.pp + 1});
+    if (dims_.pp > 1) {
+      const Schedule schedule = make_schedule(options.schedule, dims_.pp, micro_batches_);
+      const DryRun check = dry_run(schedule);  // never run a schedule that would deadlock
+      if (!check.ok)
+        throw std::logic_error(fmt::format("{} schedule: {}", options.schedule, check.error));
+      actions_ = schedule[coord_.pp];
+    }
+    ctx.sample_memory(0, "model");
+  }
+
+  double step(const Batch& batch, int64_t step_number) override {
+    zero_->zero_grad();
+    std::vector<torch::Tensor> inputs, targets;
+    double local_loss = 0;
+    {
+      CategoryScope scope(MemoryCategory::Activations);
+      if (batch.size() > 0) {
+        inputs = batch.inputs.chunk(micro_batches_);
+        targets = batch.targets.chunk(micro_batches_);
+      }
+      if (dims_.pp > 1)
+        local_loss = run_pipeline_step(ctx_, pipe_, actions_, inputs, targets, loss_fn, step_number);
+      else
+        local_loss = accumulate(inputs, targets, batch.size(), step_number);
+    }
+    zero_->finish_gradients(step_number);
+    ctx_.sample_memory(step_number, "gradients");
+    zero_->step(step_number);
+    ctx_.sample_memory(step_number, "optimizer");
+    return global_mean_loss(reports_loss() ? local_loss : 0.0, reports_loss() ? batch.size() : 0);
+  }
+
+  DataShard data_shard(const RankContext&) const override { return {dims_.dp, coord_.dp}; }
+
+  std::pair<int64_t, int64_t> evaluate(const Batch& batch) override {
+    auto model = zero_->module();
+    model->eval();
+    torch::Tensor x = batch.inputs;
+    if (pipe_.prev_rank >= 0) x = ctx_.comm.recv(pipe_.prev_rank, kTagEvalActivations);
+    torch::Tensor out = model->forward(x);
+    if (pipe_.next_rank >= 0) ctx_.comm.send(out, pipe_.next_rank, kTagEvalActivations);
+    model->train();
+    if (!reports_loss()) return {0, 0};
+    return {out.argmax(-1).eq(batch.targets).sum().item<int64_t>(), batch.targets.numel()};
+  }
+
+  std::vector<torch::Tensor> full_parameters() override {
+    std::vector<torch::Tensor> mine = zero_->full_parameters();  // whole over dp
+    if (dims_.tp > 1) mine = meshsim::full_parameters(stage_, ctx_.comm, tp_);  // whole over tp
+    if (coord_.dp != 0 || coord_.tp != 0) return {};
+    if (coord_.pp > 0) {  // stages send their part to rank 0, which holds stage 0
+      ctx_.comm.send(torch::tensor({static_cast<int64_t>(mine.size())}), 0, kTagParameters);
+      for (const auto& p : mine) ctx_.comm.send(p, 0, kTagParameters);
+      return {};
+    }
+    for (int s = 1; s < dims_.pp; ++s) {
+      const int src = dims_.rank({0, 0, s});
+      const int64_t n = ctx_.comm.recv(src, kTagParameters).item<int64_t>();
+      for (int64_t i = 0; i < n; ++i) mine.push_back(ctx_.comm.recv(src, kTagParameters));
+    }
+    return mine;
+  }
+
+  bool supports_checkpoints() const override { return false; }
+  torch::nn::Sequential eval_model() override { return zero_->module(); }
+  torch::nn::Sequential model() override { return stage_; }
+  Optimizer* optimizer() override { return zero_->optimizer(); }
+
+private:
+  torch::nn::Sequential build_stage() {
+    ModelOptions model_options;
+    model_options.seed = options_.seed;
+    model_options.rank = ctx_.rank;
+    model_options.gpt = options_.gpt;
+    torch::nn::Sequential full, stage;
+    {
+      GpuGuard host(nullptr);  // each GPU is charged only for the part it keeps
+      full = build_model(options_.model, model_options);
+      if (dims_.tp > 1)
+        parallelize_tensor(full, gpt_tensor_parallel_plan(), ctx_.comm, tp_, coord_.tp);
+      stage = dims_.pp > 1 ? stage_module(full, dims_.pp, coord_.pp) : full;
+      if (options_.recompute) set_recompute(stage, true);
+    }
+    CategoryScope scope(MemoryCategory::Parameters);
+    torch::NoGradGuard no_grad;
+    std::vector<const void*> seen;  // a tied weight appears twice
+    for (auto& p : stage->parameters()) {
+      if (std::find(seen.begin(), seen.end(), p.unsafeGetTensorImpl()) != seen.end()) continue;
+      seen.push_back(p.unsafeGetTensorImpl());
+      p.set_data(p.detach().clone());
+    }
+    return stage;
+  }
+
+  // One pipeline stage: forward and backward of each micro-batch in turn, gradients summed.
+  double accumulate(const std::vector<torch::Tensor>& inputs,
+                    const std::vector<torch::Tensor>& targets, int64_t local_batch, int64_t step) {
+    auto model = zero_->module();
+    model->train();
+    double loss_sum = 0;
+    for (size_t m = 0; m < inputs.size(); ++m) {
+      const double weight = static_cast<double>(inputs[m].size(0)) / static_cast<double>(local_batch);
+      double t = ctx_.now();
+      torch::Tensor loss = loss_fn(model->forward(inputs[m]), targets[m]) * weight;
+      ctx_.record_compute("forward", step, t);
+      ctx_.sample_memory(step, fmt::format("F{}", m));
+      t = ctx_.now();
+      loss.backward();
+      ctx_.record_compute("backward", step, t);
+      loss_sum += loss.item<double>();
+      loss = torch::Tensor();
+      ctx_.sample_memory(step, fmt::format("B{}", m));
+    }
+    return loss_sum;
+  }
+
+  // The last stage's first tensor-parallel member speaks for its replica.
+  bool reports_loss() const { return coord_.pp == dims_.pp - 1 && coord_.tp == 0; }
+
+  double global_mean_loss(double local_mean, int64_t samples) {
+    CategoryScope scope(MemoryCategory::Communication);
+    torch::Tensor stats = torch::tensor(
+        {local_mean * static_cast<double>(samples), static_cast<double>(samples)}, torch::kFloat64);
+    ctx_.comm.all_reduce(stats, ReduceOp::Sum, world_);
+    const auto* s = stats.data_ptr<double>();
+    return s[1] > 0 ? s[0] / s[1] : 0.0;
+  }
+
+  RankContext& ctx_;
+  StrategyOptions options_;
+  ParallelDims dims_;
+  ParallelCoord coord_;
+  Group tp_, dp_, world_;
+  int micro_batches_;
+  torch::nn::Sequential stage_;
+  std::unique_ptr<ZeroDataParallel> zero_;
+  PipelineStage pipe_;
+  std::vector<Action> actions_;
+};
+
+} // namespace
+
+std::unique_ptr<Strategy> make_hybrid(RankContext& ctx, const StrategyOptions& options) {
+  return std::make_unique<HybridStrategy>(ctx, options);
+}
+
+} // namespace meshsim
