@@ -13,6 +13,10 @@ std::unique_ptr<Strategy> make_ddp(RankContext& ctx, const StrategyOptions& opti
 std::unique_ptr<Strategy> make_dp(RankContext& ctx, const StrategyOptions& options);
 
 torch::Tensor loss_fn(const torch::Tensor& logits, const torch::Tensor& targets) {
+  // Language models give [B,T,V] logits for [B,T] targets: one prediction per token.
+  if (logits.dim() == 3)
+    return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(2)}),
+                                                targets.reshape({-1}));
   return torch::nn::functional::cross_entropy(logits, targets);
 }
 
