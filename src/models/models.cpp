@@ -6,6 +6,9 @@
 
 #include <mutex>
 #include <stdexcept>
+#include <unordered_set>
+
+#include "models/gpt.h"
 
 namespace meshsim {
 namespace {
@@ -72,7 +75,7 @@ torch::Tensor RankDropoutImpl::forward(const torch::Tensor& x) {
 }
 
 const std::vector<std::string>& model_names() {
-  static const std::vector<std::string> names{"cnn", "lenet"};
+  static const std::vector<std::string> names{"cnn", "lenet", "gpt"};
   return names;
 }
 
@@ -85,12 +88,21 @@ torch::nn::Sequential build_model(const std::string& name, const ModelOptions& o
   torch::manual_seed(options.seed);
   if (name == "cnn") return build_cnn();
   if (name == "lenet") return build_lenet(options);
-  throw std::invalid_argument("unknown model '" + name + "' (choose cnn or lenet)");
+  if (name == "gpt") return build_gpt(options.gpt, options.seed);
+  throw std::invalid_argument("unknown model '" + name + "' (choose cnn, lenet or gpt)");
+}
+
+std::vector<torch::Tensor> unique_parameters(const torch::nn::Module& module) {
+  std::vector<torch::Tensor> out;
+  std::unordered_set<const void*> seen;
+  for (const auto& p : module.parameters())
+    if (seen.insert(p.unsafeGetTensorImpl()).second) out.push_back(p);
+  return out;
 }
 
 int64_t count_parameters(const torch::nn::Module& module) {
   int64_t n = 0;
-  for (const auto& p : module.parameters()) n += p.numel();
+  for (const auto& p : unique_parameters(module)) n += p.numel();
   return n;
 }
 

@@ -10,9 +10,16 @@
 
 namespace meshsim {
 
+/// The decoder-only transformer (models/gpt.h). Defaults: a tiny byte-level model.
+struct GptOptions {
+  int64_t layers = 2, hidden = 64, heads = 4, seq_len = 64, vocab = 256;
+  bool tie_head = false;  // the head uses the embedding's wte weight (listed once)
+};
+
 struct ModelOptions {
   uint64_t seed = 0;  // torch::manual_seed(seed) before the layers are built
   int rank = 0;       // seeds this rank's dropout generator
+  GptOptions gpt;     // used by "gpt" only
 };
 
 /// Names accepted by --model.
@@ -22,7 +29,11 @@ const std::vector<std::string>& model_names();
 /// weights equal PyTorch's for the same seed. Throws std::invalid_argument for unknown names.
 torch::nn::Sequential build_model(const std::string& name, const ModelOptions& options);
 
-/// Number of scalar parameters.
+/// parameters() with each tensor listed once (LibTorch 1.13's parameters() does not dedupe
+/// a tensor registered under two names, unlike PyTorch's), in first-seen order.
+std::vector<torch::Tensor> unique_parameters(const torch::nn::Module& module);
+
+/// Number of scalar parameters, each shared tensor counted once.
 int64_t count_parameters(const torch::nn::Module& module);
 
 /// Dropout that draws from its own generator (seeded per rank), so ranks running as threads

@@ -32,6 +32,10 @@ bool uses_hybrid(const StrategyOptions& o) {
 }
 
 torch::Tensor loss_fn(const torch::Tensor& logits, const torch::Tensor& targets) {
+  // Language models give [B,T,V] logits for [B,T] targets: one prediction per token.
+  if (logits.dim() == 3)
+    return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(2)}),
+                                                targets.reshape({-1}));
   return torch::nn::functional::cross_entropy(logits, targets);
 }
 

@@ -1,0 +1,207 @@
+// The GPT's modules, its build and init, and activation checkpointing of its blocks.
+#include "models/gpt.h"
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+namespace meshsim {
+namespace {
+
+namespace nn = torch::nn;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+constexpr double kInitStd = 0.02; // GPT-2's initializer range
+
+// Reentrant activation checkpointing (torch.utils.checkpoint with use_reentrant=True):
+// forward runs the block without recording a graph and keeps only its input; backward runs
+// the block again with grad enabled and backpropagates through that fresh graph, which
+// accumulates into the block's parameters' .grad and yields the input's gradient. Collectives
+// inside the block (tensor-parallel layers) run again in the recompute, in the same order on
+// every member, because every member recomputes the same blocks in the same order.
+struct BlockCheckpoint : public torch::autograd::Function<BlockCheckpoint> {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, GptBlockImpl* block) {
+    // Function::apply has turned grad mode off here, so no activations are kept.
+    ctx->save_for_backward({x});
+    // saved_data holds IValues; the block outlives the graph (the model owns it).
+    ctx->saved_data["block"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(block));
+    return block->forward_plain(x);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    auto* block =
+        reinterpret_cast<GptBlockImpl*>(static_cast<intptr_t>(ctx->saved_data["block"].toInt()));
+    torch::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    torch::Tensor out;
+    {
+      torch::AutoGradMode enable(true); // the engine runs backward with grad mode off
+      out = block->forward_plain(x);
+    }
+    torch::autograd::backward({out}, {grad_outputs[0]});
+    return {x.grad(), torch::Tensor()}; // no gradient for the block pointer
+  }
+};
+
+bool is_layer_norm_parameter(const std::string& name) {
+  // "...ln1.weight", "ln_f.bias": the module's own name starts with "ln".
+  const auto end = name.rfind('.');
+  const auto begin = name.rfind('.', end - 1);
+  const std::string module = name.substr(begin == std::string::npos ? 0 : begin + 1,
+                                         end - (begin == std::string::npos ? 0 : begin + 1));
+  return module.rfind("ln", 0) == 0;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+} // namespace
+
+GptEmbeddingImpl::GptEmbeddingImpl(int64_t vocab, int64_t hidden, int64_t seq_len) {
+  wte = register_parameter("wte", torch::empty({vocab, hidden}));
+  wpe = register_parameter("wpe", torch::empty({seq_len, hidden}));
+}
+
+torch::Tensor GptEmbeddingImpl::forward(const torch::Tensor& tokens) {
+  if (tokens.dim() != 2 || tokens.size(1) > wpe.size(0))
+    throw std::invalid_argument("gpt: expected tokens [B,T] with T <= " +
+                                std::to_string(wpe.size(0)) + ", got " + c10::str(tokens.sizes()));
+  return nn::functional::embedding(tokens, wte) + wpe.narrow(0, 0, tokens.size(1));
+}
+
+CausalSelfAttentionImpl::CausalSelfAttentionImpl(int64_t hidden, int64_t heads)
+    : head_dim_(hidden / heads) {
+  q_ = nn::AnyModule(register_module("q", nn::Linear(hidden, hidden)));
+  k_ = nn::AnyModule(register_module("k", nn::Linear(hidden, hidden)));
+  v_ = nn::AnyModule(register_module("v", nn::Linear(hidden, hidden)));
+  out_ = nn::AnyModule(register_module("out", nn::Linear(hidden, hidden)));
+}
+
+torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
+  torch::Tensor q = q_.forward(x), k = k_.forward(x), v = v_.forward(x);
+  const int64_t b = x.size(0), t = x.size(1), features = q.size(2);
+  if (features % head_dim_ != 0)
+    throw std::invalid_argument("attention: q has " + std::to_string(features) +
+                                " features, not a whole number of heads of " +
+                                std::to_string(head_dim_));
+  const int64_t heads = features / head_dim_; // this member's heads when q is a shard
+  auto split = [&](const torch::Tensor& y) {
+    return y.view({b, t, heads, head_dim_}).transpose(1, 2); // [B, heads, T, head_dim]
+  };
+  q = split(q);
+  k = split(k);
+  v = split(v);
+  torch::Tensor att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(head_dim_)));
+  const torch::Tensor future = torch::ones({t, t}, x.options().dtype(torch::kBool)).triu(1);
+  att = torch::softmax(att.masked_fill(future, -std::numeric_limits<float>::infinity()), -1);
+  torch::Tensor y = torch::matmul(att, v).transpose(1, 2).contiguous().view({b, t, features});
+  return out_.forward(y);
+}
+
+nn::AnyModule& CausalSelfAttentionImpl::slot(const std::string& name) {
+  if (name == "q")
+    return q_;
+  if (name == "k")
+    return k_;
+  if (name == "v")
+    return v_;
+  if (name == "out")
+    return out_;
+  throw std::invalid_argument("attention has no linear '" + name + "' (q, k, v, out)");
+}
+
+void CausalSelfAttentionImpl::replace_linear(const std::string& name, nn::AnyModule module) {
+  nn::AnyModule& holder = slot(name);
+  replace_module(name, module.ptr());
+  holder = std::move(module);
+}
+
+GptMlpImpl::GptMlpImpl(int64_t hidden) {
+  fc_ = nn::AnyModule(register_module("fc", nn::Linear(hidden, 4 * hidden)));
+  proj_ = nn::AnyModule(register_module("proj", nn::Linear(4 * hidden, hidden)));
+}
+
+torch::Tensor GptMlpImpl::forward(const torch::Tensor& x) {
+  return proj_.forward(nn::functional::gelu(fc_.forward(x)));
+}
+
+void GptMlpImpl::replace_linear(const std::string& name, nn::AnyModule module) {
+  if (name != "fc" && name != "proj")
+    throw std::invalid_argument("mlp has no linear '" + name + "' (fc, proj)");
+  replace_module(name, module.ptr());
+  (name == "fc" ? fc_ : proj_) = std::move(module);
+}
+
+GptBlockImpl::GptBlockImpl(int64_t hidden, int64_t heads) {
+  ln1_ = register_module("ln1", nn::LayerNorm(nn::LayerNormOptions({hidden})));
+  attn_ = register_module("attn", CausalSelfAttention(hidden, heads));
+  ln2_ = register_module("ln2", nn::LayerNorm(nn::LayerNormOptions({hidden})));
+  mlp_ = register_module("mlp", GptMlp(hidden));
+}
+
+torch::Tensor GptBlockImpl::forward_plain(const torch::Tensor& x) {
+  torch::Tensor h = x + attn_->forward(ln1_->forward(x));
+  return h + mlp_->forward(ln2_->forward(h));
+}
+
+torch::Tensor GptBlockImpl::forward(const torch::Tensor& x) {
+  // Checkpointing only pays when a graph is being recorded. An input that needs no gradient
+  // would leave the checkpoint node without edges, so the parameters would get none:
+  // run such a block plainly (torch.utils.checkpoint warns in that case instead).
+  if (recompute && torch::GradMode::is_enabled() && x.requires_grad())
+    return BlockCheckpoint::apply(x, this);
+  return forward_plain(x);
+}
+
+torch::Tensor TiedHeadImpl::forward(const torch::Tensor& x) {
+  return nn::functional::linear(x, embed_->wte);
+}
+
+torch::nn::Sequential build_gpt(const GptOptions& o, uint64_t seed) {
+  if (o.layers < 1 || o.hidden < 1 || o.heads < 1 || o.seq_len < 1 || o.vocab < 1)
+    throw std::invalid_argument("gpt: layers, hidden, heads, seq_len and vocab must be positive");
+  if (o.hidden % o.heads != 0)
+    throw std::invalid_argument("gpt: hidden " + std::to_string(o.hidden) +
+                                " is not divisible by heads " + std::to_string(o.heads));
+  nn::Sequential model;
+  GptEmbedding embed(o.vocab, o.hidden, o.seq_len);
+  model->push_back("embed", embed);
+  for (int64_t l = 0; l < o.layers; ++l)
+    model->push_back("block" + std::to_string(l), GptBlock(o.hidden, o.heads));
+  model->push_back("ln_f", nn::LayerNorm(nn::LayerNormOptions({o.hidden})));
+  if (o.tie_head)
+    model->push_back("head", TiedHead(embed));
+  else
+    model->push_back("head", nn::Linear(nn::LinearOptions(o.hidden, o.vocab).bias(false)));
+
+  // Reseeding here makes the init independent of what the constructors drew.
+  torch::manual_seed(seed);
+  torch::NoGradGuard no_grad;
+  for (auto& item : model->named_parameters()) {
+    torch::Tensor& p = item.value();
+    const bool bias = ends_with(item.key(), ".bias");
+    if (is_layer_norm_parameter(item.key()))
+      bias ? p.zero_() : p.fill_(1.0);
+    else if (bias)
+      p.zero_();
+    else
+      p.normal_(0.0, kInitStd);
+  }
+  return model;
+}
+
+int64_t gpt_parameter_count(const GptOptions& o) {
+  const int64_t h = o.hidden;
+  const int64_t block = 12 * h * h + 13 * h;
+  return o.vocab * h + o.seq_len * h + o.layers * block + 2 * h + (o.tie_head ? 0 : o.vocab * h);
+}
+
+void set_recompute(torch::nn::Sequential& model, bool on) {
+  for (const auto& child : model->children())
+    if (auto* block = child->as<GptBlockImpl>())
+      block->recompute = on;
+}
+
+} // namespace meshsim

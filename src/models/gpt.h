@@ -1,0 +1,109 @@
+// gpt: a small decoder-only transformer (GPT-2 layout, pre-LayerNorm, causal attention, no
+// dropout) as a Sequential of embed, block0..block{L-1}, ln_f, head, so strategies can wrap
+// it unmodified: tensor parallelism swaps its Linears by name (LinearSlots), activation
+// checkpointing is a switch on each block (set_recompute), a pipeline cuts between children.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "models/models.h"
+
+namespace meshsim {
+
+/// A module whose Linear children may be replaced by name with any module of the same
+/// forward signature (Tensor -> Tensor). LibTorch's replace_module() only updates the child
+/// registry; the module's own holder must be updated too, which is what this does.
+class LinearSlots {
+public:
+  virtual ~LinearSlots() = default;
+  /// Replaces child `name` (registry and the holder used by forward). Throws
+  /// std::invalid_argument for a name that is not a slot.
+  virtual void replace_linear(const std::string& name, torch::nn::AnyModule module) = 0;
+  /// A shard of slot `name` must hold a multiple of this many output (column) or input (row)
+  /// features: attention splits by whole heads.
+  virtual int64_t shard_granularity(const std::string& name) const { return 1; }
+};
+
+/// Token embedding wte [vocab, hidden] plus learned position embedding wpe [seq_len, hidden].
+class GptEmbeddingImpl : public torch::nn::Module {
+public:
+  GptEmbeddingImpl(int64_t vocab, int64_t hidden, int64_t seq_len);
+  /// tokens: int64 [B,T] with T <= seq_len -> [B,T,hidden].
+  torch::Tensor forward(const torch::Tensor& tokens);
+  torch::Tensor wte, wpe;
+};
+TORCH_MODULE(GptEmbedding);
+
+/// Causal multi-head self-attention over q, k, v, out. The number of heads it runs is
+/// q's output features / head_dim, so a column shard of q, k, v (whole heads) runs unchanged.
+class CausalSelfAttentionImpl : public torch::nn::Module, public LinearSlots {
+public:
+  CausalSelfAttentionImpl(int64_t hidden, int64_t heads);
+  torch::Tensor forward(const torch::Tensor& x);
+  void replace_linear(const std::string& name, torch::nn::AnyModule module) override;
+  int64_t shard_granularity(const std::string& name) const override { return head_dim_; }
+
+private:
+  torch::nn::AnyModule& slot(const std::string& name);
+  int64_t head_dim_;
+  torch::nn::AnyModule q_, k_, v_, out_;
+};
+TORCH_MODULE(CausalSelfAttention);
+
+/// fc (H -> 4H), exact GELU, proj (4H -> H).
+class GptMlpImpl : public torch::nn::Module, public LinearSlots {
+public:
+  explicit GptMlpImpl(int64_t hidden);
+  torch::Tensor forward(const torch::Tensor& x);
+  void replace_linear(const std::string& name, torch::nn::AnyModule module) override;
+
+private:
+  torch::nn::AnyModule fc_, proj_;
+};
+TORCH_MODULE(GptMlp);
+
+/// x + attn(ln1(x)), then x + mlp(ln2(x)); optionally checkpointed (recompute in backward).
+class GptBlockImpl : public torch::nn::Module {
+public:
+  GptBlockImpl(int64_t hidden, int64_t heads);
+  torch::Tensor forward(const torch::Tensor& x);
+  /// The block itself, never checkpointed (what the checkpoint recomputes).
+  torch::Tensor forward_plain(const torch::Tensor& x);
+  bool recompute = false;
+
+private:
+  torch::nn::LayerNorm ln1_{nullptr}, ln2_{nullptr};
+  CausalSelfAttention attn_{nullptr};
+  GptMlp mlp_{nullptr};
+};
+TORCH_MODULE(GptBlock);
+
+/// The head of a tied model: logits = x @ wte^T with the embedding's own wte. The weight is
+/// not registered here, so parameters() lists it once (at embed.wte, as PyTorch does).
+class TiedHeadImpl : public torch::nn::Module {
+public:
+  explicit TiedHeadImpl(GptEmbedding embed) : embed_(std::move(embed)) {}
+  torch::Tensor forward(const torch::Tensor& x);
+
+private:
+  GptEmbedding embed_; // shared with the model's "embed" child, deliberately not a child here
+};
+TORCH_MODULE(TiedHead);
+
+/// Builds the GPT, then (after torch::manual_seed(seed) again, so construction draws do not
+/// matter) initializes in parameters() order: LayerNorm weight 1 and bias 0, every other bias
+/// 0, every other weight (wte, wpe, Linear weights) normal(0, 0.02). tests/models/
+/// reference_gpt.py does the same in PyTorch. Throws std::invalid_argument for bad options.
+torch::nn::Sequential build_gpt(const GptOptions& options, uint64_t seed);
+
+/// Parameters of the GPT for `options`: V*H + S*H + L*(12H^2 + 13H) + 2H (+ V*H untied head).
+int64_t gpt_parameter_count(const GptOptions& options);
+
+/// Turns activation checkpointing of every transformer block on or off (--recompute full|none).
+void set_recompute(torch::nn::Sequential& model, bool on);
+
+} // namespace meshsim

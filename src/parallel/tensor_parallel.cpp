@@ -1,0 +1,300 @@
+// Megatron's mappings and parallel Linears, and the function that applies a plan to a model.
+#include "parallel/tensor_parallel.h"
+
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "models/gpt.h"
+
+namespace meshsim {
+namespace {
+
+namespace nn = torch::nn;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Autograd's saved_data holds IValues: the communicator travels as its address (it outlives
+// every step), the group as its ranks (the caller's Group may be a temporary).
+void save_group(AutogradContext* ctx, Communicator* comm, const Group& group) {
+  ctx->saved_data["comm"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(comm));
+  ctx->saved_data["ranks"] = std::vector<int64_t>(group.ranks.begin(), group.ranks.end());
+}
+
+void all_reduce_saved(AutogradContext* ctx, torch::Tensor& t) {
+  auto* comm =
+      reinterpret_cast<Communicator*>(static_cast<intptr_t>(ctx->saved_data["comm"].toInt()));
+  Group group;
+  for (int64_t r : ctx->saved_data["ranks"].toIntVector())
+    group.ranks.push_back(static_cast<int>(r));
+  comm->all_reduce(t, ReduceOp::Sum, group);
+}
+
+struct CopyToRegion : public torch::autograd::Function<CopyToRegion> {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, Communicator* comm,
+                               const Group* group) {
+    save_group(ctx, comm, *group);
+    return x; // autograd turns a returned input into a view of it: no copy
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    torch::Tensor g = grads[0].clone();
+    all_reduce_saved(ctx, g);
+    return {g, torch::Tensor(), torch::Tensor()};
+  }
+};
+
+struct ReduceFromRegion : public torch::autograd::Function<ReduceFromRegion> {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, Communicator* comm,
+                               const Group* group) {
+    save_group(ctx, comm, *group);
+    torch::Tensor y = x.clone();
+    all_reduce_saved(ctx, y);
+    return y;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {grads[0], torch::Tensor(), torch::Tensor()};
+  }
+};
+
+} // namespace
+
+torch::Tensor copy_to_region(const torch::Tensor& x, Communicator& comm, const Group& group) {
+  if (group.size() == 1)
+    return x;
+  return CopyToRegion::apply(x, &comm, &group);
+}
+
+torch::Tensor reduce_from_region(const torch::Tensor& x, Communicator& comm, const Group& group) {
+  if (group.size() == 1)
+    return x;
+  return ReduceFromRegion::apply(x, &comm, &group);
+}
+
+// Hands each of `consumers` column layers the same copy_to_region of their common input, then
+// forgets it, so nothing stays referenced between steps (a checkpointed block must not keep
+// activations alive). A different input (another tensor, or the same one modified) gets a
+// fresh copy, so sharing can never return a stale value.
+class RegionInput {
+public:
+  RegionInput(Communicator& comm, Group group, int consumers)
+      : comm_(comm), group_(std::move(group)), consumers_(consumers) {}
+
+  torch::Tensor get(const torch::Tensor& x) {
+    if (uses_left_ > 0 && x.unsafeGetTensorImpl() == input_.unsafeGetTensorImpl() &&
+        x._version() == version_) {
+      torch::Tensor out = output_;
+      if (--uses_left_ == 0)
+        input_ = output_ = torch::Tensor();
+      return out;
+    }
+    torch::Tensor out = copy_to_region(x, comm_, group_);
+    uses_left_ = consumers_ - 1;
+    if (uses_left_ > 0) {
+      input_ = x;
+      output_ = out;
+      version_ = x._version();
+    } else {
+      input_ = output_ = torch::Tensor();
+    }
+    return out;
+  }
+
+private:
+  Communicator& comm_;
+  Group group_;
+  int consumers_;
+  int uses_left_ = 0;
+  torch::Tensor input_, output_;
+  uint32_t version_ = 0;
+};
+
+ColumnParallelLinearImpl::ColumnParallelLinearImpl(torch::Tensor w, torch::Tensor b,
+                                                   Communicator& comm, Group group,
+                                                   std::shared_ptr<RegionInput> input)
+    : input_(input ? std::move(input) : std::make_shared<RegionInput>(comm, std::move(group), 1)) {
+  weight = register_parameter("weight", std::move(w));
+  if (b.defined())
+    bias = register_parameter("bias", std::move(b));
+}
+
+torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& x) {
+  return nn::functional::linear(input_->get(x), weight, bias);
+}
+
+RowParallelLinearImpl::RowParallelLinearImpl(torch::Tensor w, torch::Tensor b, Communicator& comm,
+                                             Group group)
+    : comm_(comm), group_(std::move(group)) {
+  weight = register_parameter("weight", std::move(w));
+  if (b.defined())
+    bias = register_parameter("bias", std::move(b));
+}
+
+torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {
+  torch::Tensor y = reduce_from_region(nn::functional::linear(x, weight), comm_, group_);
+  return bias.defined() ? y + bias : y; // once, after the sum: the bias is replicated
+}
+
+TensorParallelPlan gpt_tensor_parallel_plan() {
+  return TensorParallelPlan{{{"*.attn.q", ParallelStyle::Column},
+                             {"*.attn.k", ParallelStyle::Column},
+                             {"*.attn.v", ParallelStyle::Column},
+                             {"*.attn.out", ParallelStyle::Row},
+                             {"*.mlp.fc", ParallelStyle::Column},
+                             {"*.mlp.proj", ParallelStyle::Row}}};
+}
+
+bool pattern_matches(const std::string& pattern, const std::string& name) {
+  // Iterative glob: remember the last '*' and retry from one character further on mismatch.
+  size_t p = 0, n = 0, star = std::string::npos, resume = 0;
+  while (n < name.size()) {
+    if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      resume = n;
+    } else if (p < pattern.size() && pattern[p] == name[n]) {
+      ++p;
+      ++n;
+    } else if (star != std::string::npos) {
+      p = star + 1;
+      n = ++resume;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*')
+    ++p;
+  return p == pattern.size();
+}
+
+namespace {
+
+struct Match {
+  std::string name, parent, slot;
+  ParallelStyle style;
+  std::shared_ptr<nn::LinearImpl> linear;
+  LinearSlots* holder;
+};
+
+std::vector<Match> find_matches(nn::Sequential& model, const TensorParallelPlan& plan, int parts) {
+  const auto modules = model->named_modules();
+  std::vector<Match> matches;
+  std::set<std::string> taken; // a Linear matched by two rules follows the first
+  for (const auto& [pattern, style] : plan.rules) {
+    bool found = false;
+    for (const auto& item : modules) {
+      auto linear = std::dynamic_pointer_cast<nn::LinearImpl>(item.value());
+      if (!linear || !pattern_matches(pattern, item.key()))
+        continue;
+      found = true;
+      if (!taken.insert(item.key()).second)
+        continue;
+      const auto dot = item.key().rfind('.');
+      Match m{item.key(),
+              dot == std::string::npos ? "" : item.key().substr(0, dot),
+              item.key().substr(dot == std::string::npos ? 0 : dot + 1),
+              style,
+              linear,
+              nullptr};
+      const auto* parent = modules.find(m.parent);
+      m.holder = parent ? dynamic_cast<LinearSlots*>(parent->get()) : nullptr;
+      if (!m.holder)
+        throw std::invalid_argument("tensor parallel: cannot replace " + m.name +
+                                    ": its parent does not implement LinearSlots");
+      const int64_t unit = m.holder->shard_granularity(m.slot);
+      const bool column = style == ParallelStyle::Column;
+      const int64_t features =
+          column ? linear->options.out_features() : linear->options.in_features();
+      if (features % (parts * unit) != 0)
+        throw std::invalid_argument("tensor parallel: cannot split " + m.name + "'s " +
+                                    std::to_string(features) + (column ? " output" : " input") +
+                                    " features over " + std::to_string(parts) +
+                                    " members in whole units of " + std::to_string(unit));
+      matches.push_back(std::move(m));
+    }
+    if (!found)
+      throw std::invalid_argument("tensor parallel: rule '" + pattern + "' matches no Linear");
+  }
+  return matches;
+}
+
+std::vector<torch::Tensor> gather_full(nn::Sequential& model, Communicator& comm,
+                                       const Group& group, bool grads) {
+  torch::NoGradGuard no_grad;
+  std::unordered_map<const void*, int64_t> split_dim; // shard parameter -> dimension it splits
+  for (const auto& m : model->modules()) {
+    if (auto* col = m->as<ColumnParallelLinearImpl>()) {
+      split_dim[col->weight.unsafeGetTensorImpl()] = 0;
+      if (col->bias.defined())
+        split_dim[col->bias.unsafeGetTensorImpl()] = 0;
+    } else if (auto* row = m->as<RowParallelLinearImpl>()) {
+      split_dim[row->weight.unsafeGetTensorImpl()] = 1;
+    }
+  }
+  std::vector<torch::Tensor> out;
+  for (const auto& p : unique_parameters(*model)) {
+    const torch::Tensor t = grads ? p.grad() : p;
+    if (!t.defined())
+      throw std::invalid_argument("full_gradients: a parameter has no gradient");
+    const auto it = split_dim.find(p.unsafeGetTensorImpl());
+    if (it == split_dim.end() || group.size() == 1) {
+      out.push_back(t);
+      continue;
+    }
+    const torch::Tensor all = comm.all_gather(t, group); // [n, *shard]
+    out.push_back(torch::cat(all.unbind(0), it->second));
+  }
+  return out;
+}
+
+} // namespace
+
+void parallelize_tensor(nn::Sequential& model, const TensorParallelPlan& plan, Communicator& comm,
+                        const Group& group, int index) {
+  const int n = group.size();
+  if (n < 1 || index < 0 || index >= n)
+    throw std::invalid_argument("tensor parallel: member " + std::to_string(index) +
+                                " is not in a group of " + std::to_string(n));
+  const std::vector<Match> matches = find_matches(model, plan, n); // every check before any change
+
+  std::map<std::string, std::shared_ptr<RegionInput>> inputs; // per parent: q, k, v share theirs
+  std::map<std::string, int> columns;
+  for (const auto& m : matches)
+    if (m.style == ParallelStyle::Column)
+      ++columns[m.parent];
+  for (const auto& [parent, count] : columns)
+    inputs[parent] = std::make_shared<RegionInput>(comm, group, count);
+
+  torch::NoGradGuard no_grad;
+  for (const auto& m : matches) {
+    const torch::Tensor& w = m.linear->weight;
+    const torch::Tensor& b = m.linear->bias;
+    // Clones, so the shards are charged to the caller's GPU and category and the full
+    // weight's memory goes when the Linear does.
+    const auto take = [](const torch::Tensor& t) { return t.clone(at::MemoryFormat::Contiguous); };
+    if (m.style == ParallelStyle::Column) {
+      const int64_t rows = w.size(0) / n; // whole heads for q, k, v: head-major rows
+      m.holder->replace_linear(
+          m.slot, nn::AnyModule(ColumnParallelLinear(
+                      take(w.narrow(0, index * rows, rows)),
+                      b.defined() ? take(b.narrow(0, index * rows, rows)) : torch::Tensor(), comm,
+                      group, inputs.at(m.parent))));
+    } else {
+      const int64_t cols = w.size(1) / n;
+      m.holder->replace_linear(m.slot, nn::AnyModule(RowParallelLinear(
+                                           take(w.narrow(1, index * cols, cols)),
+                                           b.defined() ? take(b) : torch::Tensor(), comm, group)));
+    }
+  }
+}
+
+std::vector<torch::Tensor> full_parameters(nn::Sequential& model, Communicator& comm,
+                                           const Group& group) {
+  return gather_full(model, comm, group, /*grads=*/false);
+}
+
+std::vector<torch::Tensor> full_gradients(nn::Sequential& model, Communicator& comm,
+                                          const Group& group) {
+  return gather_full(model, comm, group, /*grads=*/true);
+}
+
+} // namespace meshsim

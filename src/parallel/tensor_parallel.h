@@ -1,0 +1,88 @@
+// Tensor parallelism, Megatron style: two paired autograd functions (copy_to_region,
+// reduce_from_region), column- and row-parallel Linears built on them, and a plan that says
+// which Linear of an unmodified model becomes which. See docs/tensor-parallel.md.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "comm/communicator.h"
+
+namespace meshsim {
+
+/// Megatron's paired functions. copy_to_region: identity forward, all-reduce (sum) of the gradient
+/// over `group` in backward. reduce_from_region: all-reduce (sum) forward, identity backward. Both
+/// return `x` untouched on a group of one.
+torch::Tensor copy_to_region(const torch::Tensor& x, Communicator& comm, const Group& group);
+torch::Tensor reduce_from_region(const torch::Tensor& x, Communicator& comm, const Group& group);
+
+enum class ParallelStyle { Column, Row };
+struct TensorParallelPlan {
+  std::vector<std::pair<std::string, ParallelStyle>> rules;
+}; // pattern with '*' wildcards over full module names
+
+/// q, k, v and mlp.fc column-parallel; attn.out and mlp.proj row-parallel.
+TensorParallelPlan gpt_tensor_parallel_plan();
+
+/// True when `name` matches `pattern`, where '*' matches any run of characters (dots too).
+bool pattern_matches(const std::string& pattern, const std::string& name);
+
+/// Column-parallel layers under one parent that read the same input (q, k, v) share one
+/// copy_to_region, so the input's gradient is all-reduced once, as with Megatron's fused QKV.
+class RegionInput;
+
+/// Output features split over the group: weight [out/n, in], bias [out/n]. The input is
+/// replicated; the output is this member's slice of features, left sharded.
+class ColumnParallelLinearImpl : public torch::nn::Module {
+public:
+  ColumnParallelLinearImpl(torch::Tensor weight, torch::Tensor bias, Communicator& comm,
+                           Group group, std::shared_ptr<RegionInput> input);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight, bias;
+
+private:
+  std::shared_ptr<RegionInput> input_;
+};
+TORCH_MODULE(ColumnParallelLinear);
+
+/// Input features split over the group: weight [out, in/n], bias [out] replicated. The input
+/// is this member's slice of features; the partial products are summed by one all-reduce and
+/// the bias is added once, after it.
+class RowParallelLinearImpl : public torch::nn::Module {
+public:
+  RowParallelLinearImpl(torch::Tensor weight, torch::Tensor bias, Communicator& comm, Group group);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight, bias;
+
+private:
+  Communicator& comm_;
+  Group group_;
+};
+TORCH_MODULE(RowParallelLinear);
+
+/// Replaces, in place, every Linear whose full name matches a rule with a ColumnParallelLinear /
+/// RowParallelLinear holding this member's shard (member `index` of `group`), sliced from the full
+/// (already initialized) Linear, so the sharded model computes exactly what the full one does.
+/// Throws std::invalid_argument if a rule matches nothing or a dimension is not divisible by
+/// group.size(). The new shards are allocated under the caller's current GPU and category; the
+/// replaced full Linear is released. The Linear's parent must implement LinearSlots (models/gpt.h).
+/// Nothing is replaced if any check fails.
+void parallelize_tensor(torch::nn::Sequential& model, const TensorParallelPlan& plan,
+                        Communicator& comm, const Group& group, int index);
+
+/// Collective over `group`: the full (unsharded) parameters of a tensor-parallel model, in the
+/// order of the unsharded model's parameters(), all-gathered and concatenated along each shard's
+/// split dimension (replicated parameters returned as they are). Allocated under the caller's
+/// current GPU/category.
+std::vector<torch::Tensor> full_parameters(torch::nn::Sequential& model, Communicator& comm,
+                                           const Group& group);
+
+/// The same for the parameters' gradients (throws std::invalid_argument if one has none).
+std::vector<torch::Tensor> full_gradients(torch::nn::Sequential& model, Communicator& comm,
+                                          const Group& group);
+
+} // namespace meshsim
