@@ -30,7 +30,7 @@ TEST(ModelsInit, SameSeedSameWeightsAsPyTorch) {
   if (!python_torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch (python3-torch)";
   for (const std::string name : {"cnn", "lenet"}) {
     for (int seed : {0, 42}) {
-      auto model = build_model(name, ModelOptions{static_cast<uint64_t>(seed), 0});
+      auto model = build_model(name, ModelOptions{static_cast<uint64_t>(seed), 0, {}});
       const auto expected = python_parameter_sums(name, seed);
       const auto params = model->parameters();
       ASSERT_EQ(expected.size(), params.size() * 2) << name;
