@@ -1,0 +1,198 @@
+// Pipeline parallelism: cutting a Sequential into stages, and the executor that runs one
+// stage's list of actions. The executor knows nothing about the schedule that produced the
+// list: it runs each action in order, and a recv simply waits for its neighbour's send.
+#include "parallel/pipeline.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "memory/allocator.h"
+
+namespace meshsim {
+namespace {
+
+// Where each unit starts (child indices, ascending); unit i ends where unit i+1 starts.
+std::vector<size_t> unit_starts(const torch::nn::Sequential& model) {
+  const auto children = model->named_children();
+  std::vector<size_t> blocks, with_params;
+  for (size_t i = 0; i < children.size(); ++i) {
+    if (children[i].key().rfind("block", 0) == 0)
+      blocks.push_back(i);
+    if (!children[i].value()->parameters().empty())
+      with_params.push_back(i);
+  }
+  // Transformer blocks are the natural cut points: embed joins the first block and the
+  // final norm and head the last, so the stages stay near equal.
+  std::vector<size_t> starts = blocks.empty() ? with_params : blocks;
+  if (!starts.empty())
+    starts[0] = 0; // leading children join the first unit
+  return starts;
+}
+
+// Messages of micro-batch m: activations on even tags, their gradients on odd ones.
+constexpr int kPipelineTagBase = 1 << 20;
+
+// Everything one micro-batch holds between its actions on this stage.
+struct MicroBatch {
+  torch::Tensor input;       // received activation (a leaf that requires grad); stage > 0
+  torch::Tensor output;      // stage output, still attached to its graph; not the last stage
+  torch::Tensor loss;        // last stage: this micro-batch's loss, attached to its graph
+  torch::Tensor output_grad; // gradient of `output`, received from the next stage
+  torch::Tensor input_grad;  // gradient of `input`, to send to the previous stage
+};
+
+void check_stage(const PipelineStage& stage, const std::vector<Action>& actions) {
+  if (stage.stages < 1 || stage.stage < 0 || stage.stage >= stage.stages)
+    throw std::invalid_argument("pipeline stage " + std::to_string(stage.stage) +
+                                " is not in [0, " + std::to_string(stage.stages) + ")");
+  if (stage.stage > 0 && stage.prev_rank < 0)
+    throw std::invalid_argument("pipeline stage " + std::to_string(stage.stage) +
+                                " has no prev_rank");
+  if (stage.stage < stage.stages - 1 && stage.next_rank < 0)
+    throw std::invalid_argument("pipeline stage " + std::to_string(stage.stage) +
+                                " has no next_rank");
+  for (const auto& a : actions)
+    if (a.stage != stage.stage)
+      throw std::invalid_argument("pipeline stage " + std::to_string(stage.stage) +
+                                  " was given action " + a.str());
+}
+
+} // namespace
+
+int pipeline_units(const torch::nn::Sequential& model) {
+  return static_cast<int>(unit_starts(model).size());
+}
+
+int pipeline_activation_tag(int micro_batch) {
+  return kPipelineTagBase + 2 * micro_batch;
+}
+int pipeline_grad_tag(int micro_batch) {
+  return kPipelineTagBase + 2 * micro_batch + 1;
+}
+
+std::vector<size_t> stage_children(const torch::nn::Sequential& model, int stages, int stage) {
+  if (stages < 1 || stage < 0 || stage >= stages)
+    throw std::invalid_argument("pipeline stage " + std::to_string(stage) + " is not in [0, " +
+                                std::to_string(stages) + ")");
+  const std::vector<size_t> starts = unit_starts(model);
+  const int units = static_cast<int>(starts.size());
+  if (units < stages)
+    throw std::invalid_argument("cannot cut the model into " + std::to_string(stages) +
+                                " pipeline stages: it has only " + std::to_string(units) +
+                                " units (layers with parameters, or transformer blocks)");
+  const int base = units / stages, extra = units % stages;
+  const int first_unit = stage * base + std::min(stage, extra);
+  const int end_unit = first_unit + base + (stage < extra ? 1 : 0);
+  const size_t begin = starts[first_unit];
+  const size_t end = end_unit < units ? starts[end_unit] : model->size();
+  std::vector<size_t> out;
+  for (size_t i = begin; i < end; ++i)
+    out.push_back(i);
+  return out;
+}
+
+torch::nn::Sequential stage_module(const torch::nn::Sequential& model, int stages, int stage) {
+  torch::nn::Sequential whole = model; // shares the module; gives non-const access
+  const auto children = whole->named_children();
+  torch::nn::Sequential out;
+  for (size_t i : stage_children(model, stages, stage))
+    out->push_back(children[i].key(), *(whole->begin() + static_cast<std::ptrdiff_t>(i)));
+  return out;
+}
+
+double run_pipeline_step(
+    RankContext& ctx, PipelineStage& stage, const std::vector<Action>& actions,
+    const std::vector<torch::Tensor>& inputs, const std::vector<torch::Tensor>& targets,
+    const std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)>& loss_fn,
+    int64_t step) {
+  check_stage(stage, actions);
+  const bool first = stage.stage == 0, last = stage.stage == stage.stages - 1;
+  int micro_batches = 0;
+  for (const auto& a : actions)
+    micro_batches = std::max(micro_batches, a.micro_batch + 1);
+  if (first && static_cast<int>(inputs.size()) < micro_batches)
+    throw std::invalid_argument("the first pipeline stage needs " + std::to_string(micro_batches) +
+                                " input micro-batches, got " + std::to_string(inputs.size()));
+  if (last && static_cast<int>(targets.size()) < micro_batches)
+    throw std::invalid_argument("the last pipeline stage needs " + std::to_string(micro_batches) +
+                                " target micro-batches, got " + std::to_string(targets.size()));
+  int64_t local_batch = 0;
+  if (last)
+    for (int m = 0; m < micro_batches; ++m)
+      local_batch += targets[m].size(0);
+
+  CategoryScope scope(MemoryCategory::Activations);
+  stage.module->train();
+  std::vector<MicroBatch> mbs(micro_batches);
+  double loss_sum = 0; // sum over micro-batches of mean loss * size
+  for (const Action& a : actions) {
+    MicroBatch& mb = mbs[a.micro_batch];
+    const int m = a.micro_batch;
+    switch (a.kind) {
+    case ActionKind::RecvActivation:
+      mb.input = ctx.comm.recv(stage.prev_rank, pipeline_activation_tag(m));
+      // A leaf, so backward leaves the gradient to send back in input.grad().
+      if (mb.input.is_floating_point())
+        mb.input.requires_grad_(true);
+      break;
+    case ActionKind::Forward: {
+      const double t = ctx.now();
+      torch::Tensor out = stage.module->forward(first ? inputs[m] : mb.input);
+      if (last) {
+        mb.loss = loss_fn(out, targets[m]);
+        loss_sum += mb.loss.item<double>() * static_cast<double>(targets[m].size(0));
+      } else {
+        mb.output = out;
+      }
+      ctx.record_compute("forward", step, t);
+      ctx.sample_memory(step, a.str());
+      break;
+    }
+    case ActionKind::SendActivation:
+      if (!mb.output.defined())
+        throw std::invalid_argument("pipeline action " + a.str() + " before its forward");
+      ctx.comm.send(mb.output.detach(), stage.next_rank, pipeline_activation_tag(m));
+      break;
+    case ActionKind::RecvGrad:
+      mb.output_grad = ctx.comm.recv(stage.next_rank, pipeline_grad_tag(m));
+      break;
+    case ActionKind::Backward: {
+      const double t = ctx.now();
+      if (last) {
+        if (!mb.loss.defined())
+          throw std::invalid_argument("pipeline action " + a.str() + " before its forward");
+        // Each micro-batch's loss is a mean over its own samples; weighting it by its share
+        // of the local batch makes the summed gradients those of the local batch's mean.
+        const double share =
+            static_cast<double>(targets[m].size(0)) / static_cast<double>(local_batch);
+        (mb.loss * share).backward();
+      } else {
+        if (!mb.output.defined() || !mb.output_grad.defined())
+          throw std::invalid_argument("pipeline action " + a.str() +
+                                      " before its forward or its gradient");
+        mb.output.backward(mb.output_grad);
+      }
+      if (!first && mb.input.defined()) {
+        mb.input_grad = mb.input.grad();
+        if (!mb.input_grad.defined())
+          mb.input_grad = torch::zeros_like(mb.input);
+      }
+      // The graph was freed by backward; dropping these frees what it saved.
+      mb.input = mb.output = mb.loss = mb.output_grad = torch::Tensor();
+      ctx.record_compute("backward", step, t);
+      ctx.sample_memory(step, a.str());
+      break;
+    }
+    case ActionKind::SendGrad:
+      if (!mb.input_grad.defined())
+        throw std::invalid_argument("pipeline action " + a.str() + " before its backward");
+      ctx.comm.send(mb.input_grad, stage.prev_rank, pipeline_grad_tag(m));
+      mb.input_grad = torch::Tensor();
+      break;
+    }
+  }
+  return last && local_batch > 0 ? loss_sum / static_cast<double>(local_batch) : 0.0;
+}
+
+} // namespace meshsim
