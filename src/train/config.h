@@ -39,6 +39,9 @@ struct TrainConfig {
   int fault_rank = -1;       // resolved from inject_fault by validate()
   int64_t fault_step = -1;
   bool progress = true;
+  std::string cluster;  // --cluster: predict the run on this target cluster (cost/hardware.h)
+  std::string intra;    // --intra / --inter: link overrides for --cluster
+  std::string inter;
 };
 
 /// Checks every field; throws std::invalid_argument with a one-line message.
