@@ -3,6 +3,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include <filesystem>
+#include <vector>
+
+#include "mesh/recorder.h"
 #include "train/config.h"
 
 namespace meshsim {
@@ -19,5 +23,34 @@ enum ExitCode {
 void add_train_flags(CLI::App& app, TrainConfig& config);
 int run_train(TrainConfig config);
 int run_info();
+
+/// `meshsim predict RUN_DIR --cluster SPEC` (predict_command.cpp).
+struct PredictArgs {
+  std::string run_dir, cluster, intra, inter;
+  std::string dtype = "fp32";
+  int gpus = 0;      // > 0: replay a data-parallel run on this many GPUs
+  int64_t step = -1; // -1: the representative step
+  bool measured_compute = false;
+  bool no_overlap = false;
+};
+void add_predict_flags(CLI::App& app, PredictArgs& args);
+int run_predict(const PredictArgs& args);
+
+/// End of `meshsim train`: records.json, trace.json and, with --cluster, summary["prediction"].
+/// Failures are warnings: the run's own results are already safe.
+void write_run_reports(const std::filesystem::path& dir, const TrainConfig& config,
+                       const std::vector<Recorder>& recorders,
+                       const std::vector<MemorySample>& memory, nlohmann::json& summary);
+
+/// `meshsim bench comm --cluster SPEC` (bench_command.cpp).
+struct BenchCommArgs {
+  std::string cluster, intra, inter;
+  int gpus = 0;                    // in-process ranks measured (default: the cluster's, at most 8)
+  int64_t min_bytes = 1024;
+  int64_t max_bytes = 64 << 20;
+  int iters = 5;
+};
+void add_bench_comm_flags(CLI::App& app, BenchCommArgs& args);
+int run_bench_comm(const BenchCommArgs& args);
 
 } // namespace meshsim

@@ -17,6 +17,14 @@ int main(int argc, char** argv) {
   auto* train = app.add_subcommand("train", "train a model on N virtual GPUs");
   meshsim::add_train_flags(*train, config);
   auto* info = app.add_subcommand("info", "show this build's LibTorch, threads and defaults");
+  meshsim::PredictArgs predict_args;
+  auto* predict = app.add_subcommand("predict", "re-predict a recorded run on a target cluster");
+  meshsim::add_predict_flags(*predict, predict_args);
+  meshsim::BenchCommArgs bench_args;
+  auto* bench = app.add_subcommand("bench", "benchmarks");
+  bench->require_subcommand(1);
+  auto* bench_comm = bench->add_subcommand("comm", "collective bandwidth: cost model vs in-process");
+  meshsim::add_bench_comm_flags(*bench_comm, bench_args);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -30,5 +38,7 @@ int main(int argc, char** argv) {
     return meshsim::kExitUsage;
   }
   if (info->parsed()) return meshsim::run_info();
+  if (predict->parsed()) return meshsim::run_predict(predict_args);
+  if (bench_comm->parsed()) return meshsim::run_bench_comm(bench_args);
   return meshsim::run_train(config);
 }

@@ -127,6 +127,9 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--inject-fault", c.inject_fault,
                  "RANK:STEP — that rank leaves the run at that step (tests failure handling)");
   app.add_flag("!--no-progress", c.progress, "no progress bar or lines");
+  app.add_option("--cluster", c.cluster, "also predict the run on this cluster, e.g. 8xa100-80 or 4x8xh100");
+  app.add_option("--intra", c.intra, "with --cluster: link inside a node (nvlink3, nvlink4, pcie3, ...)");
+  app.add_option("--inter", c.inter, "with --cluster: link between nodes (hdr, ndr, 100gbe)");
   app.callback([&c, &app] {
     if (c.optimizer.name == "sgd" && app.count("--lr") == 0) c.optimizer.lr = 0.01;
   });
@@ -218,6 +221,7 @@ int run_train(TrainConfig config) {
     summary["test_accuracy"] = result.test_accuracy;
     summary["train_seconds"] = result.train_seconds;
     summary["collectives"] = collectives_json(result.recorders);
+    write_run_reports(run->dir(), config, result.recorders, mesh.timeline().samples(), summary);
   } catch (const OutOfMemory& e) {
     code = kExitOutOfMemory, error = one_line(e);
   } catch (const CollectiveTimeout& e) {

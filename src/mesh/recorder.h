@@ -35,11 +35,26 @@ struct CollectiveRecord {
   double end_s = 0;
 };
 
+/// The work of one layer inside a compute region, counted from shapes (cost/flops.h).
+struct LayerWork {
+  std::string layer;        // module name, e.g. "conv1"
+  std::string op;           // op class: matmul, attention, normalization, elementwise, optimizer
+  double flops = 0;
+  double bytes = 0;         // device-memory traffic, read + written
+  int64_t param_bytes = 0;  // bytes of this layer's parameters (whose gradients it produces)
+};
+
 struct ComputeRecord {
   std::string name;  // forward, backward, optimizer, ...
   int64_t step = 0;
   double start_s = 0;
   double end_s = 0;
+  // Counted work (0 / empty when the region was not counted). `layers` is in execution
+  // order: a backward lists the layers last to first, which is the order gradients appear.
+  double flops = 0;
+  double bytes = 0;
+  std::string op;  // the op class of most of the FLOPs
+  std::vector<LayerWork> layers;
 };
 
 struct Recorder {

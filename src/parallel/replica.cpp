@@ -1,6 +1,7 @@
 // The phases shared by every strategy.
 #include "parallel/replica.h"
 
+#include "cost/flops.h"
 #include "memory/allocator.h"
 #include "models/models.h"
 
@@ -25,12 +26,27 @@ double Replica::forward_backward(RankContext& ctx, const Batch& batch, int64_t s
   model->train();
   ctx.sample_memory(step, "batch");
   double t = ctx.now();
-  torch::Tensor loss = loss_fn(model->forward(batch.inputs), batch.targets);
+  // The children one by one (what Sequential::forward does) so each layer's FLOPs and bytes
+  // can be counted from the shapes it sees: LibTorch has no forward hooks.
+  std::vector<LayerWork> layers;
+  torch::Tensor x = batch.inputs;
+  const auto children = model->named_children();
+  size_t i = 0;
+  for (auto& child : *model) {
+    torch::Tensor y = child.forward<torch::Tensor>(x);
+    layers.push_back(count_layer(children[i].key(), *children[i].value(), x.sizes(), y.sizes()));
+    x = std::move(y);
+    ++i;
+  }
+  torch::Tensor loss = loss_fn(x, batch.targets);
+  x = torch::Tensor();
   ctx.record_compute("forward", step, t);
+  attach_work(ctx.recorder.compute.back(), layers);
   ctx.sample_memory(step, "forward");
   t = ctx.now();
   loss.backward();
   ctx.record_compute("backward", step, t);
+  attach_work(ctx.recorder.compute.back(), backward_work(layers));
   const double value = loss.item<double>();
   loss = torch::Tensor();
   ctx.sample_memory(step, "backward");
@@ -41,6 +57,10 @@ void Replica::optimizer_step(RankContext& ctx, int64_t step) {
   const double t = ctx.now();
   optimizer->step();
   ctx.record_compute("optimizer", step, t);
+  int64_t numel = 0;
+  for (const auto& p : params) numel += p.numel();
+  const auto& o = optimizer->options();
+  attach_work(ctx.recorder.compute.back(), {optimizer_work(numel, o.name, o.momentum != 0)});
   ctx.sample_memory(step, "optimizer");
 }
 

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "cost/hardware.h"
 #include "memory/category.h"
 #include "mesh/parallel_dims.h"
 #include "models/models.h"
@@ -130,6 +131,14 @@ void validate(TrainConfig& c) {
     c.fault_rank = rank;
     c.fault_step = step;
   }
+  require(c.cluster.empty() ? c.intra.empty() && c.inter.empty() : true,
+          "--intra and --inter need --cluster");
+  if (!c.cluster.empty()) {
+    const ClusterSpec cluster = parse_cluster_spec(c.cluster, c.intra, c.inter);  // throws
+    require(cluster.world_size() >= c.gpus,
+            fmt::format("--cluster {} has {} GPUs, fewer than --gpus {}", c.cluster,
+                        cluster.world_size(), c.gpus));
+  }
 }
 
 nlohmann::json to_json(const TrainConfig& c) {
@@ -168,7 +177,10 @@ nlohmann::json to_json(const TrainConfig& c) {
           {"resume", c.resume},
           {"synthetic_train", c.synthetic_train},
           {"synthetic_test", c.synthetic_test},
-          {"eval_limit", c.eval_limit}};
+          {"eval_limit", c.eval_limit},
+          {"cluster", c.cluster},
+          {"intra", c.intra},
+          {"inter", c.inter}};
 }
 
 } // namespace meshsim

@@ -49,6 +49,9 @@ struct TrainConfig {
   int fault_rank = -1;       // resolved from inject_fault by validate()
   int64_t fault_step = -1;
   bool progress = true;
+  std::string cluster;  // --cluster: predict the run on this target cluster (cost/hardware.h)
+  std::string intra;    // --intra / --inter: link overrides for --cluster
+  std::string inter;
 };
 
 /// Whether the run needs the hybrid dp × tp × pp engine (any of --tp --pp --zero

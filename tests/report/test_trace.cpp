@@ -23,9 +23,9 @@ namespace {
 std::vector<Recorder> two_ranks() {
   std::vector<Recorder> ranks(2);
   for (int r = 0; r < 2; ++r) {
-    ranks[r].compute = {{"forward", 3, 0.001, 0.0025},
-                        {"backward", 3, 0.0025, 0.006},
-                        {"optimizer", 3, 0.007, 0.007}}; // zero length
+    ranks[r].compute = {{"forward", 3, 0.001, 0.0025, 0, 0, "", {}},
+                        {"backward", 3, 0.0025, 0.006, 0, 0, "", {}},
+                        {"optimizer", 3, 0.007, 0.007, 0, 0, "", {}}}; // zero length
     ranks[r].collectives = {{"all_reduce", {0, 1}, 4096, 7, -1, 0.006, 0.0068}};
   }
   ranks[0].collectives.push_back({"send", {0, 1}, 512, 2, 1, 0.008, 0.0081});
@@ -132,7 +132,7 @@ TEST(ReportTrace, CompleteEventsInMicroseconds) {
 
 TEST(ReportTrace, NegativeTimesAreClamped) {
   std::vector<Recorder> ranks(1);
-  ranks[0].compute = {{"forward", 0, 0.002, 0.001}}; // end before start
+  ranks[0].compute = {{"forward", 0, 0.002, 0.001, 0, 0, "", {}}}; // end before start
   ranks[0].collectives = {{"barrier", {0}, 0, 0, -1, -0.5, 0.001}};
   const json trace = chrome_trace(ranks, {}, "measured");
   EXPECT_TRUE(validate_chrome_trace(trace).empty());

@@ -1,0 +1,123 @@
+// `meshsim predict RUN_DIR --cluster SPEC`, and what `meshsim train` writes at the end of a
+// run for it: records.json (every rank's records), trace.json (the measured timeline and,
+// with --cluster, the predicted step) and summary.json's "prediction".
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "cost/predict.h"
+#include "report/atomic_file.h"
+#include "report/trace.h"
+
+namespace meshsim {
+namespace {
+
+ClusterSpec cluster_of(const std::string& spec, const std::string& intra,
+                       const std::string& inter) {
+  return parse_cluster_spec(spec, intra, inter);
+}
+
+void print_prediction(const Prediction& p) {
+  fmt::print(stderr,
+             "meshsim: predicted on {}: step {:.3f} ms, {:.0f} samples/s, {:.2f} TFLOP/s per GPU "
+             "(MFU {:.1f}%), exposed communication {:.3f} ms, compute idle {:.1f}%\n",
+             p.cluster, p.step_time_s * 1e3, p.samples_per_s, p.tflops_per_gpu, 100 * p.mfu,
+             p.exposed_comm_s * 1e3, 100 * p.bubble_fraction);
+}
+
+nlohmann::json read_json(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in)
+    throw std::invalid_argument(fmt::format("cannot read {}", path.string()));
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument(fmt::format("{} is not valid JSON: {}", path.string(), e.what()));
+  }
+}
+
+} // namespace
+
+void write_run_reports(const std::filesystem::path& dir, const TrainConfig& config,
+                       const std::vector<Recorder>& recorders,
+                       const std::vector<MemorySample>& memory, nlohmann::json& summary) {
+  const int64_t samples_per_step = config.batch_size * config.gpus;
+  nlohmann::json trace;
+  try {
+    write_file_atomic(dir / "records.json",
+                      records_to_json(recorders, samples_per_step).dump() + "\n");
+    trace = chrome_trace(recorders, memory, "measured");
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "meshsim: warning: records.json or trace.json not written: {}\n", e.what());
+    return;
+  }
+  if (!config.cluster.empty()) {
+    try {
+      const Prediction p = predict(recorders, samples_per_step,
+                                   cluster_of(config.cluster, config.intra, config.inter));
+      summary["prediction"] = to_json(p);
+      print_prediction(p);
+      // The predicted step sits beside the measured one, under pids offset by the GPU count.
+      const nlohmann::json predicted = chrome_trace(
+          p.timeline, {}, fmt::format("predicted {}, step {}", p.cluster, p.step), config.gpus);
+      for (const auto& e : predicted["traceEvents"])
+        trace["traceEvents"].push_back(e);
+      trace["otherData"]["predicted"] = predicted["otherData"];
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "meshsim: warning: no prediction: {}\n", e.what());
+    }
+  }
+  try {
+    write_chrome_trace(dir / "trace.json", trace);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "meshsim: warning: trace.json not written: {}\n", e.what());
+  }
+}
+
+void add_predict_flags(CLI::App& app, PredictArgs& a) {
+  app.add_option("run_dir", a.run_dir, "a run folder written by meshsim train")->required();
+  app.add_option("--cluster", a.cluster, "target cluster: NODESxGPUSxMODEL, GPUSxMODEL or MODEL")
+      ->required();
+  app.add_option("--intra", a.intra, "link between GPUs of a node (default: the GPU's usual one)");
+  app.add_option("--inter", a.inter, "link between nodes (default: the GPU's usual one)");
+  app.add_option("--gpus", a.gpus,
+                 "data-parallel runs only: replay on this many GPUs (same per-GPU batch)");
+  app.add_option("--dtype", a.dtype, "math of the target run: fp32 | tf32 | bf16 | fp16")
+      ->capture_default_str();
+  app.add_option("--step", a.step, "the recorded step to replay (default: the second-to-last)");
+  app.add_flag("--measured-compute", a.measured_compute,
+               "keep the measured compute times (the target is this device)");
+  app.add_flag("--no-overlap", a.no_overlap, "DDP buckets wait for the whole backward");
+}
+
+int run_predict(const PredictArgs& a) {
+  try {
+    const std::filesystem::path dir(a.run_dir);
+    int64_t samples_per_step = 0;
+    std::vector<Recorder> ranks =
+        records_from_json(read_json(dir / "records.json"), &samples_per_step);
+    if (a.gpus > 0 && a.gpus != static_cast<int>(ranks.size())) {
+      samples_per_step = samples_per_step / static_cast<int64_t>(ranks.size()) * a.gpus;
+      ranks = resize_data_parallel(ranks, a.gpus);
+    }
+    PredictOptions options;
+    options.dtype = parse_dtype(a.dtype);
+    options.step = a.step;
+    options.measured_compute = a.measured_compute;
+    options.overlap_buckets = !a.no_overlap;
+    const Prediction p =
+        predict(ranks, samples_per_step, cluster_of(a.cluster, a.intra, a.inter), options);
+    print_prediction(p);
+    fmt::print("{}\n", to_json(p).dump(2));
+    return kExitOk;
+  } catch (const std::invalid_argument& e) {
+    fmt::print(stderr, "meshsim: {}\n", e.what());
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "meshsim: {}\n", e.what());
+    return kExitFailure;
+  }
+}
+
+} // namespace meshsim

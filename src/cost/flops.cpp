@@ -1,0 +1,180 @@
+// Shape-based FLOP and byte counts for the layers meshsim's models are built from.
+#include "cost/flops.h"
+
+#include <map>
+
+namespace meshsim {
+namespace {
+
+double numel(at::IntArrayRef shape) {
+  double n = 1;
+  for (int64_t d : shape)
+    n *= static_cast<double>(d);
+  return n;
+}
+
+int64_t param_bytes_of(const torch::nn::Module& m) {
+  int64_t bytes = 0;
+  for (const auto& p : m.parameters())
+    bytes += p.numel() * static_cast<int64_t>(p.element_size());
+  return bytes;
+}
+
+LayerWork work(const std::string& name, const char* op, double flops, double bytes,
+               int64_t param_bytes = 0) {
+  return {name, op, flops, bytes, param_bytes};
+}
+
+// FLOPs per element of an elementwise leaf, by its type name; 1 for anything unknown.
+double elementwise_flops(const std::string& type) {
+  static const std::map<std::string, double> table = {
+      {"ReLU", 1}, {"GELU", 8},    {"Tanh", 4},    {"Sigmoid", 4},
+      {"SiLU", 5}, {"Dropout", 2}, {"Softmax", 5}, {"LogSoftmax", 5}};
+  for (const auto& [key, flops] : table)
+    if (type.find(key) != std::string::npos)
+      return flops;
+  return 1;
+}
+
+std::string type_of(const torch::nn::Module& m) {
+  const std::string name = m.name(); // e.g. "torch::nn::LinearImpl"
+  const auto colon = name.rfind("::");
+  return colon == std::string::npos ? name : name.substr(colon + 2);
+}
+
+bool has_child(const torch::nn::Module& m, const std::string& name) {
+  for (const auto& item : m.named_children())
+    if (item.key() == name)
+      return true;
+  return false;
+}
+
+// A composite module (a transformer block, an attention or MLP module): its Linear and
+// normalization leaves see `rows` rows; attention modules add their score matmuls.
+void count_composite(const torch::nn::Module& m, double rows, double width, double batch,
+                     double seq, double eb, LayerWork& total) {
+  if (has_child(m, "q") && has_child(m, "k") && has_child(m, "v")) {
+    const double d = width;
+    total.flops += 4 * batch * seq * seq * d; // QK^T and AV
+    total.bytes += 4 * rows * d * eb;         // q, k, v read, output written
+  }
+  for (const auto& item : m.named_children()) {
+    const torch::nn::Module& child = *item.value();
+    if (const auto* lin = child.as<torch::nn::Linear>()) {
+      const double in = static_cast<double>(lin->options.in_features());
+      const double out = static_cast<double>(lin->options.out_features());
+      total.flops += 2 * rows * in * out + (lin->bias.defined() ? rows * out : 0);
+      total.bytes += (rows * in + rows * out) * eb + static_cast<double>(param_bytes_of(child));
+      width = out;
+    } else if (!child.children().empty()) {
+      count_composite(child, rows, width, batch, seq, eb, total);
+    } else if (type_of(child).find("Norm") != std::string::npos) {
+      total.flops += 5 * rows * width;
+      total.bytes += 2 * rows * width * eb + static_cast<double>(param_bytes_of(child));
+    } else if (child.parameters().empty()) {
+      total.flops += elementwise_flops(type_of(child)) * rows * width;
+      total.bytes += 2 * rows * width * eb;
+    } else { // an embedding-like lookup
+      total.bytes += rows * width * eb;
+    }
+  }
+}
+
+} // namespace
+
+LayerWork count_layer(const std::string& name, const torch::nn::Module& m, at::IntArrayRef in,
+                      at::IntArrayRef out, double eb) {
+  const double n_in = numel(in), n_out = numel(out);
+  const int64_t pbytes = param_bytes_of(m);
+  const double pb = static_cast<double>(pbytes);
+  if (const auto* lin = m.as<torch::nn::Linear>()) {
+    const double k = static_cast<double>(lin->options.in_features());
+    const double n = static_cast<double>(lin->options.out_features());
+    const double rows = n_in / k;
+    const double flops = 2 * rows * k * n + (lin->bias.defined() ? rows * n : 0);
+    return work(name, "matmul", flops, (n_in + n_out) * eb + pb, pbytes);
+  }
+  if (const auto* conv = m.as<torch::nn::Conv2d>()) {
+    const auto& o = conv->options;
+    const double per_output = static_cast<double>(o.in_channels() / o.groups()) *
+                              static_cast<double>((*o.kernel_size())[0] * (*o.kernel_size())[1]);
+    const double flops = 2 * n_out * per_output + (o.bias() ? n_out : 0);
+    return work(name, "matmul", flops, (n_in + n_out) * eb + pb, pbytes);
+  }
+  const std::string type = type_of(m);
+  if (type == "FlattenImpl" || type == "IdentityImpl" || type == "UnflattenImpl")
+    return work(name, "elementwise", 0, 0, pbytes);
+  if (type.find("Pool") != std::string::npos) {
+    double window = 1;
+    if (const auto* p = m.as<torch::nn::MaxPool2d>())
+      window = static_cast<double>((*p->options.kernel_size())[0] * (*p->options.kernel_size())[1]);
+    else if (const auto* a = m.as<torch::nn::AvgPool2d>())
+      window = static_cast<double>((*a->options.kernel_size())[0] * (*a->options.kernel_size())[1]);
+    return work(name, "elementwise", window * n_out, (n_in + n_out) * eb, pbytes);
+  }
+  if (type.find("Norm") != std::string::npos)
+    return work(name, "normalization", 5 * n_out, (n_in + n_out) * eb + pb, pbytes);
+  if (type.find("Embedding") != std::string::npos)
+    return work(name, "elementwise", 0, n_out * eb + n_in * 8, pbytes);
+  if (m.children().empty())
+    return work(name, "elementwise", elementwise_flops(type) * n_out, (n_in + n_out) * eb, pbytes);
+
+  // Composite: rows of the input's last dimension (a [B, S, D] transformer block).
+  const double width = in.empty() ? 1 : static_cast<double>(in.back());
+  const double rows = width > 0 ? n_in / width : 0;
+  const double batch = in.size() >= 3 ? static_cast<double>(in[0]) : 1;
+  const double seq = in.size() >= 3 ? static_cast<double>(in[in.size() - 2]) : rows;
+  LayerWork total = work(name, "matmul", 0, 0, pbytes);
+  count_composite(m, rows, width, batch, seq, eb, total);
+  return total;
+}
+
+std::vector<LayerWork> count_forward(torch::nn::Sequential model, const torch::Tensor& input) {
+  torch::NoGradGuard no_grad;
+  std::vector<LayerWork> layers;
+  torch::Tensor x = input;
+  const auto children = model->named_children();
+  size_t i = 0;
+  for (auto& any : *model) {
+    torch::Tensor y = any.forward<torch::Tensor>(x);
+    layers.push_back(count_layer(children[i].key(), *children[i].value(), x.sizes(), y.sizes()));
+    x = y;
+    ++i;
+  }
+  return layers;
+}
+
+std::vector<LayerWork> backward_work(const std::vector<LayerWork>& forward) {
+  std::vector<LayerWork> backward(forward.rbegin(), forward.rend());
+  for (LayerWork& w : backward) {
+    const bool gemm = w.op == "matmul" || w.op == "attention";
+    w.flops *= gemm ? 2 : 1;
+    w.bytes *= 2;
+  }
+  return backward;
+}
+
+LayerWork optimizer_work(int64_t params, const std::string& optimizer, bool momentum) {
+  const double n = static_cast<double>(params);
+  if (optimizer == "adam")
+    return work("adam", "optimizer", 12 * n, 28 * n);
+  return momentum ? work("sgd", "optimizer", 4 * n, 20 * n)
+                  : work("sgd", "optimizer", 2 * n, 12 * n);
+}
+
+void attach_work(ComputeRecord& record, std::vector<LayerWork> layers) {
+  std::map<std::string, double> by_op;
+  record.flops = record.bytes = 0;
+  for (const LayerWork& w : layers) {
+    record.flops += w.flops;
+    record.bytes += w.bytes;
+    by_op[w.op] += w.flops;
+  }
+  double best = -1;
+  for (const auto& [op, flops] : by_op)
+    if (flops > best)
+      best = flops, record.op = op;
+  record.layers = std::move(layers);
+}
+
+} // namespace meshsim

@@ -1,0 +1,50 @@
+// FLOPs and bytes of a model's layers, counted from tensor shapes.
+//
+// LibTorch has no forward hooks, so the counts come from the shapes each layer sees: the
+// caller runs a Sequential's children one by one (Replica::forward_backward does) and asks
+// for each child's work, or count_forward() does that on a real input. Conventions (all
+// fp32 unless `elem_bytes` says otherwise; docs/cost-model.md lists them):
+//  - Linear(in, out) on T rows: 2·T·in·out FLOPs (+ T·out for the bias); bytes = input +
+//    weight + bias + output.
+//  - Conv2d: 2·N·Cout·Hout·Wout·(Cin/groups)·kh·kw (+ the bias per output element); bytes
+//    as Linear.
+//  - attention (a module with children q, k, v): QK^T and AV, 4·B·S²·D FLOPs, bytes of
+//    q, k, v and the output once (a fused kernel: the S×S scores never reach memory).
+//  - LayerNorm/BatchNorm/GroupNorm: 5 FLOPs per element; ReLU 1, GELU 8, dropout 2,
+//    softmax 5, pooling kh·kw per output element; bytes = input + output (+ parameters).
+//  - views (Flatten, Identity): nothing.
+//  - backward = 2× forward FLOPs for matmul and attention (grad of input and of weight),
+//    1× for the rest; 2× the bytes for every layer.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "mesh/recorder.h"
+
+namespace meshsim {
+
+/// Forward work of `module` (named `name`) that turned an input of shape `in` into one of
+/// shape `out`. Composite modules other than Sequential are counted from their leaves,
+/// assuming every leaf sees rows of the input's last dimension (a transformer block).
+LayerWork count_layer(const std::string& name, const torch::nn::Module& module, at::IntArrayRef in,
+                      at::IntArrayRef out, double elem_bytes = 4);
+
+/// Forward work of every child of `model` for `input`, running the children one by one
+/// (under NoGradGuard) to learn the shapes.
+std::vector<LayerWork> count_forward(torch::nn::Sequential model, const torch::Tensor& input);
+
+/// The backward of `forward`: the layers last to first, with the factors above.
+std::vector<LayerWork> backward_work(const std::vector<LayerWork>& forward);
+
+/// One optimizer step over `params` parameters: Adam reads p, g, m, v and writes p, m, v
+/// (28 bytes, ~12 FLOPs per fp32 parameter); SGD reads p, g (and the momentum buffer) and
+/// writes p (and it): 12 or 20 bytes, 2 or 4 FLOPs.
+LayerWork optimizer_work(int64_t params, const std::string& optimizer, bool momentum);
+
+/// Sums `layers` into `record` (flops, bytes, op = the class with most FLOPs, layers).
+void attach_work(ComputeRecord& record, std::vector<LayerWork> layers);
+
+} // namespace meshsim

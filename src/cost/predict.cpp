@@ -1,0 +1,199 @@
+// predict(): replay one step and derive the headline numbers; the records' JSON form, which
+// lets `meshsim predict` redo this from a run folder with bit-identical inputs.
+#include "cost/predict.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace meshsim {
+namespace {
+
+using nlohmann::json;
+
+// The task's name as the recorder spelled it: ids are "r<rank>/<index>:<name>".
+std::string task_name(const std::string& id) {
+  const auto colon = id.find(':');
+  return colon == std::string::npos ? id : id.substr(colon + 1);
+}
+
+std::vector<Recorder> timeline_of(const Program& program, const ReplayResult& result,
+                                  int64_t step) {
+  std::vector<Recorder> out(program.ranks.size());
+  size_t t = 0;
+  for (size_t r = 0; r < program.ranks.size(); ++r)
+    for (const Task& task : program.ranks[r]) {
+      const TaskTiming& timing = result.tasks[t++];
+      if (task.kind == TaskKind::Compute) {
+        ComputeRecord c;
+        c.name = task_name(task.id);
+        c.step = step;
+        c.start_s = timing.start_s;
+        c.end_s = timing.end_s;
+        out[r].compute.push_back(c);
+        continue;
+      }
+      CollectiveRecord c;
+      c.op = task_name(task.id);
+      c.group = task.group;
+      c.bytes = static_cast<int64_t>(task.bytes);
+      if (task.op == CollectiveOp::SendRecv)
+        c.peer = task.group[0] == static_cast<int>(r) ? task.group[1] : task.group[0];
+      c.start_s = timing.start_s;
+      c.end_s = timing.end_s;
+      out[r].collectives.push_back(c);
+    }
+  return out;
+}
+
+template <typename T> T field(const json& j, const char* name) {
+  const auto it = j.find(name);
+  if (it == j.end())
+    throw std::invalid_argument(std::string("records.json: missing \"") + name + "\"");
+  return it->get<T>();
+}
+
+} // namespace
+
+Prediction predict(const std::vector<Recorder>& ranks, int64_t samples_per_step,
+                   const ClusterSpec& cluster, const PredictOptions& options) {
+  Prediction p;
+  p.cluster = cluster.to_string();
+  p.world_size = static_cast<int>(ranks.size());
+  p.samples_per_step = samples_per_step;
+  p.step = options.step >= 0 ? options.step : representative_step(ranks);
+  p.dtype = to_string(options.dtype);
+  p.compute_source = options.measured_compute ? "measured" : "roofline";
+  double flops = 0;
+  p.program = build_step_program(ranks, p.step, cluster.gpu, options, &flops);
+  ReplayOptions replay_options;
+  replay_options.efficiency = options.efficiency;
+  replay_options.algorithm = options.algorithm;
+  p.replay = replay(p.program, cluster, replay_options);
+  p.step_time_s = p.replay.makespan_s;
+  p.exposed_comm_s = p.replay.max_exposed_comm_s();
+  p.bubble_fraction = p.replay.bubble_fraction;
+  for (const RankStats& s : p.replay.ranks) {
+    p.compute_s = std::max(p.compute_s, s.compute_busy_s);
+    p.comm_s = std::max(p.comm_s, s.comm_busy_s);
+  }
+  if (p.step_time_s > 0 && p.world_size > 0) {
+    p.samples_per_s = static_cast<double>(samples_per_step) / p.step_time_s;
+    p.tflops_per_gpu = flops / p.world_size / p.step_time_s / 1e12;
+    p.mfu = p.tflops_per_gpu * 1e12 / cluster.gpu.peak_flops(options.dtype);
+  }
+  p.timeline = timeline_of(p.program, p.replay, p.step);
+  return p;
+}
+
+std::vector<Recorder> resize_data_parallel(const std::vector<Recorder>& ranks, int world) {
+  if (ranks.empty() || world < 1)
+    throw std::invalid_argument("resize_data_parallel: nothing to resize");
+  std::vector<int> recorded_world;
+  for (int r = 0; r < static_cast<int>(ranks.size()); ++r)
+    recorded_world.push_back(r);
+  std::vector<int> new_world;
+  for (int r = 0; r < world; ++r)
+    new_world.push_back(r);
+  Recorder model = ranks[0];
+  for (CollectiveRecord& c : model.collectives) {
+    if (c.group != recorded_world || c.op == "send" || c.op == "recv")
+      throw std::invalid_argument("only runs whose collectives all span every GPU "
+                                  "(data parallel) can be replayed on another GPU count");
+    c.group = new_world;
+  }
+  return std::vector<Recorder>(static_cast<size_t>(world), model);
+}
+
+json to_json(const Prediction& p) {
+  return {{"cluster", p.cluster},
+          {"step", p.step},
+          {"world_size", p.world_size},
+          {"samples_per_step", p.samples_per_step},
+          {"dtype", p.dtype},
+          {"compute", p.compute_source},
+          {"step_time_s", p.step_time_s},
+          {"samples_per_s", p.samples_per_s},
+          {"tflops_per_gpu", p.tflops_per_gpu},
+          {"mfu", p.mfu},
+          {"exposed_comm_s", p.exposed_comm_s},
+          {"bubble_fraction", p.bubble_fraction},
+          {"compute_s", p.compute_s},
+          {"comm_s", p.comm_s}};
+}
+
+json records_to_json(const std::vector<Recorder>& ranks, int64_t samples_per_step) {
+  json out_ranks = json::array();
+  for (const Recorder& r : ranks) {
+    json compute = json::array(), collectives = json::array();
+    for (const ComputeRecord& c : r.compute) {
+      json layers = json::array();
+      for (const LayerWork& w : c.layers)
+        layers.push_back({w.layer, w.op, w.flops, w.bytes, w.param_bytes});
+      compute.push_back({{"name", c.name},
+                         {"step", c.step},
+                         {"start_s", c.start_s},
+                         {"end_s", c.end_s},
+                         {"flops", c.flops},
+                         {"bytes", c.bytes},
+                         {"op", c.op},
+                         {"layers", layers}});
+    }
+    for (const CollectiveRecord& c : r.collectives)
+      collectives.push_back({{"op", c.op},
+                             {"group", c.group},
+                             {"bytes", c.bytes},
+                             {"seq", c.seq},
+                             {"peer", c.peer},
+                             {"start_s", c.start_s},
+                             {"end_s", c.end_s}});
+    out_ranks.push_back({{"compute", compute}, {"collectives", collectives}});
+  }
+  return {{"format", "meshsim-records-1"},
+          {"samples_per_step", samples_per_step},
+          {"ranks", out_ranks}};
+}
+
+std::vector<Recorder> records_from_json(const json& doc, int64_t* samples_per_step) {
+  try {
+    if (field<std::string>(doc, "format") != "meshsim-records-1")
+      throw std::invalid_argument("records.json: unknown format");
+    if (samples_per_step)
+      *samples_per_step = field<int64_t>(doc, "samples_per_step");
+    std::vector<Recorder> ranks;
+    for (const json& jr : field<json>(doc, "ranks")) {
+      Recorder r;
+      for (const json& j : field<json>(jr, "compute")) {
+        ComputeRecord c;
+        c.name = field<std::string>(j, "name");
+        c.step = field<int64_t>(j, "step");
+        c.start_s = field<double>(j, "start_s");
+        c.end_s = field<double>(j, "end_s");
+        c.flops = field<double>(j, "flops");
+        c.bytes = field<double>(j, "bytes");
+        c.op = field<std::string>(j, "op");
+        for (const json& w : field<json>(j, "layers"))
+          c.layers.push_back({w.at(0).get<std::string>(), w.at(1).get<std::string>(),
+                              w.at(2).get<double>(), w.at(3).get<double>(),
+                              w.at(4).get<int64_t>()});
+        r.compute.push_back(std::move(c));
+      }
+      for (const json& j : field<json>(jr, "collectives")) {
+        CollectiveRecord c;
+        c.op = field<std::string>(j, "op");
+        c.group = field<std::vector<int>>(j, "group");
+        c.bytes = field<int64_t>(j, "bytes");
+        c.seq = field<int64_t>(j, "seq");
+        c.peer = field<int>(j, "peer");
+        c.start_s = field<double>(j, "start_s");
+        c.end_s = field<double>(j, "end_s");
+        r.collectives.push_back(std::move(c));
+      }
+      ranks.push_back(std::move(r));
+    }
+    return ranks;
+  } catch (const json::exception& e) {
+    throw std::invalid_argument(std::string("records.json: malformed: ") + e.what());
+  }
+}
+
+} // namespace meshsim

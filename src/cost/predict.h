@@ -1,0 +1,88 @@
+// Prediction: one recorded training step replayed on a target cluster.
+//
+// build_step_program() turns what the ranks recorded (mesh/recorder.h) into a replay Program:
+//  - each rank's compute regions and collectives of the step, in the order they started
+//    (stream order); a step runs from the rank's first compute region of the step to its
+//    first one of the next step;
+//  - a collective belongs to the step in which its lowest member (a send/recv: the sender)
+//    issued it, and every member's instance joins that step, matched by the recorded
+//    sequence number (send/recv by their order per (sender, receiver) pair);
+//  - every task waits for the task recorded before it on its rank (the in-process collectives
+//    block), except: a send does not hold up what follows it (it is buffered), and DDP
+//    buckets overlap backward: the reductions recorded right after a backward region whose
+//    sizes add up to its layers' parameters (last layer first, as buckets are built) each
+//    wait only for the fraction of backward, by modelled time, that produces the bucket's last
+//    gradient;
+//  - a collective recorded inside a compute region's span (a tensor-parallel all-reduce)
+//    splits the region, in proportion to the measured time on either side;
+//  - compute on the target: the roofline of each counted layer (cost/flops.h); a region with
+//    no counted work, or every region under `measured_compute`, keeps its measured time.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cost/replay.h"
+#include "mesh/recorder.h"
+
+namespace meshsim {
+
+struct PredictOptions {
+  Dtype dtype = Dtype::FP32;             // the math of the target run (meshsim trains fp32)
+  Efficiency efficiency;                 // per op class, see roofline.h
+  Algorithm algorithm = Algorithm::Auto; // all_reduce algorithm
+  bool measured_compute = false;         // compute = measured time (target = this device)
+  bool overlap_buckets = true;           // DDP buckets start as their gradients are ready
+  int64_t step = -1;                     // -1: representative_step()
+};
+
+/// The step predicted by default: the second-to-last recorded step (the last one also holds
+/// the final evaluation and checkpoint), or the only one. 0 when nothing was recorded.
+int64_t representative_step(const std::vector<Recorder>& ranks);
+
+/// One step of `ranks` as a replay Program (see the top of this file). `flops` receives the
+/// counted FLOPs of the step summed over every rank. Throws std::invalid_argument when the
+/// step was not recorded.
+Program build_step_program(const std::vector<Recorder>& ranks, int64_t step, const GpuSpec& gpu,
+                           const PredictOptions& options, double* flops = nullptr);
+
+struct Prediction {
+  std::string cluster; // ClusterSpec::to_string()
+  int64_t step = 0;    // the recorded step that was replayed
+  int world_size = 0;
+  int64_t samples_per_step = 0;
+  double step_time_s = 0; // makespan of the replayed step
+  double samples_per_s = 0;
+  double tflops_per_gpu = 0;  // counted FLOPs / GPUs / step time
+  double mfu = 0;             // tflops_per_gpu / peak of the dtype (dense)
+  double exposed_comm_s = 0;  // worst rank: communication not hidden behind compute
+  double bubble_fraction = 0; // compute streams idle (pipeline bubbles, exposed comm)
+  double compute_s = 0;       // busiest rank's compute time
+  double comm_s = 0;          // busiest rank's communication time
+  std::string dtype;
+  std::string compute_source; // "roofline" or "measured"
+  Program program;
+  ReplayResult replay;
+  std::vector<Recorder> timeline; // the predicted step as records, for the trace
+};
+
+/// Replays step `options.step` of `ranks` on `cluster`.
+Prediction predict(const std::vector<Recorder>& ranks, int64_t samples_per_step,
+                   const ClusterSpec& cluster, const PredictOptions& options = {});
+
+/// A data-parallel run's rank 0 records replicated on `world` GPUs, every collective over
+/// all of them: the same per-GPU work (weak scaling). std::invalid_argument when some
+/// collective does not span the whole recorded world (tensor or pipeline parallel).
+std::vector<Recorder> resize_data_parallel(const std::vector<Recorder>& ranks, int world);
+
+/// The headline numbers (not the program): what summary.json holds under "prediction".
+nlohmann::json to_json(const Prediction& prediction);
+
+/// What `meshsim predict` needs from a run: every rank's records, losslessly.
+nlohmann::json records_to_json(const std::vector<Recorder>& ranks, int64_t samples_per_step);
+/// The inverse; throws std::invalid_argument on a malformed document.
+std::vector<Recorder> records_from_json(const nlohmann::json& doc, int64_t* samples_per_step);
+
+} // namespace meshsim

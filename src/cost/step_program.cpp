@@ -1,0 +1,276 @@
+// build_step_program: one recorded step of every rank as a replay Program (see predict.h for
+// the rules; this file is their implementation).
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "cost/predict.h"
+
+namespace meshsim {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+std::string join(const std::vector<int>& ranks) {
+  std::string text;
+  for (int r : ranks)
+    text += (text.empty() ? "" : ",") + std::to_string(r);
+  return text;
+}
+
+// The same string on every member's instance of one collective: op, group and the recorded
+// sequence number; send/recv by their order per directed pair, as NCCL matches them (the
+// recorded seq counts per tag, and the tag is not recorded).
+std::unordered_map<const CollectiveRecord*, std::string>
+collective_keys(const std::vector<Recorder>& ranks) {
+  std::unordered_map<const CollectiveRecord*, std::string> keys;
+  for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
+    std::map<std::pair<int, int>, int64_t> p2p; // (src, dst) -> calls so far
+    for (const CollectiveRecord& c : ranks[r].collectives) {
+      if (c.op == "send" || c.op == "recv") {
+        const std::pair<int, int> pair =
+            c.op == "send" ? std::make_pair(r, c.peer) : std::make_pair(c.peer, r);
+        keys[&c] = "p2p " + std::to_string(pair.first) + ">" + std::to_string(pair.second) + "#" +
+                   std::to_string(p2p[pair]++);
+      } else {
+        keys[&c] = c.op + "{" + join(c.group) + "}#" + std::to_string(c.seq);
+      }
+    }
+  }
+  return keys;
+}
+
+// The rank whose timeline decides which step a collective belongs to.
+int owner_of(const CollectiveRecord& c, int rank) {
+  if (c.op == "send")
+    return rank;
+  if (c.op == "recv")
+    return c.peer;
+  return c.group.empty() ? rank : *std::min_element(c.group.begin(), c.group.end());
+}
+
+struct Window {
+  double begin = kInf;
+  double end = kInf;
+};
+
+Window window_of(const Recorder& r, int64_t step) {
+  Window w;
+  for (const ComputeRecord& c : r.compute)
+    if (c.step == step)
+      w.begin = std::min(w.begin, c.start_s);
+  for (const ComputeRecord& c : r.compute)
+    if (c.step > step && c.start_s >= w.begin)
+      w.end = std::min(w.end, c.start_s);
+  return w;
+}
+
+// Time of a region on the target, and the cumulative fraction after each of its layers.
+double region_time(const ComputeRecord& c, const GpuSpec& gpu, const PredictOptions& o,
+                   std::vector<double>* cumulative) {
+  const double measured = std::max(0.0, c.end_s - c.start_s);
+  if (o.measured_compute || c.layers.empty()) {
+    if (cumulative)
+      for (size_t i = 0; i < c.layers.size(); ++i)
+        cumulative->push_back(static_cast<double>(i + 1) / static_cast<double>(c.layers.size()));
+    return measured;
+  }
+  std::vector<double> times;
+  double total = 0;
+  for (const LayerWork& w : c.layers) {
+    times.push_back(
+        roofline({w.flops, w.bytes, parse_op_class(w.op), o.dtype}, gpu, o.efficiency).time_s);
+    total += times.back();
+  }
+  if (cumulative) {
+    double acc = 0;
+    for (double t : times)
+      cumulative->push_back(total > 0 ? (acc += t) / total : 1.0);
+  }
+  return total;
+}
+
+bool is_gradient_reduction(const std::string& op) {
+  return op == "all_reduce" || op == "reduce_scatter" || op == "reduce";
+}
+
+class RankBuilder {
+public:
+  RankBuilder(int rank, std::vector<Task>& out) : rank_(rank), out_(out) {}
+
+  std::string compute(const std::string& name, double seconds) {
+    const std::string id = next_id(name);
+    out_.push_back(Task::compute(id, seconds, deps()));
+    last_ = id;
+    return id;
+  }
+
+  // `after`: the task it waits for (default: the last blocking task).
+  void comm(const CollectiveRecord& c, const std::string& key, const std::string* after = nullptr) {
+    const std::string id = next_id(c.op);
+    const int n = static_cast<int>(c.group.size());
+    double bytes = static_cast<double>(c.bytes);
+    if (c.op == "all_gather")
+      bytes *= n; // collective_cost.h: all_gather counts its output
+    if (c.op == "barrier")
+      bytes = 0;
+    std::vector<int> group = c.group;
+    if (c.op == "send")
+      group = {rank_, c.peer};
+    if (c.op == "recv")
+      group = {c.peer, rank_};
+    std::vector<std::string> d = after ? std::vector<std::string>{*after} : deps();
+    out_.push_back(Task::comm(id, parse_collective_op(c.op), group, bytes, d, key));
+    if (c.op != "send")
+      last_ = id; // a send is buffered: nothing waits for it
+  }
+
+private:
+  std::vector<std::string> deps() const {
+    return last_.empty() ? std::vector<std::string>{} : std::vector<std::string>{last_};
+  }
+  std::string next_id(const std::string& name) {
+    return "r" + std::to_string(rank_) + "/" + std::to_string(count_++) + ":" + name;
+  }
+
+  int rank_;
+  std::vector<Task>& out_;
+  std::string last_;
+  int count_ = 0;
+};
+
+} // namespace
+
+int64_t representative_step(const std::vector<Recorder>& ranks) {
+  std::set<int64_t> steps;
+  for (const Recorder& r : ranks)
+    for (const ComputeRecord& c : r.compute)
+      if (c.step > 0)
+        steps.insert(c.step);
+  if (steps.empty())
+    return 0;
+  if (steps.size() == 1)
+    return *steps.begin();
+  return *std::prev(steps.end(), 2);
+}
+
+Program build_step_program(const std::vector<Recorder>& ranks, int64_t step, const GpuSpec& gpu,
+                           const PredictOptions& o, double* flops) {
+  const int n = static_cast<int>(ranks.size());
+  std::vector<Window> windows;
+  bool any = false;
+  for (const Recorder& r : ranks) {
+    windows.push_back(window_of(r, step));
+    any = any || windows.back().begin < kInf;
+  }
+  if (!any)
+    throw std::invalid_argument("predict: step " + std::to_string(step) + " was not recorded");
+
+  // Which collectives belong to the step: decided on their owner's timeline.
+  const auto keys = collective_keys(ranks);
+  std::set<std::string> included;
+  for (int r = 0; r < n; ++r)
+    for (const CollectiveRecord& c : ranks[r].collectives)
+      if (owner_of(c, r) == r && c.start_s >= windows[r].begin && c.start_s < windows[r].end)
+        included.insert(keys.at(&c));
+
+  Program program;
+  program.ranks.resize(static_cast<size_t>(n));
+  double total_flops = 0;
+  for (int r = 0; r < n; ++r) {
+    std::vector<const ComputeRecord*> regions;
+    for (const ComputeRecord& c : ranks[r].compute)
+      if (c.step == step)
+        regions.push_back(&c), total_flops += c.flops;
+    std::vector<const CollectiveRecord*> colls;
+    for (const CollectiveRecord& c : ranks[r].collectives)
+      if (included.count(keys.at(&c)))
+        colls.push_back(&c);
+    auto by_start = [](const auto* a, const auto* b) { return a->start_s < b->start_s; };
+    std::stable_sort(regions.begin(), regions.end(), by_start);
+    std::stable_sort(colls.begin(), colls.end(), by_start);
+
+    RankBuilder b(r, program.ranks[r]);
+    size_t ci = 0;
+    for (size_t k = 0; k < regions.size(); ++k) {
+      const ComputeRecord& c = *regions[k];
+      while (ci < colls.size() && colls[ci]->start_s <= c.start_s)
+        b.comm(*colls[ci], keys.at(colls[ci])), ++ci;
+      std::vector<const CollectiveRecord*> inside;
+      while (ci < colls.size() && colls[ci]->start_s < c.end_s)
+        inside.push_back(colls[ci++]);
+      std::vector<double> cumulative;
+      const double target = region_time(c, gpu, o, &cumulative);
+
+      if (!inside.empty()) { // split at each blocking collective, by measured time
+        std::vector<double> segments;
+        double prev = c.start_s, sum = 0;
+        for (const auto* x : inside)
+          segments.push_back(std::max(0.0, x->start_s - prev)), prev = x->end_s;
+        segments.push_back(std::max(0.0, c.end_s - prev));
+        for (double s : segments)
+          sum += s;
+        // Measured: the pieces themselves (the region's span includes the collectives).
+        const bool measured = o.measured_compute || c.layers.empty();
+        for (size_t i = 0; i < segments.size(); ++i) {
+          const double share =
+              sum > 0 ? segments[i] / sum : 1.0 / static_cast<double>(segments.size());
+          b.compute(c.name, measured ? segments[i] : target * share);
+          if (i < inside.size())
+            b.comm(*inside[i], keys.at(inside[i]));
+        }
+        continue;
+      }
+
+      // DDP buckets: the reductions right after this region that add up to its parameters.
+      const double next_start = k + 1 < regions.size() ? regions[k + 1]->start_s : kInf;
+      std::vector<double> param_cum;
+      double acc = 0;
+      for (const LayerWork& w : c.layers)
+        param_cum.push_back(acc += static_cast<double>(w.param_bytes));
+      std::vector<std::pair<const CollectiveRecord*, double>> buckets; // record, ready fraction
+      double matched = 0;
+      for (size_t j = ci; o.overlap_buckets && acc > 0 && j < colls.size() &&
+                          colls[j]->start_s < next_start && is_gradient_reduction(colls[j]->op);
+           ++j) {
+        matched += static_cast<double>(colls[j]->bytes);
+        if (matched > acc)
+          break;
+        const size_t layer =
+            std::lower_bound(param_cum.begin(), param_cum.end(), matched) - param_cum.begin();
+        buckets.emplace_back(colls[j], cumulative[std::min(layer, cumulative.size() - 1)]);
+        if (matched == acc)
+          break;
+      }
+      if (matched != acc)
+        buckets.clear();
+      if (buckets.empty()) {
+        b.compute(c.name, target);
+        continue;
+      }
+      std::vector<std::string> ready_piece;
+      double done = 0;
+      std::string piece;
+      for (const auto& [rec, fraction] : buckets) {
+        if (fraction > done || piece.empty())
+          piece = b.compute(c.name, target * (fraction - done)), done = fraction;
+        ready_piece.push_back(piece);
+      }
+      if (done < 1)
+        b.compute(c.name, target * (1 - done));
+      for (size_t i = 0; i < buckets.size(); ++i)
+        b.comm(*buckets[i].first, keys.at(buckets[i].first), &ready_piece[i]);
+      ci += buckets.size();
+    }
+    for (; ci < colls.size(); ++ci)
+      b.comm(*colls[ci], keys.at(colls[ci]));
+  }
+  if (flops)
+    *flops = total_flops;
+  return program;
+}
+
+} // namespace meshsim

@@ -1,0 +1,111 @@
+// FLOP and byte counts of known layers, against numbers worked out by hand from the
+// conventions in cost/flops.h.
+#include <gtest/gtest.h>
+
+#include "cost/flops.h"
+#include "models/models.h"
+
+namespace meshsim {
+namespace {
+
+namespace nn = torch::nn;
+
+// q, k, v, out projections: what the GPT model's attention module is made of.
+struct AttentionImpl : nn::Module {
+  explicit AttentionImpl(int64_t d)
+      : q(register_module("q", nn::Linear(d, d))), k(register_module("k", nn::Linear(d, d))),
+        v(register_module("v", nn::Linear(d, d))), out(register_module("out", nn::Linear(d, d))) {}
+  nn::Linear q, k, v, out;
+};
+
+TEST(CostFlops, LinearIsTwoMnkPlusBias) {
+  nn::Linear fc(128, 10);
+  const LayerWork w = count_layer("fc", *fc, {2, 128}, {2, 10});
+  EXPECT_EQ(w.op, "matmul");
+  EXPECT_DOUBLE_EQ(w.flops, 2.0 * 2 * 128 * 10 + 2 * 10);
+  EXPECT_DOUBLE_EQ(w.bytes, (2 * 128 + 2 * 10) * 4.0 + (128 * 10 + 10) * 4.0);
+  EXPECT_EQ(w.param_bytes, (128 * 10 + 10) * 4);
+  nn::Linear no_bias(nn::LinearOptions(128, 10).bias(false));
+  EXPECT_DOUBLE_EQ(count_layer("fc", *no_bias, {3, 5, 128}, {3, 5, 10}).flops, 2.0 * 15 * 128 * 10);
+}
+
+TEST(CostFlops, Conv2dCountsEveryOutputElement) {
+  nn::Conv2d conv(nn::Conv2dOptions(32, 64, 3).padding(1));
+  const LayerWork w = count_layer("conv2", *conv, {2, 32, 14, 14}, {2, 64, 14, 14});
+  const double outputs = 2.0 * 64 * 14 * 14;
+  EXPECT_DOUBLE_EQ(w.flops, 2 * outputs * 32 * 9 + outputs);
+  EXPECT_DOUBLE_EQ(w.bytes, (2.0 * 32 * 14 * 14 + outputs) * 4 + (64 * 32 * 9 + 64) * 4.0);
+}
+
+TEST(CostFlops, ElementwiseNormalizationAndViews) {
+  nn::ReLU relu;
+  const LayerWork r = count_layer("relu", *relu, {4, 100}, {4, 100});
+  EXPECT_EQ(r.op, "elementwise");
+  EXPECT_DOUBLE_EQ(r.flops, 400);
+  EXPECT_DOUBLE_EQ(r.bytes, 800 * 4);
+  nn::GELU gelu;
+  EXPECT_DOUBLE_EQ(count_layer("gelu", *gelu, {4, 100}, {4, 100}).flops, 8 * 400);
+  nn::MaxPool2d pool(2);
+  const LayerWork p = count_layer("pool", *pool, {2, 32, 28, 28}, {2, 32, 14, 14});
+  EXPECT_DOUBLE_EQ(p.flops, 4.0 * 2 * 32 * 14 * 14);
+  nn::LayerNorm ln(nn::LayerNormOptions({16}));
+  const LayerWork n = count_layer("ln", *ln, {2, 8, 16}, {2, 8, 16});
+  EXPECT_EQ(n.op, "normalization");
+  EXPECT_DOUBLE_EQ(n.flops, 5.0 * 256);
+  EXPECT_DOUBLE_EQ(n.bytes, 512 * 4.0 + 32 * 4.0);
+  nn::Flatten flatten;
+  EXPECT_DOUBLE_EQ(count_layer("flatten", *flatten, {2, 64, 7, 7}, {2, 3136}).flops, 0);
+}
+
+TEST(CostFlops, AttentionAddsQkAndAvMatmuls) {
+  const int64_t b = 2, s = 8, d = 16;
+  auto attention = std::make_shared<AttentionImpl>(d);
+  const LayerWork w = count_layer("attn", *attention, {b, s, d}, {b, s, d});
+  const double rows = b * s;
+  const double projections = 4 * (2 * rows * d * d + rows * d);
+  EXPECT_DOUBLE_EQ(w.flops, projections + 4.0 * b * s * s * d);
+}
+
+TEST(CostFlops, CnnForwardLayerByLayer) {
+  const auto model = build_model("cnn", ModelOptions{0, 0});
+  const auto layers = count_forward(model, torch::zeros({2, 1, 28, 28}));
+  ASSERT_EQ(layers.size(), 10u);
+  EXPECT_EQ(layers[0].layer, "conv1");
+  EXPECT_DOUBLE_EQ(layers[0].flops, 2.0 * 50176 * 9 + 50176);
+  EXPECT_DOUBLE_EQ(layers[0].bytes, (1568 + 50176) * 4.0 + 320 * 4.0);
+  EXPECT_DOUBLE_EQ(layers[1].flops, 50176);                     // relu1
+  EXPECT_DOUBLE_EQ(layers[2].flops, 4.0 * 12544);               // pool1
+  EXPECT_DOUBLE_EQ(layers[3].flops, 2.0 * 25088 * 288 + 25088); // conv2
+  EXPECT_DOUBLE_EQ(layers[6].flops, 0);                         // flatten
+  EXPECT_DOUBLE_EQ(layers[7].flops, 2.0 * 2 * 3136 * 128 + 256);
+  EXPECT_DOUBLE_EQ(layers[9].flops, 2.0 * 2 * 128 * 10 + 20);
+  int64_t params = 0;
+  for (const auto& w : layers)
+    params += w.param_bytes;
+  EXPECT_EQ(params, 421642 * 4);
+
+  const auto backward = backward_work(layers);
+  EXPECT_EQ(backward.front().layer, "fc2");
+  EXPECT_DOUBLE_EQ(backward.front().flops, 2 * layers[9].flops); // matmul: 2x
+  EXPECT_DOUBLE_EQ(backward[8].flops, layers[1].flops);          // relu1: 1x
+  EXPECT_DOUBLE_EQ(backward[8].bytes, 2 * layers[1].bytes);
+
+  ComputeRecord record;
+  attach_work(record, layers);
+  EXPECT_EQ(record.op, "matmul");
+  double sum = 0;
+  for (const auto& w : layers)
+    sum += w.flops;
+  EXPECT_DOUBLE_EQ(record.flops, sum);
+}
+
+TEST(CostFlops, OptimizerWorkPerParameter) {
+  const LayerWork adam = optimizer_work(1000, "adam", true);
+  EXPECT_DOUBLE_EQ(adam.bytes, 28000);
+  EXPECT_EQ(adam.op, "optimizer");
+  EXPECT_DOUBLE_EQ(optimizer_work(1000, "sgd", false).bytes, 12000);
+  EXPECT_DOUBLE_EQ(optimizer_work(1000, "sgd", true).bytes, 20000);
+}
+
+} // namespace
+} // namespace meshsim

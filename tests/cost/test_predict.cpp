@@ -1,0 +1,178 @@
+// build_step_program and predict on hand-built records whose replay is known exactly: DDP
+// buckets overlapping backward, a tensor-parallel all-reduce splitting a region, pipeline
+// send/recv, the step window, and the records' JSON round trip.
+#include <gtest/gtest.h>
+
+#include "cost/predict.h"
+
+namespace meshsim {
+namespace {
+
+constexpr double kMs = 1e-3;
+
+ComputeRecord region(const std::string& name, int64_t step, double start_ms, double end_ms,
+                     std::vector<LayerWork> layers = {}) {
+  ComputeRecord c;
+  c.name = name;
+  c.step = step;
+  c.start_s = start_ms * kMs;
+  c.end_s = end_ms * kMs;
+  c.layers = std::move(layers);
+  return c;
+}
+
+CollectiveRecord coll(const std::string& op, std::vector<int> group, int64_t bytes, int64_t seq,
+                      double start_ms, double end_ms, int peer = -1) {
+  return {op, std::move(group), bytes, seq, peer, start_ms * kMs, end_ms * kMs};
+}
+
+double all_reduce_s(double bytes, const ClusterSpec& cluster, int n) {
+  return collective_cost(CollectiveOp::AllReduce, bytes, GroupShape::within_node(n), cluster)
+      .time_s;
+}
+
+// One DDP step per rank as the recorder sees it: forward 1 ms, backward 4 ms over four
+// layers (last first) holding 1e8, 0.5e8, 0.5e8, 1e8 parameter bytes, three buckets of 1e8
+// bytes recorded after backward, optimizer 1 ms, the loss all-reduce, and step 2's forward.
+std::vector<Recorder> ddp_records(int world) {
+  std::vector<int> group;
+  for (int r = 0; r < world; ++r)
+    group.push_back(r);
+  std::vector<LayerWork> layers;
+  for (int64_t bytes : {100000000, 50000000, 50000000, 100000000})
+    layers.push_back({"fc", "matmul", 1e9, 1e6, bytes});
+  std::vector<Recorder> ranks(world);
+  for (Recorder& r : ranks) {
+    r.collectives.push_back(coll("broadcast", group, 4, 0, -2, -1)); // setup: not in a step
+    r.compute.push_back(region("forward", 1, 0, 1));
+    r.compute.push_back(region("backward", 1, 1, 5, layers));
+    r.collectives.push_back(coll("all_reduce", group, 100000000, 1, 5, 6));
+    r.collectives.push_back(coll("all_reduce", group, 100000000, 2, 6, 7));
+    r.collectives.push_back(coll("all_reduce", group, 100000000, 3, 7, 8));
+    r.compute.push_back(region("optimizer", 1, 8, 9));
+    r.collectives.push_back(coll("all_reduce", group, 16, 4, 9, 9.5));
+    r.compute.push_back(region("forward", 2, 10, 11));
+    r.collectives.push_back(coll("all_reduce", group, 100000000, 5, 12, 13));
+  }
+  return ranks;
+}
+
+TEST(CostPredict, DdpExposesOnlyTheLastBucket) {
+  const ClusterSpec cluster = parse_cluster_spec("2xa100-80");
+  PredictOptions options;
+  options.measured_compute = true;
+  options.step = 1;
+  const Prediction p = predict(ddp_records(2), 64, cluster, options);
+  const double bucket = all_reduce_s(1e8, cluster, 2);
+  const double loss = all_reduce_s(16, cluster, 2);
+  ASSERT_LT(bucket, 1 * kMs); // so buckets 1 and 2 hide behind backward
+  // Buckets become ready at 1/4, 3/4 and all of backward (2, 4, 5 ms).
+  const auto& tasks = p.replay.tasks;
+  std::vector<double> starts;
+  for (const TaskTiming& t : tasks)
+    if (t.rank == 0 && t.kind == TaskKind::Comm)
+      starts.push_back(t.start_s);
+  ASSERT_EQ(starts.size(), 4u); // three buckets and the loss: not the broadcast, not step 2
+  EXPECT_NEAR(starts[0], 2 * kMs, 1e-12);
+  EXPECT_NEAR(starts[1], 4 * kMs, 1e-12);
+  EXPECT_NEAR(starts[2], 5 * kMs, 1e-12);
+  EXPECT_NEAR(p.exposed_comm_s, bucket + loss, 1e-12);
+  EXPECT_NEAR(p.step_time_s, 6 * kMs + bucket + loss, 1e-12);
+  EXPECT_NEAR(p.samples_per_s, 64 / p.step_time_s, 1e-9);
+
+  options.overlap_buckets = false; // every bucket waits for the whole backward
+  const Prediction serial = predict(ddp_records(2), 64, cluster, options);
+  EXPECT_NEAR(serial.exposed_comm_s, 3 * bucket + loss, 1e-12);
+}
+
+TEST(CostPredict, RooflineComputeAndMfu) {
+  const ClusterSpec cluster = parse_cluster_spec("1xa100-80");
+  PredictOptions options;
+  options.step = 1;
+  std::vector<Recorder> ranks = ddp_records(1);
+  for (ComputeRecord& c : ranks[0].compute)
+    c.flops = 0;
+  ranks[0].compute[1].flops = 4e9; // backward: four layers of 1e9 FLOPs
+  const Prediction p = predict(ranks, 64, cluster, options);
+  const double layer = roofline({1e9, 1e6, OpClass::Matmul, Dtype::FP32}, cluster.gpu).time_s;
+  // forward and optimizer have no counted layers: they keep their measured 1 ms each.
+  EXPECT_NEAR(p.step_time_s, 2 * kMs + 4 * layer, 1e-12);
+  EXPECT_NEAR(p.tflops_per_gpu, 4e9 / p.step_time_s / 1e12, 1e-9);
+  EXPECT_NEAR(p.mfu, p.tflops_per_gpu * 1e12 / cluster.gpu.fp32_flops, 1e-12);
+}
+
+TEST(CostPredict, CollectiveInsideARegionSplitsIt) {
+  // Tensor parallel: each rank's forward blocks on an all-reduce in the middle.
+  std::vector<Recorder> ranks(2);
+  ranks[0].compute.push_back(region("forward", 1, 0, 4));
+  ranks[0].collectives.push_back(coll("all_reduce", {0, 1}, 1000000, 0, 1, 3));
+  ranks[1].compute.push_back(region("forward", 1, 0, 4));
+  ranks[1].collectives.push_back(coll("all_reduce", {0, 1}, 1000000, 0, 2, 3));
+  const ClusterSpec cluster = parse_cluster_spec("2xa100-80");
+  PredictOptions options;
+  options.measured_compute = true;
+  const Prediction p = predict(ranks, 8, cluster, options);
+  const double ar = all_reduce_s(1e6, cluster, 2);
+  // Rank 0: 1 ms + 1 ms around it; rank 1: 2 ms + 1 ms. The all-reduce waits for rank 1.
+  ASSERT_EQ(p.program.ranks[0].size(), 3u);
+  const TaskTiming& second = p.replay.task(p.program.ranks[0][2].id);
+  EXPECT_NEAR(second.start_s, 2 * kMs + ar, 1e-12);
+  EXPECT_NEAR(second.end_s, 3 * kMs + ar, 1e-12);
+  EXPECT_NEAR(p.step_time_s, 3 * kMs + ar, 1e-12);
+}
+
+TEST(CostPredict, PipelineSendRecvAreDependencies) {
+  std::vector<Recorder> ranks(2);
+  // Stage 0: forward, send activations, receive their gradient, backward.
+  ranks[0].compute.push_back(region("forward", 1, 0, 1));
+  ranks[0].collectives.push_back(coll("send", {0, 1}, 1000000, 0, 1, 1.01, 1));
+  ranks[0].collectives.push_back(coll("recv", {1, 0}, 1000000, 0, 1.01, 3, 1));
+  ranks[0].compute.push_back(region("backward", 1, 3, 5));
+  // Stage 1: receive (it started waiting before its own step began), forward, backward, send.
+  ranks[1].collectives.push_back(coll("recv", {0, 1}, 1000000, 0, 0, 1.01, 0));
+  ranks[1].compute.push_back(region("forward", 1, 1.01, 2));
+  ranks[1].compute.push_back(region("backward", 1, 2, 2.9));
+  ranks[1].collectives.push_back(coll("send", {1, 0}, 1000000, 0, 2.9, 3, 0));
+  const ClusterSpec cluster = parse_cluster_spec("2xa100-80");
+  PredictOptions options;
+  options.measured_compute = true;
+  const Prediction p = predict(ranks, 8, cluster, options);
+  const double hop =
+      collective_cost(CollectiveOp::SendRecv, 1e6, GroupShape::within_node(2), cluster).time_s;
+  const auto& stage1 = p.program.ranks[1];
+  const TaskTiming& fwd1 = p.replay.task(stage1[1].id);
+  EXPECT_NEAR(fwd1.start_s, 1 * kMs + hop, 1e-12);
+  const TaskTiming& bwd0 = p.replay.task(p.program.ranks[0][3].id);
+  // stage 1: forward 0.99 ms + backward 0.9 ms, then the gradient travels back.
+  EXPECT_NEAR(bwd0.start_s, 1 * kMs + hop + 1.89 * kMs + hop, 1e-12);
+  EXPECT_NEAR(p.step_time_s, bwd0.start_s + 2 * kMs, 1e-12);
+}
+
+TEST(CostPredict, RecordsRoundTripThroughJson) {
+  std::vector<Recorder> ranks = ddp_records(2);
+  ranks[0].compute[0].flops = 123.456789e9;
+  ranks[1].compute[1].op = "matmul";
+  int64_t samples = 0;
+  const auto back =
+      records_from_json(nlohmann::json::parse(records_to_json(ranks, 64).dump()), &samples);
+  EXPECT_EQ(samples, 64);
+  const ClusterSpec cluster = parse_cluster_spec("2xh100");
+  EXPECT_EQ(to_json(predict(ranks, 64, cluster)), to_json(predict(back, 64, cluster)));
+  EXPECT_THROW(records_from_json(nlohmann::json{{"format", "x"}}, nullptr), std::invalid_argument);
+  EXPECT_THROW(records_from_json(nlohmann::json::object(), nullptr), std::invalid_argument);
+}
+
+TEST(CostPredict, StepsAndResizing) {
+  EXPECT_EQ(representative_step(ddp_records(2)), 1);
+  EXPECT_THROW(build_step_program(ddp_records(2), 7, gpu_preset("a100-80"), {}),
+               std::invalid_argument);
+  const auto eight = resize_data_parallel(ddp_records(2), 8);
+  ASSERT_EQ(eight.size(), 8u);
+  EXPECT_EQ(eight[5].collectives[1].group, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
+  std::vector<Recorder> pipeline(2);
+  pipeline[0].collectives.push_back(coll("send", {0, 1}, 4, 0, 0, 1, 1));
+  EXPECT_THROW(resize_data_parallel(pipeline, 4), std::invalid_argument);
+}
+
+} // namespace
+} // namespace meshsim
