@@ -42,7 +42,7 @@ nlohmann::json read_json(const std::filesystem::path& path) {
 void write_run_reports(const std::filesystem::path& dir, const TrainConfig& config,
                        const std::vector<Recorder>& recorders,
                        const std::vector<MemorySample>& memory, nlohmann::json& summary) {
-  const int64_t samples_per_step = config.batch_size * config.gpus;
+  const int64_t samples_per_step = config.batch_size * (config.gpus / (config.tp * config.pp));
   nlohmann::json trace;
   try {
     write_file_atomic(dir / "records.json",

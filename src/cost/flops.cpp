@@ -49,21 +49,45 @@ bool has_child(const torch::nn::Module& m, const std::string& name) {
   return false;
 }
 
+// The [out, in] weight of a Linear-like leaf (torch Linear, or a column/row-parallel
+// shard), or an undefined tensor.
+torch::Tensor linear_weight(const torch::nn::Module& m) {
+  const std::string type = type_of(m);
+  if (!m.children().empty() || type.find("Norm") != std::string::npos ||
+      type.find("Embedding") != std::string::npos)
+    return {};
+  for (const auto& p : m.named_parameters(false))
+    if (p.key() == "weight" && p.value().dim() == 2) return p.value();
+  return {};
+}
+
+bool has_bias(const torch::nn::Module& m) {
+  for (const auto& p : m.named_parameters(false))
+    if (p.key() == "bias" && p.value().defined()) return true;
+  return false;
+}
+
 // A composite module (a transformer block, an attention or MLP module): its Linear and
 // normalization leaves see `rows` rows; attention modules add their score matmuls.
 void count_composite(const torch::nn::Module& m, double rows, double width, double batch,
                      double seq, double eb, LayerWork& total) {
   if (has_child(m, "q") && has_child(m, "k") && has_child(m, "v")) {
-    const double d = width;
+    // The heads this module computes: all of them, or a tensor-parallel share, as q's
+    // output features say.
+    double d = width;
+    for (const auto& item : m.named_children())
+      if (item.key() == "q")
+        if (const auto w = linear_weight(*item.value()); w.defined()) d = static_cast<double>(w.size(0));
     total.flops += 4 * batch * seq * seq * d; // QK^T and AV
     total.bytes += 4 * rows * d * eb;         // q, k, v read, output written
   }
   for (const auto& item : m.named_children()) {
     const torch::nn::Module& child = *item.value();
-    if (const auto* lin = child.as<torch::nn::Linear>()) {
-      const double in = static_cast<double>(lin->options.in_features());
-      const double out = static_cast<double>(lin->options.out_features());
-      total.flops += 2 * rows * in * out + (lin->bias.defined() ? rows * out : 0);
+    if (const torch::Tensor w = linear_weight(child); w.defined()) {
+      // A Linear, or a tensor-parallel shard of one: weight [out, in] as this rank holds it.
+      const double out = static_cast<double>(w.size(0));
+      const double in = static_cast<double>(w.size(1));
+      total.flops += 2 * rows * in * out + (has_bias(child) ? rows * out : 0);
       total.bytes += (rows * in + rows * out) * eb + static_cast<double>(param_bytes_of(child));
       width = out;
     } else if (!child.children().empty()) {

@@ -13,10 +13,12 @@
 // the dp group and takes the optimizer step on this rank's part. Layout: mesh/parallel_dims.h.
 #include <fmt/format.h>
 
+#include "cost/flops.h"
 #include "memory/allocator.h"
 #include "mesh/parallel_dims.h"
 #include "models/gpt.h"
 #include "parallel/pipeline.h"
+#include "parallel/replica.h"
 #include "parallel/schedule.h"
 #include "parallel/strategy.h"
 #include "parallel/tensor_parallel.h"
@@ -38,6 +40,9 @@ public:
         dp_(dims_.dp_group(ctx.rank)), world_(Group::world(ctx.world_size)),
         micro_batches_(options.schedule == "naive" && dims_.pp > 1 ? 1 : options.micro_batches) {
     stage_ = build_stage();
+    // The optimizer updates this rank's shard (ZeRO >= 1) or all of its part.
+    optimizer_numel_ = count_parameters(*stage_);
+    if (options.zero >= 1) optimizer_numel_ = (optimizer_numel_ + dims_.dp - 1) / dims_.dp;
     zero_ = std::make_unique<ZeroDataParallel>(
         ctx, stage_, dp_, ZeroOptions{options.zero, options.bucket_mb, options.optimizer});
     pipe_.module = zero_->module();
@@ -72,7 +77,12 @@ public:
     }
     zero_->finish_gradients(step_number);
     ctx_.sample_memory(step_number, "gradients");
+    const double t = ctx_.now();
     zero_->step(step_number);
+    ctx_.record_compute("optimizer", step_number, t);
+    attach_work(ctx_.recorder.compute.back(),
+                {optimizer_work(optimizer_numel_, options_.optimizer.name,
+                                options_.optimizer.momentum != 0)});
     ctx_.sample_memory(step_number, "optimizer");
     return global_mean_loss(reports_loss() ? local_loss : 0.0, reports_loss() ? batch.size() : 0);
   }
@@ -148,12 +158,15 @@ private:
     for (size_t m = 0; m < inputs.size(); ++m) {
       const double weight = static_cast<double>(inputs[m].size(0)) / static_cast<double>(local_batch);
       double t = ctx_.now();
-      torch::Tensor loss = loss_fn(model->forward(inputs[m]), targets[m]) * weight;
+      std::vector<LayerWork> work;
+      torch::Tensor loss = loss_fn(forward_counting(model, inputs[m], work), targets[m]) * weight;
       ctx_.record_compute("forward", step, t);
+      attach_work(ctx_.recorder.compute.back(), work);
       ctx_.sample_memory(step, fmt::format("F{}", m));
       t = ctx_.now();
       loss.backward();
       ctx_.record_compute("backward", step, t);
+      attach_work(ctx_.recorder.compute.back(), backward_work(work));
       loss_sum += loss.item<double>();
       loss = torch::Tensor();
       ctx_.sample_memory(step, fmt::format("B{}", m));
@@ -179,6 +192,7 @@ private:
   ParallelCoord coord_;
   Group tp_, dp_, world_;
   int micro_batches_;
+  int64_t optimizer_numel_ = 0;
   torch::nn::Sequential stage_;
   std::unique_ptr<ZeroDataParallel> zero_;
   PipelineStage pipe_;

@@ -7,7 +7,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "cost/flops.h"
 #include "memory/allocator.h"
+#include "parallel/replica.h"
 
 namespace meshsim {
 namespace {
@@ -40,6 +42,7 @@ struct MicroBatch {
   torch::Tensor loss;        // last stage: this micro-batch's loss, attached to its graph
   torch::Tensor output_grad; // gradient of `output`, received from the next stage
   torch::Tensor input_grad;  // gradient of `input`, to send to the previous stage
+  std::vector<LayerWork> work;  // its forward's FLOPs and bytes, per layer (for the cost model)
 };
 
 void check_stage(const PipelineStage& stage, const std::vector<Action>& actions) {
@@ -138,7 +141,7 @@ double run_pipeline_step(
       break;
     case ActionKind::Forward: {
       const double t = ctx.now();
-      torch::Tensor out = stage.module->forward(first ? inputs[m] : mb.input);
+      torch::Tensor out = forward_counting(stage.module, first ? inputs[m] : mb.input, mb.work);
       if (last) {
         mb.loss = loss_fn(out, targets[m]);
         loss_sum += mb.loss.item<double>() * static_cast<double>(targets[m].size(0));
@@ -146,6 +149,7 @@ double run_pipeline_step(
         mb.output = out;
       }
       ctx.record_compute("forward", step, t);
+      attach_work(ctx.recorder.compute.back(), mb.work);
       ctx.sample_memory(step, a.str());
       break;
     }
@@ -181,6 +185,8 @@ double run_pipeline_step(
       // The graph was freed by backward; dropping these frees what it saved.
       mb.input = mb.output = mb.loss = mb.output_grad = torch::Tensor();
       ctx.record_compute("backward", step, t);
+      attach_work(ctx.recorder.compute.back(), backward_work(mb.work));
+      mb.work.clear();
       ctx.sample_memory(step, a.str());
       break;
     }

@@ -21,15 +21,8 @@ Replica::Replica(const StrategyOptions& options, int rank, bool with_optimizer) 
   if (with_optimizer) optimizer = std::make_unique<Optimizer>(params, options.optimizer);
 }
 
-double Replica::forward_backward(RankContext& ctx, const Batch& batch, int64_t step) {
-  CategoryScope scope(MemoryCategory::Activations);
-  model->train();
-  ctx.sample_memory(step, "batch");
-  double t = ctx.now();
-  // The children one by one (what Sequential::forward does) so each layer's FLOPs and bytes
-  // can be counted from the shapes it sees: LibTorch has no forward hooks.
-  std::vector<LayerWork> layers;
-  torch::Tensor x = batch.inputs;
+torch::Tensor forward_counting(torch::nn::Sequential& model, torch::Tensor x,
+                               std::vector<LayerWork>& layers) {
   const auto children = model->named_children();
   size_t i = 0;
   for (auto& child : *model) {
@@ -38,6 +31,16 @@ double Replica::forward_backward(RankContext& ctx, const Batch& batch, int64_t s
     x = std::move(y);
     ++i;
   }
+  return x;
+}
+
+double Replica::forward_backward(RankContext& ctx, const Batch& batch, int64_t step) {
+  CategoryScope scope(MemoryCategory::Activations);
+  model->train();
+  ctx.sample_memory(step, "batch");
+  double t = ctx.now();
+  std::vector<LayerWork> layers;
+  torch::Tensor x = forward_counting(model, batch.inputs, layers);
   torch::Tensor loss = loss_fn(x, batch.targets);
   x = torch::Tensor();
   ctx.record_compute("forward", step, t);

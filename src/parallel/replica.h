@@ -7,9 +7,16 @@
 
 #include <torch/torch.h>
 
+#include "mesh/recorder.h"
 #include "parallel/strategy.h"
 
 namespace meshsim {
+
+/// Runs `model`'s children one by one, as Sequential::forward does, and appends each child's
+/// forward work (FLOPs and bytes, counted from the shapes it saw) to `layers`: LibTorch has
+/// no forward hooks.
+torch::Tensor forward_counting(torch::nn::Sequential& model, torch::Tensor x,
+                               std::vector<LayerWork>& layers);
 
 struct Replica {
   Replica(const StrategyOptions& options, int rank, bool with_optimizer);
