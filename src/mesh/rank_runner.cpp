@@ -14,7 +14,12 @@
 namespace meshsim {
 
 void RankContext::record_compute(const std::string& name, int64_t step, double start_s) {
-  recorder.compute.push_back({name, step, start_s, now()});
+  ComputeRecord record;
+  record.name = name;
+  record.step = step;
+  record.start_s = start_s;
+  record.end_s = now();
+  recorder.compute.push_back(std::move(record));
 }
 
 int threads_per_rank(int world_size) {

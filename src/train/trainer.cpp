@@ -18,7 +18,9 @@ namespace {
 double evaluate(RankContext& ctx, Strategy& strategy, DataShard shard, const Dataset& test,
                 int64_t limit, int64_t batch_size) {
   CategoryScope scope(MemoryCategory::Activations);
-  c10::InferenceMode inference;
+  // No-grad rather than inference mode: tensors made in inference mode cannot meet the
+  // version-counted parameters that tensor-parallel and ZeRO layers use.
+  torch::NoGradGuard no_grad;
   const int64_t n = limit > 0 ? std::min(limit, test.size()) : test.size();
   std::vector<int64_t> mine;
   for (int64_t i = shard.index; i < n; i += shard.replicas) mine.push_back(i);

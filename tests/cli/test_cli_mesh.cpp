@@ -25,7 +25,7 @@ void expect_usage_error(const std::string& args, const std::string& message) {
 
 TEST(CliMesh, BadLayoutsAreUsageErrors) {
   expect_usage_error("--gpus 6 --tp 2 --pp 2", "--gpus 6 is not divisible by --tp 2 × --pp 2 = 4");
-  expect_usage_error("--gpus 3 --tp 3 --heads 4", "--heads 4 is not divisible by --tp 3");
+  expect_usage_error("--gpus 3 --tp 3", "--heads 4 is not divisible by --tp 3");
   expect_usage_error("--gpus 4 --pp 4 --layers 2", "--layers 2 is fewer than --pp 4");
   expect_usage_error("--gpus 4 --pp 2 --batch-size 6 --micro-batches 4",
                      "global batch 12 (--batch-size 6 × dp 2) is not divisible by dp 2 × "

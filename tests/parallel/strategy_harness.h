@@ -60,9 +60,11 @@ inline HarnessRun run_strategy(DeviceMesh& mesh, const std::string& strategy,
   return out;
 }
 
-/// ||a - b|| / ||b||
-inline double relative_error(const torch::Tensor& a, const torch::Tensor& b) {
-  const double denom = b.norm().item<double>();
+/// ||a - b|| / max(||b||, floor). The floor is for parameters that are zero in exact
+/// arithmetic (a GPT's key bias gets no gradient: softmax ignores a shift shared by all
+/// keys), where both runs hold rounding noise of ~1e-11 and a ratio would mean nothing.
+inline double relative_error(const torch::Tensor& a, const torch::Tensor& b, double floor = 0) {
+  const double denom = std::max(b.norm().item<double>(), floor);
   return (a - b).norm().item<double>() / (denom > 0 ? denom : 1.0);
 }
 

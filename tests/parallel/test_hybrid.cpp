@@ -25,7 +25,7 @@ StrategyOptions gpt_sgd() {
   o.gpt.seq_len = 16;
   o.gpt.vocab = 64;
   o.optimizer.name = "sgd";
-  o.optimizer.lr = 0.1;
+  o.optimizer.lr = 0.05;
   o.optimizer.momentum = 0.9;
   o.bucket_mb = 0.01;  // several buckets
   return o;
@@ -63,11 +63,11 @@ void expect_matches_single(int world, const StrategyOptions& options, const std:
   for (int k = 0; k < kSteps; ++k)
     EXPECT_NEAR(got.losses[k], ref.losses[k], kTolerance * std::abs(ref.losses[k]))
         << what << " step " << k + 1;
-  EXPECT_LT(ref.losses.back(), 0.9 * ref.losses.front()) << "the reference did not learn";
+  EXPECT_LT(ref.losses.back(), ref.losses.front() - 0.05) << "the reference did not learn";
   ASSERT_EQ(got.parameters.size(), ref.parameters.size()) << what;
   for (size_t i = 0; i < ref.parameters.size(); ++i) {
     ASSERT_EQ(got.parameters[i].sizes(), ref.parameters[i].sizes()) << what << " parameter " << i;
-    EXPECT_LT(relative_error(got.parameters[i], ref.parameters[i]), kTolerance)
+    EXPECT_LT(relative_error(got.parameters[i], ref.parameters[i], 1e-5), kTolerance)
         << what << " parameter " << i;
   }
 }

@@ -77,7 +77,7 @@ void expect_zero_stage(int stage, Between expected) {
     if (stage == 3)
       EXPECT_LE(bytes(s, MemoryCategory::Parameters, true), expected.parameters + kLargestBlock)
           << "gpu" << r;
-    RecordProperty("zero" + std::to_string(stage) + "_gpu" + std::to_string(r) + "_model_state",
+    ::testing::Test::RecordProperty("zero" + std::to_string(stage) + "_gpu" + std::to_string(r) + "_model_state",
                    std::to_string(expected.parameters + expected.gradients + expected.optimizer));
   }
 }
