@@ -17,6 +17,13 @@
 namespace meshsim {
 namespace {
 
+// The sender's instance of a point-to-point transfer (its group is {sender, receiver}).
+bool is_send(const Task& task, int rank) {
+  return task.kind == TaskKind::Comm && task.op == CollectiveOp::SendRecv &&
+         task.group.size() == 2 && task.group[0] == rank && task.group[1] != rank;
+}
+
+
 constexpr size_t kMaxNamedInErrors = 8;
 
 std::string group_text(const std::vector<int>& group) {
@@ -188,10 +195,15 @@ ReplayResult replay(const Program& program, const ClusterSpec& cluster,
   // predecessors so its ready time (before waiting for peers) can be reported.
   std::vector<std::vector<size_t>> task_preds(flat.size());
   for (int r = 0; r < num_ranks; ++r) {
-    size_t last[2] = {SIZE_MAX, SIZE_MAX}; // previous task on the compute / comm stream
+    // Previous task on the compute / comm / send stream. Sends have a stream of their own:
+    // a pipeline stage's send is asynchronous (buffered here, batched with the opposite
+    // receive by Megatron), so a receive queued after it must not wait for its peer to
+    // reach the matching receive, or 1F1B's steady state would deadlock.
+    size_t last[3] = {SIZE_MAX, SIZE_MAX, SIZE_MAX};
     for (const Task& task : program.ranks[static_cast<size_t>(r)]) {
       const size_t t = index_of.at(task.id);
-      size_t& prev = last[task.kind == TaskKind::Compute ? 0 : 1];
+      const int stream = task.kind == TaskKind::Compute ? 0 : is_send(task, r) ? 2 : 1;
+      size_t& prev = last[stream];
       if (prev != SIZE_MAX)
         task_preds[t].push_back(node_of[prev]);
       prev = t;
@@ -264,7 +276,8 @@ ReplayResult replay(const Program& program, const ClusterSpec& cluster,
     timing.end_s = node.end_s;
     result.makespan_s = std::max(result.makespan_s, timing.end_s);
     auto& busy = (timing.kind == TaskKind::Compute ? busy_compute : busy_comm)[timing.rank];
-    busy.emplace_back(timing.start_s, timing.end_s);
+    // A send is the sender's side of its receiver's transfer, which the receiver counts.
+    if (!is_send(*flat[t].task, timing.rank)) busy.emplace_back(timing.start_s, timing.end_s);
     result.tasks.push_back(timing);
   }
   double idle_total = 0;

@@ -66,10 +66,18 @@ public:
     double local_loss = 0;
     {
       CategoryScope scope(MemoryCategory::Activations);
+      // Splitting the batch opens the step's record: the cost model's step window starts at
+      // a rank's first compute region, which must come before a later stage's first recv.
+      const double t = ctx_.now();
       if (batch.size() > 0) {
         inputs = batch.inputs.chunk(micro_batches_);
         targets = batch.targets.chunk(micro_batches_);
       }
+      ctx_.record_compute("micro-batches", step_number, t);
+      LayerWork views;  // chunk() makes views: no work on a target
+      views.layer = "chunk";
+      views.op = "elementwise";
+      attach_work(ctx_.recorder.compute.back(), {views});
       if (dims_.pp > 1)
         local_loss = run_pipeline_step(ctx_, pipe_, actions_, inputs, targets, loss_fn, step_number);
       else
