@@ -185,9 +185,9 @@ int run_train(TrainConfig config) {
   const int64_t parameters = count_parameters(*build_model(config.model, model_options));
   const std::string layout =
       uses_mesh_layout(config)
-          ? fmt::format(" as {}, zero {}, {} schedule, {} micro-batches, recompute {}",
-                        dims.describe(), config.zero, config.schedule, config.micro_batches,
-                        config.recompute)
+          ? fmt::format(" as {}, zero {}{}, {} micro-batches, recompute {}", dims.describe(),
+                        config.zero, dims.pp > 1 ? ", " + config.schedule + " schedule" : "",
+                        config.micro_batches, config.recompute)
           : "";
   fmt::print(stderr,
              "meshsim: {} on {} virtual GPUs{} ({} each, {} device, {} threads per rank), model {} "

@@ -5,8 +5,9 @@
 //      layout starts from the weights `single` starts from;
 //   2. tensor parallel: apply the plan by module name (this rank keeps its shards);
 //   3. pipeline parallel: keep this rank's stage, a contiguous run of the model's children;
-//   4. charge what this rank kept to its GPU as `parameters`;
-//   5. data parallel with ZeRO over the ranks that hold the same part (dp group).
+//   4. data parallel with ZeRO over the ranks that hold the same part (dp group): its flat
+//      buffers, allocated on this rank's GPU as `parameters`, take over the stage's
+//      parameters, so the GPU is charged once for what it keeps and never for the rest.
 //
 // A step splits the replica's batch into micro-batches and runs them through the pipeline
 // schedule (or, with one stage, forward and backward in turn), then averages gradients over
@@ -145,14 +146,6 @@ private:
         parallelize_tensor(full, gpt_tensor_parallel_plan(), ctx_.comm, tp_, coord_.tp);
       stage = dims_.pp > 1 ? stage_module(full, dims_.pp, coord_.pp) : full;
       if (options_.recompute) set_recompute(stage, true);
-    }
-    CategoryScope scope(MemoryCategory::Parameters);
-    torch::NoGradGuard no_grad;
-    std::vector<const void*> seen;  // a tied weight appears twice
-    for (auto& p : stage->parameters()) {
-      if (std::find(seen.begin(), seen.end(), p.unsafeGetTensorImpl()) != seen.end()) continue;
-      seen.push_back(p.unsafeGetTensorImpl());
-      p.set_data(p.detach().clone());
     }
     return stage;
   }
