@@ -63,8 +63,13 @@ void write_outputs(RunFolder& run, DeviceMesh& mesh, const TrainConfig& config,
   }
   summary["gpus"] = gpus;
   std::string plot_error;
-  const std::string title = fmt::format("meshsim: {} {} on {} virtual GPUs", config.model,
-                                        config.strategy, config.gpus);
+  const std::string layout =
+      uses_mesh_layout(config) ? fmt::format(" (dp={} x tp={} x pp={}, zero {})",
+                                             config.gpus / (config.tp * config.pp), config.tp,
+                                             config.pp, config.zero)
+                               : "";
+  const std::string title = fmt::format("meshsim: {} {} on {} virtual GPUs{}", config.model,
+                                        config.strategy, config.gpus, layout);
   if (!run.write_memory(mesh.timeline().samples(), capacities, title, &plot_error))
     fmt::print(stderr, "meshsim: warning: memory.png not drawn: {}\n", plot_error);
   run.write_json("summary.json", summary);
