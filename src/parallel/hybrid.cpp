@@ -71,12 +71,14 @@ public:
       // a rank's first compute region, which must come before a later stage's first recv.
       const double t = ctx_.now();
       if (batch.size() > 0) {
-        inputs = batch.inputs.chunk(micro_batches_);
-        targets = batch.targets.chunk(micro_batches_);
+        // Exactly M micro-batches (sizes differ by one at most; the trainer drops a last
+        // batch smaller than M), each weighted by its size in the loss.
+        inputs = batch.inputs.tensor_split(micro_batches_);
+        targets = batch.targets.tensor_split(micro_batches_);
       }
       ctx_.record_compute("micro-batches", step_number, t);
-      LayerWork views;  // chunk() makes views: no work on a target
-      views.layer = "chunk";
+      LayerWork views;  // tensor_split() makes views: no work on a target
+      views.layer = "split";
       views.op = "elementwise";
       attach_work(ctx_.recorder.compute.back(), {views});
       if (dims_.pp > 1)

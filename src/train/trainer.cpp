@@ -89,7 +89,16 @@ TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& 
     const int sampler_rank = global_loader ? 0 : shard.index;
     const int64_t batch = global_loader ? config.batch_size * world : config.batch_size;
     DistributedSampler sampler(data.train.size(), replicas, sampler_rank, true, config.seed);
-    const int64_t steps_per_epoch = (sampler.num_samples() + batch - 1) / batch;
+    // A step cut into micro-batches needs at least one sample per micro-batch: drop a last
+    // batch smaller than that, as pipeline engines require whole batches.
+    int64_t steps_per_epoch = (sampler.num_samples() + batch - 1) / batch;
+    if (config.micro_batches > 1 && sampler.num_samples() % batch != 0 &&
+        sampler.num_samples() % batch < config.micro_batches)
+      --steps_per_epoch;
+    if (steps_per_epoch < 1)
+      throw std::invalid_argument(fmt::format(
+          "{} training samples per data-parallel replica are fewer than --micro-batches {}",
+          sampler.num_samples(), config.micro_batches));
     int64_t total_steps = steps_per_epoch * config.epochs;
     if (config.max_steps > 0) total_steps = std::min(total_steps, config.max_steps);
 
