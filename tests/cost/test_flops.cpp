@@ -67,7 +67,7 @@ TEST(CostFlops, AttentionAddsQkAndAvMatmuls) {
 }
 
 TEST(CostFlops, CnnForwardLayerByLayer) {
-  const auto model = build_model("cnn", ModelOptions{0, 0});
+  const auto model = build_model("cnn", ModelOptions{0, 0, {}});
   const auto layers = count_forward(model, torch::zeros({2, 1, 28, 28}));
   ASSERT_EQ(layers.size(), 10u);
   EXPECT_EQ(layers[0].layer, "conv1");

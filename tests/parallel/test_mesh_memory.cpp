@@ -72,13 +72,16 @@ void expect_zero_stage(int stage, Between expected) {
     // Inside a step: stage 2's gradients never exceed their shard (the bucket being
     // reduce-scattered is communication); stage 3's parameters never exceed the shard plus
     // the largest gathered block.
-    if (stage == 2)
+    if (stage == 2) {
       EXPECT_EQ(bytes(s, MemoryCategory::Gradients, true), expected.gradients) << "gpu" << r;
-    if (stage == 3)
+    }
+    if (stage == 3) {
       EXPECT_LE(bytes(s, MemoryCategory::Parameters, true), expected.parameters + kLargestBlock)
           << "gpu" << r;
-    ::testing::Test::RecordProperty("zero" + std::to_string(stage) + "_gpu" + std::to_string(r) + "_model_state",
-                   std::to_string(expected.parameters + expected.gradients + expected.optimizer));
+    }
+    ::testing::Test::RecordProperty(
+        "zero" + std::to_string(stage) + "_gpu" + std::to_string(r) + "_model_state",
+        std::to_string(expected.parameters + expected.gradients + expected.optimizer));
   }
 }
 

@@ -53,7 +53,7 @@ struct TrainResult {
 // The reference: the whole model on the calling thread, whole batches.
 TrainResult train_single(const Batches& batches) {
   TrainResult r;
-  auto model = build_model("cnn", ModelOptions{kSeed, 0});
+  auto model = build_model("cnn", ModelOptions{kSeed, 0, {}});
   auto params = model->parameters();
   allocate_gradients(params);
   Optimizer opt(params, sgd());
@@ -85,7 +85,7 @@ TrainResult train_pipeline(DeviceMesh& mesh, const Schedule& schedule, const Bat
     torch::nn::Sequential model;
     {
       CategoryScope scope(MemoryCategory::Parameters);
-      model = build_model("cnn", ModelOptions{kSeed, s});
+      model = build_model("cnn", ModelOptions{kSeed, s, {}});
     }
     PipelineStage stage;
     stage.module = stage_module(model, stages, s);

@@ -58,7 +58,7 @@ std::vector<int64_t> indices(int k, int64_t first, int64_t count) {
 /// The reference: one device, the whole global batch, meshsim's own optimizer.
 RunResult run_single(const OptimizerOptions& opt, int steps) {
   RunResult out;
-  auto model = build_model("cnn", ModelOptions{3, 0});
+  auto model = build_model("cnn", ModelOptions{3, 0, {}});
   auto params = model->parameters();
   allocate_gradients(params);
   Optimizer optimizer(params, opt);
@@ -93,7 +93,7 @@ RunResult run_zero(int stage, int dp, const OptimizerOptions& opt, int steps, in
       // Different initial weights on every member: the broadcast from dp.ranks[0] must
       // make them equal to the reference's (seed 3).
       CategoryScope scope(MemoryCategory::Parameters);
-      model = build_model("cnn", ModelOptions{3 + 100 * static_cast<uint64_t>(ctx.rank), ctx.rank});
+      model = build_model("cnn", ModelOptions{3 + 100 * static_cast<uint64_t>(ctx.rank), ctx.rank, {}});
     }
     const Group group = Group::world(dp);
     ZeroDataParallel zero(ctx, model, group, ZeroOptions{stage, /*bucket_mb=*/0.5, opt});
@@ -183,8 +183,8 @@ TEST(Zero, RejectsBadStageAndForeignRank) {
   run_ranks(mesh, [&](RankContext& ctx) {
     CategoryScope scope(MemoryCategory::Parameters);
     auto model = build_model("cnn", {});
-    EXPECT_THROW(ZeroDataParallel(ctx, model, Group::world(1), ZeroOptions{4}),
+    EXPECT_THROW(ZeroDataParallel(ctx, model, Group::world(1), ZeroOptions{4, 25, {}}),
                  std::invalid_argument);
-    EXPECT_THROW(ZeroDataParallel(ctx, model, Group{{1}}, ZeroOptions{1}), std::invalid_argument);
+    EXPECT_THROW(ZeroDataParallel(ctx, model, Group{{1}}, ZeroOptions{1, 25, {}}), std::invalid_argument);
   });
 }
