@@ -68,9 +68,17 @@ public:
   /// ranks may return an empty list). Default: this rank's model.
   virtual std::vector<torch::Tensor> full_parameters();
 
-  /// Whether model() and optimizer() hold the whole training state (false when it is split
-  /// across ranks, whose checkpoints are not written yet).
-  virtual bool supports_checkpoints() const { return true; }
+  /// False when model() and optimizer() hold the whole training state, and rank 0 writes it;
+  /// true when the state is split across ranks and each rank writes its own part with
+  /// save_state (train/checkpoint.h).
+  virtual bool checkpoints_per_rank() const { return false; }
+  /// Per-rank checkpoints: this rank's part of the model and optimizer state. load_state is
+  /// collective (parts may need regathering) and throws std::runtime_error for a part that
+  /// does not fit.
+  virtual void save_state(torch::serialize::OutputArchive&) const {}
+  virtual void load_state(torch::serialize::InputArchive&) {}
+  /// Per-rank checkpoints: the layout the parts belong to; a resume must have the same one.
+  virtual std::string checkpoint_layout() const { return ""; }
 
   /// Makes this rank's model current for evaluation and returns it.
   virtual torch::nn::Sequential eval_model() = 0;

@@ -280,6 +280,32 @@ int ZeroDataParallel::stage() const {
   return state_->options.stage;
 }
 
+void ZeroDataParallel::save(torch::serialize::OutputArchive& archive) const {
+  const State& s = *state_;
+  // A clone, so that a shard that is a view writes its own elements, not the whole buffer.
+  for (size_t i = 0; i < s.units.size(); ++i)
+    archive.write(fmt::format("zero/shard/{}", i), s.units[i]->shard.detach().clone());
+  s.optimizer->save(archive);
+}
+
+void ZeroDataParallel::load(torch::serialize::InputArchive& archive) {
+  State& s = *state_;
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < s.units.size(); ++i) {
+    torch::Tensor t;  // fresh each time: read() into a defined tensor re-points it (set_)
+    archive.read(fmt::format("zero/shard/{}", i), t);
+    FlatUnit& unit = *s.units[i];
+    if (!t.sizes().equals(unit.shard.sizes()))
+      throw std::runtime_error(fmt::format("flat buffer {} has {} elements in the checkpoint, {} here",
+                                           i, t.numel(), unit.shard.numel()));
+    unit.shard.copy_(t);
+  }
+  s.optimizer->load(archive);
+  if (s.options.stage == 1 || s.options.stage == 2)  // the full parameters from the shards
+    for (auto& unit : s.units)
+      all_gather_into_full(*unit, s.ctx.comm, s.dp);
+}
+
 int64_t ZeroDataParallel::flat_bytes() const {
   int64_t n = 0;
   for (const auto& unit : state_->units)

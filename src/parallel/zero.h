@@ -61,6 +61,13 @@ public:
   Optimizer* optimizer();
   int stage() const;
 
+  /// This member's part of the training state: its shard of every flat buffer, and the
+  /// optimizer state over them. load() is collective over dp (stages 1 and 2 all-gather the
+  /// full parameters from the shards) and throws std::runtime_error when a shard's size
+  /// differs from this layout's.
+  void save(torch::serialize::OutputArchive& archive) const;
+  void load(torch::serialize::InputArchive& archive);
+
   /// Bytes of all flat buffers (padded, whole model), and of the largest one (a bucket for
   /// stages 0-2, a block for stage 3): the transient bounds in docs/zero.md are in these.
   int64_t flat_bytes() const;

@@ -77,6 +77,16 @@ void Optimizer::save(torch::serialize::OutputArchive& archive) const {
     archive.write("optimizer/exp_avg_sq/" + std::to_string(i), exp_avg_sq_[i]);
 }
 
+namespace {
+
+void check_shape(const char* what, size_t i, const torch::Tensor& saved, const torch::Tensor& mine) {
+  if (!saved.sizes().equals(mine.sizes()))
+    throw std::runtime_error("optimizer state " + std::string(what) + "/" + std::to_string(i) +
+                             " has another shape");
+}
+
+} // namespace
+
 void Optimizer::load(torch::serialize::InputArchive& archive) {
   torch::NoGradGuard no_grad;
   torch::Tensor step;
@@ -85,11 +95,13 @@ void Optimizer::load(torch::serialize::InputArchive& archive) {
   for (size_t i = 0; i < exp_avg_.size(); ++i) {
     torch::Tensor t;  // fresh each time: read() into a defined tensor re-points it (set_)
     archive.read("optimizer/exp_avg/" + std::to_string(i), t);
+    check_shape("exp_avg", i, t, exp_avg_[i]);
     exp_avg_[i].copy_(t);
   }
   for (size_t i = 0; i < exp_avg_sq_.size(); ++i) {
     torch::Tensor t;
     archive.read("optimizer/exp_avg_sq/" + std::to_string(i), t);
+    check_shape("exp_avg_sq", i, t, exp_avg_sq_[i]);
     exp_avg_sq_[i].copy_(t);
   }
 }

@@ -74,10 +74,21 @@ TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& 
 
   auto rank_main = [&](RankContext& ctx) {
     auto strategy = make_strategy(config.strategy, ctx, options);
-    const bool checkpoints = run && strategy->supports_checkpoints();
+    const bool per_rank = strategy->checkpoints_per_rank();
     TrainPosition start;
     if (!config.resume.empty())
-      start = load_checkpoint(config.resume, *strategy->model(), strategy->optimizer());
+      start = per_rank ? load_rank_checkpoint(config.resume, ctx, *strategy)
+                       : load_checkpoint(config.resume, *strategy->model(), strategy->optimizer());
+    // Rank 0 writes the whole state, or every rank its part (collective); once per step.
+    int64_t saved_step = -1;
+    auto save = [&](int64_t at) {
+      if (!run || at == saved_step) return;
+      saved_step = at;
+      if (per_rank)
+        save_rank_checkpoint(run->dir(), ctx, *strategy, {at});
+      else if (ctx.rank == 0)
+        save_checkpoint(run->dir(), *strategy->model(), strategy->optimizer(), {at});
+    };
     // DataParallel loads whole global batches on GPU 0; the others shard the data set the
     // way torch's DistributedSampler does, one shard per data-parallel replica.
     const bool global_loader = strategy->rank0_loads_global_batch();
@@ -101,6 +112,11 @@ TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& 
           sampler.num_samples(), config.micro_batches));
     int64_t total_steps = steps_per_epoch * config.epochs;
     if (config.max_steps > 0) total_steps = std::min(total_steps, config.max_steps);
+    if (!config.resume.empty() && start.step >= total_steps)
+      throw std::invalid_argument(fmt::format(
+          "nothing to train: the checkpoint is at step {} and this run ends at step {} "
+          "({} steps per epoch); raise --epochs or --max-steps",
+          start.step, total_steps, steps_per_epoch));
 
     Progress progress(total_steps, config.log_every, config.progress && ctx.rank == 0);
     int64_t step = start.step;
@@ -127,6 +143,7 @@ TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& 
         train_seconds += ctx.now() - t0;
         ++step;
         window_samples += global_loader ? b.size() : b.size() * shard.replicas;
+        if (config.checkpoint_every > 0 && step % config.checkpoint_every == 0) save(step);
         if (ctx.rank != 0) continue;
 
         const bool log = step % config.log_every == 0 || step == total_steps;
@@ -145,8 +162,6 @@ TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& 
           window_start = ctx.now();
           window_samples = 0;
         }
-        if (checkpoints && config.checkpoint_every > 0 && step % config.checkpoint_every == 0)
-          save_checkpoint(run->dir(), *strategy->model(), strategy->optimizer(), {step});
       }
       if (step % steps_per_epoch == 0 || step == total_steps) {
         accuracy = evaluate(ctx, *strategy, eval_shard, data.test, config.eval_limit, config.batch_size);
@@ -158,16 +173,16 @@ TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& 
         }
       }
     }
-    if (!evaluated_at_end)  // resumed at the very end, or nothing to do
+    if (!evaluated_at_end)  // no step ran (the loop evaluates after the last one)
       accuracy = evaluate(ctx, *strategy, eval_shard, data.test, config.eval_limit, config.batch_size);
     std::vector<torch::Tensor> parameters;
     {
       GpuGuard host(nullptr);  // the caller's copy is not GPU memory
       parameters = strategy->full_parameters();
     }
+    save(step);
     if (ctx.rank == 0) {
       progress.finish();
-      if (checkpoints) save_checkpoint(run->dir(), *strategy->model(), strategy->optimizer(), {step});
       std::lock_guard<std::mutex> lock(result_mutex);
       result.steps = step;
       result.final_loss = last_loss;

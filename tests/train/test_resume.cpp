@@ -9,17 +9,41 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Every tensor of a run's latest checkpoint, keyed by name (per-rank parts: "rank-R/name").
 std::vector<std::pair<std::string, torch::Tensor>> read_checkpoint(const fs::path& run) {
-  torch::serialize::InputArchive archive;
-  archive.load_from(meshsim::resolve_checkpoint(run).string());
+  const fs::path at = meshsim::resolve_checkpoint(run);
+  std::vector<std::pair<std::string, fs::path>> files{{"", at}};
+  if (fs::is_directory(at)) {
+    files.clear();
+    for (int r = 0; fs::exists(at / ("rank-" + std::to_string(r) + ".pt")); ++r)
+      files.emplace_back("rank-" + std::to_string(r) + "/", at / ("rank-" + std::to_string(r) + ".pt"));
+  }
   std::vector<std::pair<std::string, torch::Tensor>> out;
-  for (const auto& key : archive.keys()) {
-    torch::Tensor t;
-    archive.read(key, t);
-    out.emplace_back(key, t);
+  for (const auto& [prefix, file] : files) {
+    torch::serialize::InputArchive archive;
+    archive.load_from(file.string());
+    for (const auto& key : archive.keys()) {
+      c10::IValue v;
+      archive.read(key, v);
+      if (v.isTensor()) out.emplace_back(prefix + key, v.toTensor());
+    }
   }
   return out;
 }
+
+void expect_same_checkpoints(const fs::path& a_run, const fs::path& b_run) {
+  auto a = read_checkpoint(a_run), b = read_checkpoint(b_run);
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_GT(a.size(), 8u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].first, b[i].first);
+    EXPECT_TRUE(torch::allclose(a[i].second, b[i].second, 1e-6, 1e-7)) << a[i].first;
+  }
+}
+
+const std::string kSmallGpt = "train --model gpt --data synthetic --synthetic-train 256 --synthetic-test 32 "
+                              "--layers 2 --hidden 32 --heads 4 --seq-len 16 --vocab 64 --batch-size 8 "
+                              "--epochs 3 ";
 
 } // namespace
 
@@ -33,13 +57,57 @@ TEST(TrainResume, ResumedRunEndsWhereTheUninterruptedOneDoes) {
   auto r = run_meshsim(common + "--max-steps 24 --resume " + first.string() + " --out " + second.string());
   ASSERT_EQ(r.code, 0) << r.output;
 
-  auto a = read_checkpoint(whole), b = read_checkpoint(second);
-  ASSERT_EQ(a.size(), b.size());
-  ASSERT_GT(a.size(), 8u);
-  for (size_t i = 0; i < a.size(); ++i) {
-    ASSERT_EQ(a[i].first, b[i].first);
-    EXPECT_TRUE(torch::allclose(a[i].second, b[i].second, 1e-6, 1e-7)) << a[i].first;
-  }
+  expect_same_checkpoints(whole, second);
   EXPECT_EQ(fs::exists(first / "checkpoint" / "step-00000005.pt"), true);
   for (const auto& d : {whole, first, second}) fs::remove_all(d);
+}
+
+// Runs split across ranks write one part per rank; resuming them ends where the
+// uninterrupted run does, for the 3-D mesh and for every ZeRO stage that shards state.
+void expect_mesh_resume(const std::string& name, const std::string& layout, int ranks) {
+  const std::string common = kSmallGpt + layout + " ";
+  const auto whole = fresh_dir(name + "-whole"), first = fresh_dir(name + "-first"),
+             second = fresh_dir(name + "-second");
+  auto r = run_meshsim(common + "--max-steps 10 --out " + whole.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = run_meshsim(common + "--max-steps 4 --checkpoint-every 2 --out " + first.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = run_meshsim(common + "--max-steps 10 --resume " + first.string() + " --out " + second.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(read_json(whole / "summary.json")["final_loss"], read_json(second / "summary.json")["final_loss"]);
+  expect_same_checkpoints(whole, second);
+  // Complete folders only: one part per rank, no temporary folder left behind.
+  for (const char* step : {"step-00000002", "step-00000004"})
+    for (int rank = 0; rank < ranks; ++rank)
+      EXPECT_TRUE(fs::exists(first / "checkpoint" / step / ("rank-" + std::to_string(rank) + ".pt")));
+  for (const auto& entry : fs::directory_iterator(first / "checkpoint"))
+    EXPECT_NE(entry.path().filename().string().front(), '.') << entry.path();
+  for (const auto& d : {whole, first, second}) fs::remove_all(d);
+}
+
+TEST(TrainResume, MeshRunsResumeFromTheirPerRankParts) {
+  // 256 samples / (dp 2 x 8) = 16 steps per epoch (dp 4: 8, so 10 steps cross an epoch).
+  expect_mesh_resume("mesh", "--gpus 8 --tp 2 --pp 2 --zero 1 --schedule 1f1b --micro-batches 2", 8);
+  expect_mesh_resume("zero2", "--gpus 4 --zero 2", 4);
+  expect_mesh_resume("zero3", "--gpus 4 --zero 3 --optimizer adam", 4);
+}
+
+TEST(TrainResume, ACheckpointOfAnotherLayoutIsRefusedInOneLine) {
+  const auto mesh = fresh_dir("layout-mesh"), plain = fresh_dir("layout-plain"), out = fresh_dir("layout-out");
+  ASSERT_EQ(run_meshsim(kSmallGpt + "--gpus 4 --tp 2 --max-steps 2 --out " + mesh.string()).code, 0);
+  ASSERT_EQ(run_meshsim(kSmallGpt + "--gpus 2 --max-steps 2 --out " + plain.string()).code, 0);
+
+  auto r = run_meshsim(kSmallGpt + "--gpus 4 --tp 4 --max-steps 4 --resume " + mesh.string() + " --out " + out.string());
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("it was written by gpt on 4 GPUs as dp=2 × tp=2 × pp=1, zero 0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("this run is gpt on 4 GPUs as dp=1 × tp=4 × pp=1, zero 0"), std::string::npos) << r.output;
+
+  r = run_meshsim(kSmallGpt + "--gpus 4 --max-steps 4 --resume " + mesh.string() + " --out " + out.string());
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("it holds one part per rank"), std::string::npos) << r.output;
+
+  r = run_meshsim(kSmallGpt + "--gpus 2 --zero 1 --max-steps 4 --resume " + plain.string() + " --out " + out.string());
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("it holds the whole model of a run without --tp/--pp/--zero"), std::string::npos) << r.output;
+  for (const auto& d : {mesh, plain, out}) fs::remove_all(d);
 }
