@@ -28,9 +28,9 @@ bench: build
 # Leak checking is off: LibTorch keeps process-lifetime globals (and so does our allocator).
 sanitize: setup
 	cmake -S . -B build-tsan -DMESHSIM_SANITIZE=thread -DMESHSIM_BENCH=OFF && cmake --build build-tsan -j $(JOBS)
-	TSAN_OPTIONS=suppressions=$(CURDIR)/tests/tsan.supp build-tsan/meshsim_tests --gtest_filter='Comm*:Memory*:ParallelEquivalence*:MeshEquivalence*:MeshMemory*:Pipeline*:TensorParallel*:Zero*:ParallelMemory*'
+	TSAN_OPTIONS=suppressions=$(CURDIR)/tests/tsan.supp build-tsan/meshsim_tests --gtest_filter='Comm*:Memory*:ParallelEquivalence*:MeshEquivalence*:MeshMemory*:Pipeline*:TensorParallel*:Zero*:ParallelMemory*:TrainResume*'
 	cmake -S . -B build-asan -DMESHSIM_SANITIZE=address -DMESHSIM_BENCH=OFF && cmake --build build-asan -j $(JOBS)
-	ASAN_OPTIONS=detect_leaks=0 build-asan/meshsim_tests --gtest_filter='Comm*:Memory*:ParallelEquivalence*:MeshEquivalence*:MeshMemory*:Pipeline*:TensorParallel*:Zero*:ParallelMemory*:Idx*:GptModel*:GptRecompute*:TextData*'
+	ASAN_OPTIONS=detect_leaks=0 build-asan/meshsim_tests --gtest_filter='Comm*:Memory*:ParallelEquivalence*:MeshEquivalence*:MeshMemory*:Pipeline*:TensorParallel*:Zero*:ParallelMemory*:Idx*:GptModel*:GptRecompute*:TextData*:TrainResume*'
 
 clean:
 	rm -rf $(BUILD) build-tsan build-asan
