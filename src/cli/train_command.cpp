@@ -70,7 +70,9 @@ void write_outputs(RunFolder& run, DeviceMesh& mesh, const TrainConfig& config,
                                : "";
   const std::string title = fmt::format("meshsim: {} {} on {} virtual GPUs{}", config.model,
                                         config.strategy, config.gpus, layout);
-  if (!run.write_memory(mesh.timeline().samples(), capacities, title, &plot_error))
+  // A run that failed before its first memory sample has nothing to plot: no warning then.
+  const bool drawn = run.write_memory(mesh.timeline().samples(), capacities, title, &plot_error);
+  if (!drawn && !mesh.timeline().samples().empty())
     fmt::print(stderr, "meshsim: warning: memory.png not drawn: {}\n", plot_error);
   run.write_json("summary.json", summary);
 }
