@@ -74,6 +74,25 @@ torch::Tensor RankDropoutImpl::forward(const torch::Tensor& x) {
   return x * keep;
 }
 
+torch::Tensor dropout_rng_state(torch::nn::Module& model) {
+  std::vector<torch::Tensor> states;
+  for (const auto& m : model.modules(/*include_self=*/false))
+    if (auto* d = m->as<RankDropoutImpl>()) states.push_back(d->generator().get_state());
+  return states.empty() ? torch::empty({0}, torch::kUInt8) : torch::cat(states);
+}
+
+void set_dropout_rng_state(torch::nn::Module& model, const torch::Tensor& state) {
+  std::vector<RankDropoutImpl*> dropouts;
+  for (const auto& m : model.modules(/*include_self=*/false))
+    if (auto* d = m->as<RankDropoutImpl>()) dropouts.push_back(d);
+  if (dropouts.empty() && state.numel() == 0) return;
+  if (dropouts.empty() || state.numel() % static_cast<int64_t>(dropouts.size()) != 0)
+    throw std::runtime_error("the dropout generator states do not fit this model");
+  const int64_t each = state.numel() / static_cast<int64_t>(dropouts.size());
+  for (size_t i = 0; i < dropouts.size(); ++i)
+    dropouts[i]->generator().set_state(state.narrow(0, static_cast<int64_t>(i) * each, each).clone());
+}
+
 const std::vector<std::string>& model_names() {
   static const std::vector<std::string> names{"cnn", "lenet", "gpt"};
   return names;

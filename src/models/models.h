@@ -42,6 +42,7 @@ class RankDropoutImpl : public torch::nn::Module {
 public:
   RankDropoutImpl(double p, bool channelwise, uint64_t seed);
   torch::Tensor forward(const torch::Tensor& x);
+  at::Generator& generator() { return generator_; }
 
 private:
   double p_;
@@ -49,5 +50,11 @@ private:
   at::Generator generator_;
 };
 TORCH_MODULE(RankDropout);
+
+/// The states of every RankDropout generator in `model`, in module order, as one uint8
+/// tensor (empty when there are none), and its inverse. Checkpoints carry them, so that a
+/// resumed run draws the masks an uninterrupted one would.
+torch::Tensor dropout_rng_state(torch::nn::Module& model);
+void set_dropout_rng_state(torch::nn::Module& model, const torch::Tensor& state);
 
 } // namespace meshsim

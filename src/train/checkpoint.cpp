@@ -8,18 +8,21 @@
 #include <fmt/format.h>
 
 #include "memory/allocator.h"
+#include "models/models.h"
 #include "report/atomic_file.h"
 
 namespace meshsim {
 
 void save_checkpoint(const std::filesystem::path& run_dir, torch::nn::Module& model,
-                     const Optimizer* optimizer, const TrainPosition& position) {
+                     const Optimizer* optimizer, const TrainPosition& position,
+                     const torch::Tensor& dropout_rng) {
   const auto dir = run_dir / "checkpoint";
   std::filesystem::create_directories(dir);
   torch::serialize::OutputArchive archive;
   for (const auto& item : model.named_parameters()) archive.write("model/" + item.key(), item.value());
   archive.write("meta/step", torch::tensor(position.step));
   if (optimizer) optimizer->save(archive);
+  if (dropout_rng.defined() && dropout_rng.numel() > 0) archive.write("rng/dropout", dropout_rng);
   const std::string name = fmt::format("step-{:08d}.pt", position.step);
   const auto tmp = dir / fmt::format(".{}.tmp-{}", name, ::getpid());
   archive.save_to(tmp.string());
@@ -41,7 +44,7 @@ std::filesystem::path resolve_checkpoint(const std::filesystem::path& path) {
 }
 
 TrainPosition load_checkpoint(const std::filesystem::path& path, torch::nn::Module& model,
-                              Optimizer* optimizer) {
+                              Optimizer* optimizer, torch::Tensor* dropout_rng) {
   const auto file = resolve_checkpoint(path);
   if (std::filesystem::is_directory(file))
     throw std::runtime_error("cannot resume from " + file.string() +
@@ -59,6 +62,7 @@ TrainPosition load_checkpoint(const std::filesystem::path& path, torch::nn::Modu
       item.value().copy_(t);
     }
     if (optimizer) optimizer->load(archive);
+    if (dropout_rng && !archive.try_read("rng/dropout", *dropout_rng)) *dropout_rng = torch::Tensor();
     torch::Tensor step;
     archive.read("meta/step", step);
     return TrainPosition{step.item<int64_t>()};
@@ -71,7 +75,7 @@ TrainPosition load_checkpoint(const std::filesystem::path& path, torch::nn::Modu
 }
 
 void save_rank_checkpoint(const std::filesystem::path& run_dir, RankContext& ctx,
-                          const Strategy& strategy, const TrainPosition& position) {
+                          Strategy& strategy, const TrainPosition& position) {
   const auto dir = run_dir / "checkpoint";
   const std::string name = fmt::format("step-{:08d}", position.step);
   const auto tmp = dir / fmt::format(".{}.tmp-{}", name, ::getpid());
@@ -87,6 +91,8 @@ void save_rank_checkpoint(const std::filesystem::path& run_dir, RankContext& ctx
     archive.write("meta/step", torch::tensor(position.step));
     archive.write("meta/layout", c10::IValue(strategy.checkpoint_layout()));
     strategy.save_state(archive);
+    const torch::Tensor rng = dropout_rng_state(*strategy.model());
+    if (rng.numel() > 0) archive.write("rng/dropout", rng);
     archive.save_to((tmp / fmt::format("rank-{}.pt", ctx.rank)).string());
   }
   ctx.comm.barrier(world);  // every part is on disk
@@ -116,6 +122,8 @@ TrainPosition load_rank_checkpoint(const std::filesystem::path& path, RankContex
       throw std::runtime_error(fmt::format("it was written by {}; this run is {}",
                                            layout.toStringRef(), strategy.checkpoint_layout()));
     strategy.load_state(archive);
+    torch::Tensor rng;
+    if (archive.try_read("rng/dropout", rng)) set_dropout_rng_state(*strategy.model(), rng);
     torch::Tensor step;
     archive.read("meta/step", step);
     return TrainPosition{step.item<int64_t>()};
