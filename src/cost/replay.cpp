@@ -23,7 +23,6 @@ bool is_send(const Task& task, int rank) {
          task.group.size() == 2 && task.group[0] == rank && task.group[1] != rank;
 }
 
-
 constexpr size_t kMaxNamedInErrors = 8;
 
 std::string group_text(const std::vector<int>& group) {

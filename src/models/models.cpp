@@ -55,6 +55,13 @@ nn::Sequential build_lenet(const ModelOptions& o) {
   return m;
 }
 
+std::vector<RankDropoutImpl*> rank_dropouts(torch::nn::Module& model) {
+  std::vector<RankDropoutImpl*> out;
+  for (const auto& m : model.modules(/*include_self=*/false))
+    if (auto* d = m->as<RankDropoutImpl>()) out.push_back(d);
+  return out;
+}
+
 } // namespace
 
 RankDropoutImpl::RankDropoutImpl(double p, bool channelwise, uint64_t seed)
@@ -76,15 +83,12 @@ torch::Tensor RankDropoutImpl::forward(const torch::Tensor& x) {
 
 torch::Tensor dropout_rng_state(torch::nn::Module& model) {
   std::vector<torch::Tensor> states;
-  for (const auto& m : model.modules(/*include_self=*/false))
-    if (auto* d = m->as<RankDropoutImpl>()) states.push_back(d->generator().get_state());
+  for (auto* d : rank_dropouts(model)) states.push_back(d->generator().get_state());
   return states.empty() ? torch::empty({0}, torch::kUInt8) : torch::cat(states);
 }
 
 void set_dropout_rng_state(torch::nn::Module& model, const torch::Tensor& state) {
-  std::vector<RankDropoutImpl*> dropouts;
-  for (const auto& m : model.modules(/*include_self=*/false))
-    if (auto* d = m->as<RankDropoutImpl>()) dropouts.push_back(d);
+  const auto dropouts = rank_dropouts(model);
   if (dropouts.empty() && state.numel() == 0) return;
   if (dropouts.empty() || state.numel() % static_cast<int64_t>(dropouts.size()) != 0)
     throw std::runtime_error("the dropout generator states do not fit this model");

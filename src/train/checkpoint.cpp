@@ -1,4 +1,4 @@
-// Checkpoint files.
+// Checkpoint files: a whole model on rank 0, or one part per rank.
 #include "train/checkpoint.h"
 
 #include <unistd.h>
@@ -13,23 +13,6 @@
 
 namespace meshsim {
 
-void save_checkpoint(const std::filesystem::path& run_dir, torch::nn::Module& model,
-                     const Optimizer* optimizer, const TrainPosition& position,
-                     const torch::Tensor& dropout_rng) {
-  const auto dir = run_dir / "checkpoint";
-  std::filesystem::create_directories(dir);
-  torch::serialize::OutputArchive archive;
-  for (const auto& item : model.named_parameters()) archive.write("model/" + item.key(), item.value());
-  archive.write("meta/step", torch::tensor(position.step));
-  if (optimizer) optimizer->save(archive);
-  if (dropout_rng.defined() && dropout_rng.numel() > 0) archive.write("rng/dropout", dropout_rng);
-  const std::string name = fmt::format("step-{:08d}.pt", position.step);
-  const auto tmp = dir / fmt::format(".{}.tmp-{}", name, ::getpid());
-  archive.save_to(tmp.string());
-  std::filesystem::rename(tmp, dir / name);
-  write_file_atomic(dir / "latest", name + "\n");
-}
-
 std::filesystem::path resolve_checkpoint(const std::filesystem::path& path) {
   if (std::filesystem::is_regular_file(path) || std::filesystem::is_regular_file(path / "rank-0.pt"))
     return path;
@@ -43,48 +26,57 @@ std::filesystem::path resolve_checkpoint(const std::filesystem::path& path) {
   return dir / name;
 }
 
-TrainPosition load_checkpoint(const std::filesystem::path& path, torch::nn::Module& model,
-                              Optimizer* optimizer, torch::Tensor* dropout_rng) {
-  const auto file = resolve_checkpoint(path);
-  if (std::filesystem::is_directory(file))
-    throw std::runtime_error("cannot resume from " + file.string() +
-                             ": it holds one part per rank, written by a --tp/--pp/--zero run; "
-                             "resume it with that run's layout");
-  torch::serialize::InputArchive archive;
+namespace {
+
+// Runs `load` on the checkpoint `from`, turning its errors into one line that names it.
+template <typename Load>
+TrainPosition resuming_from(const std::filesystem::path& from, Load&& load) {
   try {
-    archive.load_from(file.string());
-    torch::NoGradGuard no_grad;
-    for (auto& item : model.named_parameters()) {
-      torch::Tensor t;  // fresh each time: read() into a defined tensor re-points it (set_)
-      archive.read("model/" + item.key(), t);
-      if (!t.sizes().equals(item.value().sizes()))
-        throw std::runtime_error("parameter " + item.key() + " has another shape");
-      item.value().copy_(t);
-    }
-    if (optimizer) optimizer->load(archive);
-    if (dropout_rng && !archive.try_read("rng/dropout", *dropout_rng)) *dropout_rng = torch::Tensor();
-    torch::Tensor step;
-    archive.read("meta/step", step);
-    return TrainPosition{step.item<int64_t>()};
+    return load();
   } catch (const c10::Error& e) {
-    throw std::runtime_error("cannot resume from " + file.string() + ": " +
+    throw std::runtime_error("cannot resume from " + from.string() + ": " +
                              e.what_without_backtrace());
   } catch (const std::runtime_error& e) {
-    throw std::runtime_error("cannot resume from " + file.string() + ": " + e.what());
+    throw std::runtime_error("cannot resume from " + from.string() + ": " + e.what());
   }
 }
 
-void save_rank_checkpoint(const std::filesystem::path& run_dir, RankContext& ctx,
-                          Strategy& strategy, const TrainPosition& position) {
-  const auto dir = run_dir / "checkpoint";
+TrainPosition read_position(torch::serialize::InputArchive& archive) {
+  torch::Tensor step;
+  archive.read("meta/step", step);
+  return TrainPosition{step.item<int64_t>()};
+}
+
+// Rank 0 writes step-N.pt: the model, the optimizer and every rank's dropout generator
+// states, one row per rank (gathered from every rank: a collective for models with dropout).
+void save_whole(const std::filesystem::path& dir, RankContext& ctx, Strategy& strategy,
+                const TrainPosition& position) {
+  torch::Tensor dropout_rng = dropout_rng_state(*strategy.model());
+  if (dropout_rng.numel() > 0) {
+    CategoryScope scope(MemoryCategory::Communication);
+    dropout_rng = ctx.comm.all_gather(dropout_rng, Group::world(ctx.world_size));
+  }
+  if (ctx.rank != 0) return;
+  std::filesystem::create_directories(dir);
+  torch::serialize::OutputArchive archive;
+  for (const auto& item : strategy.model()->named_parameters())
+    archive.write("model/" + item.key(), item.value());
+  archive.write("meta/step", torch::tensor(position.step));
+  if (const Optimizer* optimizer = strategy.optimizer()) optimizer->save(archive);
+  if (dropout_rng.numel() > 0) archive.write("rng/dropout", dropout_rng);
+  const std::string name = fmt::format("step-{:08d}.pt", position.step);
+  const auto tmp = dir / fmt::format(".{}.tmp-{}", name, ::getpid());
+  archive.save_to(tmp.string());
+  std::filesystem::rename(tmp, dir / name);
+  write_file_atomic(dir / "latest", name + "\n");
+}
+
+// Every rank writes its part to step-N/rank-R.pt.
+void save_parts(const std::filesystem::path& dir, RankContext& ctx, Strategy& strategy,
+                const TrainPosition& position) {
   const std::string name = fmt::format("step-{:08d}", position.step);
   const auto tmp = dir / fmt::format(".{}.tmp-{}", name, ::getpid());
-  const Group world = Group::world(ctx.world_size);
-  if (ctx.rank == 0) {
-    std::filesystem::remove_all(tmp);
-    std::filesystem::create_directories(tmp);
-  }
-  ctx.comm.barrier(world);
+  std::filesystem::create_directories(tmp);  // every rank: creating an existing folder is no error
   {
     GpuGuard host(nullptr);  // the archive's copies are not GPU memory
     torch::serialize::OutputArchive archive;
@@ -95,7 +87,7 @@ void save_rank_checkpoint(const std::filesystem::path& run_dir, RankContext& ctx
     if (rng.numel() > 0) archive.write("rng/dropout", rng);
     archive.save_to((tmp / fmt::format("rank-{}.pt", ctx.rank)).string());
   }
-  ctx.comm.barrier(world);  // every part is on disk
+  ctx.comm.barrier(Group::world(ctx.world_size));  // every part is on disk
   if (ctx.rank == 0) {
     std::filesystem::remove_all(dir / name);  // an older checkpoint of the same step
     std::filesystem::rename(tmp, dir / name);
@@ -103,36 +95,72 @@ void save_rank_checkpoint(const std::filesystem::path& run_dir, RankContext& ctx
   }
 }
 
-TrainPosition load_rank_checkpoint(const std::filesystem::path& path, RankContext& ctx,
-                                   Strategy& strategy) {
-  const auto folder = resolve_checkpoint(path);
-  const auto file = folder / fmt::format("rank-{}.pt", ctx.rank);
-  try {
-    if (!std::filesystem::is_directory(folder))
-      throw std::runtime_error("it holds the whole model of a run without --tp/--pp/--zero; "
-                               "resume it with that run's layout");
-    if (!std::filesystem::is_regular_file(file))
-      throw std::runtime_error(fmt::format("no part for rank {} (the run had fewer GPUs?)", ctx.rank));
-    GpuGuard host(nullptr);  // the archive's tensors are not GPU memory
-    torch::serialize::InputArchive archive;
-    archive.load_from(file.string());
-    c10::IValue layout;
-    archive.read("meta/layout", layout);
-    if (layout.toStringRef() != strategy.checkpoint_layout())
-      throw std::runtime_error(fmt::format("it was written by {}; this run is {}",
-                                           layout.toStringRef(), strategy.checkpoint_layout()));
-    strategy.load_state(archive);
-    torch::Tensor rng;
-    if (archive.try_read("rng/dropout", rng)) set_dropout_rng_state(*strategy.model(), rng);
-    torch::Tensor step;
-    archive.read("meta/step", step);
-    return TrainPosition{step.item<int64_t>()};
-  } catch (const c10::Error& e) {
-    throw std::runtime_error("cannot resume from " + folder.string() + ": " +
-                             e.what_without_backtrace());
-  } catch (const std::runtime_error& e) {
-    throw std::runtime_error("cannot resume from " + folder.string() + ": " + e.what());
+TrainPosition load_whole(const std::filesystem::path& file, RankContext& ctx, Strategy& strategy) {
+  if (std::filesystem::is_directory(file))
+    throw std::runtime_error("it holds one part per rank, written by a --tp/--pp/--zero run; "
+                             "resume it with that run's layout");
+  torch::serialize::InputArchive archive;
+  archive.load_from(file.string());
+  torch::NoGradGuard no_grad;
+  for (auto& item : strategy.model()->named_parameters()) {
+    torch::Tensor t;  // fresh each time: read() into a defined tensor re-points it (set_)
+    archive.read("model/" + item.key(), t);
+    if (!t.sizes().equals(item.value().sizes()))
+      throw std::runtime_error("parameter " + item.key() + " has another shape");
+    item.value().copy_(t);
   }
+  if (Optimizer* optimizer = strategy.optimizer()) optimizer->load(archive);
+  torch::Tensor rows;  // absent for a model without dropout
+  if (archive.try_read("rng/dropout", rows)) {
+    if (rows.size(0) == ctx.world_size)
+      set_dropout_rng_state(*strategy.model(), rows[ctx.rank]);
+    else if (ctx.rank == 0)
+      fmt::print(stderr, "meshsim: warning: the checkpoint's dropout generators are for {} GPUs, "
+                 "this run has {}: its dropout masks start afresh\n", rows.size(0), ctx.world_size);
+  }
+  return read_position(archive);
+}
+
+TrainPosition load_part(const std::filesystem::path& folder, RankContext& ctx, Strategy& strategy) {
+  const auto file = folder / fmt::format("rank-{}.pt", ctx.rank);
+  if (!std::filesystem::is_directory(folder))
+    throw std::runtime_error("it holds the whole model of a run without --tp/--pp/--zero; "
+                             "resume it with that run's layout");
+  if (!std::filesystem::is_regular_file(file))
+    throw std::runtime_error(fmt::format("no part for rank {} (the run had fewer GPUs?)", ctx.rank));
+  GpuGuard host(nullptr);  // the archive's tensors are not GPU memory
+  torch::serialize::InputArchive archive;
+  archive.load_from(file.string());
+  c10::IValue written_by;
+  archive.read("meta/layout", written_by);
+  const std::string layout = strategy.checkpoint_layout();
+  if (written_by.toStringRef() != layout)
+    throw std::runtime_error(
+        fmt::format("it was written by {}; this run is {}", written_by.toStringRef(), layout));
+  strategy.load_state(archive);
+  torch::Tensor rng;
+  if (archive.try_read("rng/dropout", rng)) set_dropout_rng_state(*strategy.model(), rng);
+  return read_position(archive);
+}
+
+} // namespace
+
+void save_checkpoint(const std::filesystem::path& run_dir, RankContext& ctx, Strategy& strategy,
+                     const TrainPosition& position) {
+  const auto dir = run_dir / "checkpoint";
+  if (strategy.checkpoints_per_rank())
+    save_parts(dir, ctx, strategy, position);
+  else
+    save_whole(dir, ctx, strategy, position);
+}
+
+TrainPosition load_checkpoint(const std::filesystem::path& path, RankContext& ctx,
+                              Strategy& strategy) {
+  const auto at = resolve_checkpoint(path);
+  return resuming_from(at, [&] {
+    return strategy.checkpoints_per_rank() ? load_part(at, ctx, strategy)
+                                           : load_whole(at, ctx, strategy);
+  });
 }
 
 } // namespace meshsim

@@ -6,7 +6,6 @@
 #include "data/sampler.h"
 #include "memory/allocator.h"
 #include "mesh/rank_runner.h"
-#include "models/models.h"
 #include "parallel/strategy.h"
 #include "train/checkpoint.h"
 #include "train/progress.h"
@@ -44,26 +43,6 @@ double evaluate(RankContext& ctx, Strategy& strategy, DataShard shard, const Dat
   return c[1] > 0 ? static_cast<double>(c[0]) / static_cast<double>(c[1]) : 0.0;
 }
 
-// Every rank's dropout generator states, one row per rank, on rank 0 (empty for models
-// without dropout: then no collective runs, on any rank alike).
-torch::Tensor gather_dropout_rng(RankContext& ctx, torch::nn::Module& model) {
-  const torch::Tensor mine = dropout_rng_state(model);
-  if (mine.numel() == 0) return mine;
-  CategoryScope scope(MemoryCategory::Communication);
-  return ctx.comm.all_gather(mine, Group::world(ctx.world_size));
-}
-
-void restore_dropout_rng(RankContext& ctx, torch::nn::Module& model, const torch::Tensor& rows) {
-  if (!rows.defined()) return;  // a checkpoint of a model without dropout
-  if (rows.size(0) != ctx.world_size) {
-    if (ctx.rank == 0)
-      fmt::print(stderr, "meshsim: warning: the checkpoint's dropout generators are for {} GPUs, "
-                 "this run has {}: its dropout masks start afresh\n", rows.size(0), ctx.world_size);
-    return;
-  }
-  set_dropout_rng_state(model, rows[ctx.rank]);
-}
-
 std::string memory_line(const VirtualGpu& gpu) {
   const auto s = gpu.stats();
   return fmt::format("{}: {} of {} in use ({})", gpu.name(), format_bytes(s.current),
@@ -95,29 +74,14 @@ TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& 
 
   auto rank_main = [&](RankContext& ctx) {
     auto strategy = make_strategy(config.strategy, ctx, options);
-    const bool per_rank = strategy->checkpoints_per_rank();
     TrainPosition start;
-    if (!config.resume.empty()) {
-      if (per_rank) {
-        start = load_rank_checkpoint(config.resume, ctx, *strategy);
-      } else {
-        torch::Tensor rng;
-        start = load_checkpoint(config.resume, *strategy->model(), strategy->optimizer(), &rng);
-        restore_dropout_rng(ctx, *strategy->model(), rng);
-      }
-    }
-    // Rank 0 writes the whole state, or every rank its part (collective); once per step.
+    if (!config.resume.empty()) start = load_checkpoint(config.resume, ctx, *strategy);
+    // Collective on every rank; once per step.
     int64_t saved_step = -1;
     auto save = [&](int64_t at) {
       if (!run || at == saved_step) return;
       saved_step = at;
-      if (per_rank) {
-        save_rank_checkpoint(run->dir(), ctx, *strategy, {at});
-        return;
-      }
-      const torch::Tensor rng = gather_dropout_rng(ctx, *strategy->model());  // collective
-      if (ctx.rank == 0)
-        save_checkpoint(run->dir(), *strategy->model(), strategy->optimizer(), {at}, rng);
+      save_checkpoint(run->dir(), ctx, *strategy, {at});
     };
     // DataParallel loads whole global batches on GPU 0; the others shard the data set the
     // way torch's DistributedSampler does, one shard per data-parallel replica.

@@ -1,6 +1,8 @@
 // A resumed run ends with the same parameters (and optimizer state) as an uninterrupted one.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "../cli/cli_harness.h"
 #include "train/checkpoint.h"
 
@@ -47,20 +49,36 @@ const std::string kSmallGpt = "train --model gpt --data synthetic --synthetic-tr
 
 } // namespace
 
-void expect_resume(const std::string& model) {
-  const std::string common = "train --data synthetic --synthetic-train 512 --synthetic-test 64 "
-                             "--gpus 2 --batch-size 16 --epochs 2 --model " + model + " ";
-  const auto whole = fresh_dir("whole"), first = fresh_dir("first"), second = fresh_dir("second");
-  // 512 samples / (2 x 16) = 16 steps per epoch; 24 steps cross the epoch boundary.
-  ASSERT_EQ(run_meshsim(common + "--max-steps 24 --out " + whole.string()).code, 0);
-  ASSERT_EQ(run_meshsim(common + "--max-steps 10 --checkpoint-every 5 --out " + first.string()).code, 0);
-  auto r = run_meshsim(common + "--max-steps 24 --resume " + first.string() + " --out " + second.string());
+// Runs `common` for `total` steps without a break, and for `stop` steps with a checkpoint
+// every `every` steps, then resumed to `total`: both must end with the same state and loss.
+// `inspect` looks at the interrupted run's folder before the folders are removed.
+void expect_resume_matches(const std::string& name, const std::string& common, int total,
+                           int stop, int every,
+                           const std::function<void(const fs::path& first)>& inspect) {
+  const auto whole = fresh_dir(name + "-whole"), first = fresh_dir(name + "-first"),
+             second = fresh_dir(name + "-second");
+  const std::string steps = " --max-steps " + std::to_string(total);
+  auto r = run_meshsim(common + steps + " --out " + whole.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = run_meshsim(common + " --max-steps " + std::to_string(stop) + " --checkpoint-every " +
+                  std::to_string(every) + " --out " + first.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = run_meshsim(common + steps + " --resume " + first.string() + " --out " + second.string());
   ASSERT_EQ(r.code, 0) << r.output;
 
-  expect_same_checkpoints(whole, second);
   EXPECT_EQ(read_json(whole / "summary.json")["final_loss"], read_json(second / "summary.json")["final_loss"]);
-  EXPECT_EQ(fs::exists(first / "checkpoint" / "step-00000005.pt"), true);
+  expect_same_checkpoints(whole, second);
+  inspect(first);
   for (const auto& d : {whole, first, second}) fs::remove_all(d);
+}
+
+void expect_resume(const std::string& model) {
+  const std::string common = "train --data synthetic --synthetic-train 512 --synthetic-test 64 "
+                             "--gpus 2 --batch-size 16 --epochs 2 --model " + model;
+  // 512 samples / (2 x 16) = 16 steps per epoch; 24 steps cross the epoch boundary.
+  expect_resume_matches(model, common, 24, 10, 5, [](const fs::path& first) {
+    EXPECT_EQ(fs::exists(first / "checkpoint" / "step-00000005.pt"), true);
+  });
 }
 
 TEST(TrainResume, ResumedRunEndsWhereTheUninterruptedOneDoes) {
@@ -72,24 +90,14 @@ TEST(TrainResume, ResumedRunEndsWhereTheUninterruptedOneDoes) {
 // Runs split across ranks write one part per rank; resuming them ends where the
 // uninterrupted run does, for the 3-D mesh and for every ZeRO stage that shards state.
 void expect_mesh_resume(const std::string& name, const std::string& layout, int ranks) {
-  const std::string common = kSmallGpt + layout + " ";
-  const auto whole = fresh_dir(name + "-whole"), first = fresh_dir(name + "-first"),
-             second = fresh_dir(name + "-second");
-  auto r = run_meshsim(common + "--max-steps 10 --out " + whole.string());
-  ASSERT_EQ(r.code, 0) << r.output;
-  r = run_meshsim(common + "--max-steps 4 --checkpoint-every 2 --out " + first.string());
-  ASSERT_EQ(r.code, 0) << r.output;
-  r = run_meshsim(common + "--max-steps 10 --resume " + first.string() + " --out " + second.string());
-  ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_EQ(read_json(whole / "summary.json")["final_loss"], read_json(second / "summary.json")["final_loss"]);
-  expect_same_checkpoints(whole, second);
-  // Complete folders only: one part per rank, no temporary folder left behind.
-  for (const char* step : {"step-00000002", "step-00000004"})
-    for (int rank = 0; rank < ranks; ++rank)
-      EXPECT_TRUE(fs::exists(first / "checkpoint" / step / ("rank-" + std::to_string(rank) + ".pt")));
-  for (const auto& entry : fs::directory_iterator(first / "checkpoint"))
-    EXPECT_NE(entry.path().filename().string().front(), '.') << entry.path();
-  for (const auto& d : {whole, first, second}) fs::remove_all(d);
+  expect_resume_matches(name, kSmallGpt + layout, 10, 4, 2, [ranks](const fs::path& first) {
+    // Complete folders only: one part per rank, no temporary folder left behind.
+    for (const char* step : {"step-00000002", "step-00000004"})
+      for (int rank = 0; rank < ranks; ++rank)
+        EXPECT_TRUE(fs::exists(first / "checkpoint" / step / ("rank-" + std::to_string(rank) + ".pt")));
+    for (const auto& entry : fs::directory_iterator(first / "checkpoint"))
+      EXPECT_NE(entry.path().filename().string().front(), '.') << entry.path();
+  });
 }
 
 TEST(TrainResume, MeshRunsResumeFromTheirPerRankParts) {
