@@ -14,8 +14,10 @@ $(BUILD)/CMakeCache.txt:
 build: setup $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
-# The default simulation: 4 virtual GPUs, DDP, Fashion-MNIST CNN, one epoch.
-run: build
+# The default simulation: 4 virtual GPUs, DDP, Fashion-MNIST CNN, one epoch. Builds only the
+# meshsim binary, not the tests and benchmarks.
+run: setup $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS) --target meshsim
 	$(BUILD)/meshsim train $(ARGS)
 
 test: build

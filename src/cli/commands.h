@@ -18,6 +18,8 @@ enum ExitCode {
   kExitData = 3,
   kExitOutOfMemory = 4,
   kExitRankFailure = 5,
+  kExitDiverged = 6,      // the loss stopped being finite
+  kExitSignalBase = 128,  // stopped by signal N: 128 + N (130 Ctrl-C, 143 SIGTERM)
 };
 
 void add_train_flags(CLI::App& app, TrainConfig& config);

@@ -1,9 +1,16 @@
 // `meshsim train`: validate, load data, run, and write the run folder — also when the run
 // fails, so what was measured before the failure is kept.
 #include <ATen/Parallel.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <csignal>
 #include <filesystem>
+#include <fstream>
 
 #include <fmt/format.h>
 
@@ -16,7 +23,9 @@
 #include "mesh/device_mesh.h"
 #include "mesh/rank_runner.h"
 #include "models/models.h"
+#include "report/atomic_file.h"
 #include "report/run_folder.h"
+#include "train/checkpoint.h"
 #include "train/trainer.h"
 
 namespace meshsim {
@@ -30,15 +39,81 @@ std::string one_line(const std::exception& e) {
   return nl == std::string::npos ? text : text.substr(0, nl);
 }
 
-nlohmann::json gpu_json(const VirtualGpu& gpu) {
+// Set by SIGINT/SIGTERM: the ranks stop after the current step and the run folder is
+// written. A second signal ends the process at once.
+std::atomic<int> g_stop_signal{0};
+
+extern "C" void on_stop_signal(int sig) {
+  if (g_stop_signal.exchange(sig) != 0) _exit(kExitSignalBase + sig);
+  static const char kSay[] =
+      "\nmeshsim: stopping after this step and writing the run folder (again to stop at once)\n";
+  const ssize_t ignored = write(STDERR_FILENO, kSay, sizeof(kSay) - 1);
+  (void)ignored;
+}
+
+// Installs the handlers for one run and puts the previous ones back after it.
+class StopSignals {
+public:
+  StopSignals() {
+    g_stop_signal = 0;
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~StopSignals() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+
+private:
+  struct sigaction old_int_ {}, old_term_ {};
+};
+
+bool is_nonempty_dir(const std::filesystem::path& dir) {
+  std::error_code ec;
+  return std::filesystem::is_directory(dir, ec) &&
+         std::filesystem::directory_iterator(dir, ec) != std::filesystem::directory_iterator();
+}
+
+// A resumed run that writes into the folder it resumes: metrics.jsonl keeps the lines up to
+// the checkpoint's step, so no step appears twice. Written atomically.
+void truncate_metrics(const std::filesystem::path& dir, int64_t step) {
+  const auto path = dir / "metrics.jsonl";
+  std::ifstream in(path);
+  if (!in) return;
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.value("step", int64_t{0}) <= step) kept += line + "\n";
+  }
+  write_file_atomic(path, kept);
+}
+
+// The step in a checkpoint's name (step-00000010.pt or step-00000010/).
+int64_t checkpoint_step(const std::filesystem::path& checkpoint) {
+  const std::string name = checkpoint.filename().string();
+  long long step = -1;
+  if (std::sscanf(name.c_str(), "step-%lld", &step) != 1 || step < 0)
+    throw std::invalid_argument("cannot tell the step of checkpoint " + checkpoint.string());
+  return step;
+}
+
+nlohmann::json gpu_json(const VirtualGpu& gpu, const TrainResult* result) {
   const auto s = gpu.stats();
   nlohmann::json by_category;
   for (auto c : kAllCategories) by_category[category_name(c)] = s.peak_by_category[static_cast<size_t>(c)];
-  return {{"rank", gpu.rank()},
-          {"capacity_bytes", s.capacity},
-          {"peak_bytes", s.peak},
-          {"peak_by_category", by_category},
-          {"allocations", s.allocations}};
+  nlohmann::json out = {{"rank", gpu.rank()},
+                        {"capacity_bytes", s.capacity},
+                        {"peak_bytes", s.peak},
+                        {"peak_by_category", by_category},
+                        {"allocations", s.allocations}};
+  if (result && gpu.rank() < static_cast<int>(result->eval_peak_bytes.size())) {
+    out["eval_peak_bytes"] = result->eval_peak_bytes[gpu.rank()];
+    out["model_state_bytes"] = result->model_state_bytes[gpu.rank()];
+  }
+  return out;
 }
 
 nlohmann::json collectives_json(const std::vector<Recorder>& recorders) {
@@ -54,12 +129,12 @@ nlohmann::json collectives_json(const std::vector<Recorder>& recorders) {
 }
 
 void write_outputs(RunFolder& run, DeviceMesh& mesh, const TrainConfig& config,
-                   nlohmann::json summary) {
+                   nlohmann::json summary, const TrainResult* result) {
   std::vector<int64_t> capacities;
   nlohmann::json gpus = nlohmann::json::array();
   for (int r = 0; r < mesh.world_size(); ++r) {
     capacities.push_back(mesh.gpu(r).capacity());
-    gpus.push_back(gpu_json(mesh.gpu(r)));
+    gpus.push_back(gpu_json(mesh.gpu(r), result));
   }
   summary["gpus"] = gpus;
   std::string plot_error;
@@ -75,6 +150,22 @@ void write_outputs(RunFolder& run, DeviceMesh& mesh, const TrainConfig& config,
   if (!drawn && !mesh.timeline().samples().empty())
     fmt::print(stderr, "meshsim: warning: memory.png not drawn: {}\n", plot_error);
   run.write_json("summary.json", summary);
+}
+
+// A flag that takes a whole number of at least `min`: checked on the text, before CLI11
+// converts it (an unsigned seed would otherwise take "-1" as 2^64 - 1).
+CLI::Validator whole_number(long long min) {
+  return CLI::Validator(
+      [min](std::string& text) -> std::string {
+        errno = 0;
+        char* end = nullptr;
+        const long long v = std::strtoll(text.c_str(), &end, 10);
+        if (text.empty() || *end != '\0' || errno == ERANGE)
+          return fmt::format("must be a whole number, got '{}'", text);
+        if (v < min) return fmt::format("must be at least {}, got {}", min, v);
+        return "";
+      },
+      min > 0 ? "POSITIVE" : "NON-NEGATIVE");
 }
 
 } // namespace
@@ -98,7 +189,8 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--recompute", c.recompute, "activation checkpointing per transformer block: none | full")
       ->capture_default_str();
   app.add_option("--global-batch-size", c.global_batch_size,
-                 "samples per step over all replicas (overrides --batch-size)");
+                 "samples per step over all replicas (overrides --batch-size)")
+      ->check(whole_number(/*min=*/1));
   app.add_option("--layers", c.gpt.layers, "gpt: transformer blocks")->capture_default_str();
   app.add_option("--hidden", c.gpt.hidden, "gpt: hidden size")->capture_default_str();
   app.add_option("--heads", c.gpt.heads, "gpt: attention heads")->capture_default_str();
@@ -111,7 +203,7 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
       ->capture_default_str();
   app.add_option("--batch-size", c.batch_size, "batch size per data-parallel replica")
       ->capture_default_str();
-  app.add_option("--seed", c.seed)->capture_default_str();
+  app.add_option("--seed", c.seed)->capture_default_str()->check(whole_number(/*min=*/0));
   app.add_option("--log-every", c.log_every, "steps between metrics lines")->capture_default_str();
   app.add_option("--optimizer", c.optimizer.name, "adam | sgd")->capture_default_str();
   app.add_option("--lr", c.optimizer.lr, "learning rate (default 1e-3 for adam, 0.01 for sgd)");
@@ -169,6 +261,21 @@ int run_train(TrainConfig config) {
   install_accounting_allocator();
   std::unique_ptr<RunFolder> run;
   try {
+    // A folder that holds something is another run's: never mix two runs' files. Resuming
+    // into the folder it resumes keeps its metrics up to the checkpoint.
+    if (!config.out.empty() && is_nonempty_dir(config.out)) {
+      if (config.resume.empty())
+        throw std::invalid_argument(fmt::format(
+            "--out {} is not empty; choose a new folder, or add --resume to continue the run in it",
+            config.out));
+      const auto checkpoint = std::filesystem::weakly_canonical(resolve_checkpoint(config.resume));
+      const auto resumed_run = checkpoint.parent_path().parent_path();  // <run>/checkpoint/step-N
+      if (std::filesystem::weakly_canonical(config.out) != resumed_run)
+        throw std::invalid_argument(fmt::format(
+            "--out {} is not empty and is not the folder of the run being resumed ({})",
+            config.out, resumed_run.string()));
+      truncate_metrics(config.out, checkpoint_step(checkpoint));
+    }
     run = std::make_unique<RunFolder>(config.out);
   } catch (const std::exception& e) {
     fmt::print(stderr, "meshsim: {}\n", one_line(e));
@@ -220,15 +327,29 @@ int run_train(TrainConfig config) {
   };
   int code = kExitOk;
   std::string error;
+  StopSignals signals;
+  TrainResult result;
+  bool trained = false;
   try {
-    TrainResult result = train(config, mesh, data, run.get());
+    result = train(config, mesh, data, run.get(), &g_stop_signal);
+    trained = true;
     summary["status"] = "ok";
     summary["steps"] = result.steps;
-    summary["final_loss"] = result.final_loss;
+    summary["final_loss"] = std::isfinite(result.final_loss) ? nlohmann::json(result.final_loss)
+                                                              : nlohmann::json(nullptr);
     summary["test_accuracy"] = result.test_accuracy;
+    summary["test_samples"] = result.test_samples;
     summary["train_seconds"] = result.train_seconds;
     summary["collectives"] = collectives_json(result.recorders);
-    write_run_reports(run->dir(), config, result.recorders, mesh.timeline().samples(), summary);
+    if (result.stopped == StopReason::Diverged) {
+      code = kExitDiverged, error = result.stop_message;
+      summary.erase("test_accuracy");
+      summary.erase("test_samples");
+    } else {
+      if (result.stopped == StopReason::Signal) summary.erase("test_accuracy");
+      if (result.stopped == StopReason::Signal) summary.erase("test_samples");
+      write_run_reports(run->dir(), config, result.recorders, mesh.timeline().samples(), summary);
+    }
   } catch (const OutOfMemory& e) {
     code = kExitOutOfMemory, error = one_line(e);
   } catch (const CollectiveTimeout& e) {
@@ -245,14 +366,20 @@ int run_train(TrainConfig config) {
     code = kExitFailure, error = one_line(e);
   }
   summary["wall_seconds"] = wall();
-  if (code != kExitOk) {
+  if (const int sig = g_stop_signal.load(); sig != 0 && code == kExitOk) {
+    code = kExitSignalBase + sig;
+    summary["status"] = "interrupted";
+    summary["exit_code"] = code;
+    fmt::print(stderr, "\nmeshsim: interrupted by signal {} after step {}\n", sig,
+               result.steps);
+  } else if (code != kExitOk) {
     summary["status"] = "failed";
     summary["error"] = error;
     summary["exit_code"] = code;
     fmt::print(stderr, "\nmeshsim: {}\n", error);
   }
   try {
-    write_outputs(*run, mesh, config, summary);
+    write_outputs(*run, mesh, config, summary, trained ? &result : nullptr);
   } catch (const std::exception& e) {
     fmt::print(stderr, "meshsim: could not write the run folder: {}\n", one_line(e));
     if (code == kExitOk) code = kExitFailure;

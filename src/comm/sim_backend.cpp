@@ -55,7 +55,8 @@ public:
                  auto [lo, hi] = slice_of(s.numel, group.size(), index);
                  reduce_into(s.dtype, s.in, s.out, lo, hi, op, group.size());
                });
-    if (!buf.is_same(tensor)) tensor.copy_(buf);
+    if (!buf.is_same(tensor))
+      tensor.copy_(buf);
   }
 
   void broadcast(torch::Tensor& tensor, int root, const Group& group) override {
@@ -70,13 +71,15 @@ public:
                    if (j != root_index)
                      std::memcpy(static_cast<char*>(s.out[j]) + lo * item, src, (hi - lo) * item);
                });
-    if (!buf.is_same(tensor)) tensor.copy_(buf);
+    if (!buf.is_same(tensor))
+      tensor.copy_(buf);
   }
 
   torch::Tensor all_gather(const torch::Tensor& input, const Group& group) override {
     torch::Tensor in = input.contiguous();
     std::vector<int64_t> sizes{group.size()};
-    for (auto d : in.sizes()) sizes.push_back(d);
+    for (auto d : in.sizes())
+      sizes.push_back(d);
     torch::Tensor out;
     {
       CategoryScope scope(MemoryCategory::Communication);
@@ -95,8 +98,9 @@ public:
                                const Group& group) override {
     torch::Tensor in = input.contiguous();
     if (in.numel() % group.size() != 0)
-      throw std::invalid_argument(fmt::format(
-          "reduce_scatter: {} elements do not split evenly over {} ranks", in.numel(), group.size()));
+      throw std::invalid_argument(
+          fmt::format("reduce_scatter: {} elements do not split evenly over {} ranks", in.numel(),
+                      group.size()));
     torch::Tensor out;
     {
       CategoryScope scope(MemoryCategory::Communication);
@@ -125,7 +129,8 @@ public:
                  std::vector<void*> out_ptrs{s.out[root_index]};
                  reduce_into(s.dtype, s.in, out_ptrs, lo, hi, op, group.size());
                });
-    if (rank_ == root && !buf.is_same(tensor)) tensor.copy_(buf);
+    if (rank_ == root && !buf.is_same(tensor))
+      tensor.copy_(buf);
   }
 
   void send(const torch::Tensor& tensor, int dst, int tag) override {
@@ -141,7 +146,8 @@ public:
     }
     {
       std::lock_guard<std::mutex> lock(world_.mutex_);
-      if (!world_.abort_reason_.empty()) throw RankAborted(world_.abort_reason_);
+      if (!world_.abort_reason_.empty())
+        throw RankAborted(world_.abort_reason_);
       world_.mailboxes_[{rank_, dst, tag}].push_back(std::move(message));
     }
     world_.cv_.notify_all();
@@ -157,20 +163,26 @@ public:
     {
       std::unique_lock<std::mutex> lock(world_.mutex_);
       auto& box = world_.mailboxes_[{src, rank_, tag}];
-      const bool ready = world_.cv_.wait_for(lock, world_.timeout_, [&] {
-        return !box.empty() || !world_.abort_reason_.empty();
-      });
-      if (!world_.abort_reason_.empty()) throw RankAborted(world_.abort_reason_);
+      world_.waits_[rank_] = SimWorld::Wait{nullptr, {}, src};
+      const bool ready = world_.cv_.wait_for(
+          lock, world_.timeout_, [&] { return !box.empty() || !world_.abort_reason_.empty(); });
+      // A rank that times out keeps its wait on record: others' chains go through it.
+      if (ready)
+        world_.waits_[rank_] = SimWorld::Wait{};
+      if (!world_.abort_reason_.empty())
+        throw RankAborted(world_.abort_reason_);
       if (!ready)
-        throw CollectiveTimeout(fmt::format(
-            "recv #{} on rank {} from rank {} (tag {}) timed out after {:.1f} s: rank {} never sent",
-            rec.seq, rank_, src, tag, world_.timeout_.count() / 1000.0, src));
+        throw CollectiveTimeout(fmt::format("recv #{} on rank {} from rank {} (tag {}) timed out "
+                                            "after {:.1f} s: rank {} never sent{}",
+                                            rec.seq, rank_, src, tag,
+                                            world_.timeout_.count() / 1000.0, src,
+                                            world_.wait_chain({src})));
       message = std::move(box.front());
       box.pop_front();
     }
-    torch::Tensor out = torch::empty_like(message);  // charged to this rank's GPU
+    torch::Tensor out = torch::empty_like(message); // charged to this rank's GPU
     out.copy_(message);
-    message = torch::Tensor();  // frees the sender's copy
+    message = torch::Tensor(); // frees the sender's copy
     rec.bytes = out.numel() * out.element_size();
     finish_record(rec);
     return out;
@@ -182,7 +194,9 @@ public:
   }
 
 private:
-  static torch::Tensor contiguous(torch::Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
+  static torch::Tensor contiguous(torch::Tensor& t) {
+    return t.is_contiguous() ? t : t.contiguous();
+  }
 
   int checked_member(const Group& group, int rank, const char* what) const {
     const int index = group.index_of(rank);
@@ -194,9 +208,8 @@ private:
 
   void check_peer(int peer, const char* op) const {
     if (peer < 0 || peer >= world_.world_size() || peer == rank_)
-      throw std::invalid_argument(
-          fmt::format("{} on rank {}: invalid peer {} (world size {})", op, rank_, peer,
-                      world_.world_size()));
+      throw std::invalid_argument(fmt::format("{} on rank {}: invalid peer {} (world size {})", op,
+                                              rank_, peer, world_.world_size()));
   }
 
   CollectiveRecord start_record(const char* op, std::vector<int> group, const torch::Tensor& t) {
@@ -230,7 +243,8 @@ private:
     std::shared_ptr<SimWorld::Slot> slot;
     {
       std::unique_lock<std::mutex> lock(world_.mutex_);
-      if (!world_.abort_reason_.empty()) throw RankAborted(world_.abort_reason_);
+      if (!world_.abort_reason_.empty())
+        throw RankAborted(world_.abort_reason_);
       auto& entry = world_.slots_[{key, seq}];
       if (!entry) {
         entry = std::make_shared<SimWorld::Slot>();
@@ -244,26 +258,32 @@ private:
       } else if (entry->op != op || entry->numel != numel || entry->dtype != dtype ||
                  entry->root != root) {
         throw CollectiveMismatch(fmt::format(
-            "collective #{} on group [{}]: rank {} called {} but another rank called {}", seq,
-            key, rank_, describe(op, numel, dtype), describe(entry->op, entry->numel, entry->dtype)));
+            "collective #{} on group [{}]: rank {} called {} but another rank called {}", seq, key,
+            rank_, describe(op, numel, dtype), describe(entry->op, entry->numel, entry->dtype)));
       }
       slot = entry;
       slot->in[index] = in;
       slot->out[index] = out;
       slot->present[index] = true;
-      if (++slot->arrived == n) world_.cv_.notify_all();
+      if (++slot->arrived == n)
+        world_.cv_.notify_all();
+      world_.waits_[rank_] = SimWorld::Wait{slot, group.ranks, -1};
       const bool all_here = world_.cv_.wait_for(lock, world_.timeout_, [&] {
         return slot->arrived == n || !world_.abort_reason_.empty();
       });
-      if (!world_.abort_reason_.empty()) throw RankAborted(world_.abort_reason_);
+      if (all_here)
+        world_.waits_[rank_] = SimWorld::Wait{};
+      if (!world_.abort_reason_.empty())
+        throw RankAborted(world_.abort_reason_);
       if (!all_here) {
         std::vector<int> missing;
         for (int j = 0; j < n; ++j)
-          if (!slot->present[j]) missing.push_back(group.ranks[j]);
+          if (!slot->present[j])
+            missing.push_back(group.ranks[j]);
         throw CollectiveTimeout(fmt::format(
-            "{} #{} on group [{}] timed out after {:.1f} s: rank{} {} never arrived", op, seq, key,
-            world_.timeout_.count() / 1000.0, missing.size() > 1 ? "s" : "",
-            fmt::join(missing, ", ")));
+            "{} #{} on group [{}] timed out after {:.1f} s: rank{} {} never arrived{}", op, seq,
+            key, world_.timeout_.count() / 1000.0, missing.size() > 1 ? "s" : "",
+            fmt::join(missing, ", "), world_.wait_chain(missing)));
       }
     }
 
@@ -282,8 +302,8 @@ private:
       if (!world_.abort_reason_.empty() && slot->departed != n)
         throw RankAborted(world_.abort_reason_);
       if (!all_done)
-        throw CollectiveTimeout(fmt::format("{} #{} on group [{}]: members did not finish in time",
-                                            op, seq, key));
+        throw CollectiveTimeout(
+            fmt::format("{} #{} on group [{}]: members did not finish in time", op, seq, key));
     }
     finish_record(rec);
   }
@@ -297,21 +317,55 @@ private:
 
 SimWorld::SimWorld(int world_size, std::chrono::milliseconds timeout, const RunClock* clock)
     : world_size_(world_size), timeout_(timeout), clock_(clock) {
-  if (world_size < 1) throw std::invalid_argument("world size must be at least 1");
+  if (world_size < 1)
+    throw std::invalid_argument("world size must be at least 1");
+  waits_.resize(static_cast<size_t>(world_size));
+}
+
+std::vector<int> SimWorld::waited_by(int rank) const {
+  const Wait& w = waits_[static_cast<size_t>(rank)];
+  if (w.src >= 0)
+    return {w.src};
+  std::vector<int> missing;
+  if (w.slot)
+    for (size_t j = 0; j < w.group.size(); ++j)
+      if (!w.slot->present[j])
+        missing.push_back(w.group[j]);
+  return missing;
+}
+
+std::string SimWorld::wait_chain(const std::vector<int>& missing) const {
+  // A rank that is missing but blocked itself is not the cause: follow its waits (each rank
+  // once) to one that waits for nobody.
+  std::string chain;
+  std::vector<bool> seen(static_cast<size_t>(world_size_), false);
+  int at = missing.empty() ? -1 : missing.front();
+  while (at >= 0 && !seen[static_cast<size_t>(at)]) {
+    seen[static_cast<size_t>(at)] = true;
+    const std::vector<int> next = waited_by(at);
+    if (next.empty())
+      break;
+    chain += fmt::format("{}rank {} waits for rank{} {}", chain.empty() ? " (" : ", ", at,
+                         next.size() > 1 ? "s" : "", fmt::join(next, ", "));
+    at = next.front();
+  }
+  return chain.empty() ? chain : chain + ")";
 }
 
 SimWorld::~SimWorld() = default;
 
 std::unique_ptr<Communicator> SimWorld::make_communicator(int rank) {
   if (rank < 0 || rank >= world_size_)
-    throw std::invalid_argument(fmt::format("rank {} out of range for world {}", rank, world_size_));
+    throw std::invalid_argument(
+        fmt::format("rank {} out of range for world {}", rank, world_size_));
   return std::make_unique<SimCommunicator>(*this, rank);
 }
 
 void SimWorld::abort(const std::string& reason) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (abort_reason_.empty()) abort_reason_ = reason.empty() ? "aborted" : reason;
+    if (abort_reason_.empty())
+      abort_reason_ = reason.empty() ? "aborted" : reason;
   }
   cv_.notify_all();
 }

@@ -38,10 +38,22 @@ public:
   void abort(const std::string& reason);
   bool aborted() const;
 
-  struct Slot;  // one collective instance, shared by its members
+  struct Slot; // one collective instance, shared by its members
 
 private:
   friend class SimCommunicator;
+
+  // What a blocked rank waits for: the members missing from `slot`, or a send from `src`.
+  struct Wait {
+    std::shared_ptr<Slot> slot;
+    std::vector<int> group;
+    int src = -1;
+  };
+  /// Ranks `rank` waits for now (empty when it is not blocked). Call with mutex_ held.
+  std::vector<int> waited_by(int rank) const;
+  /// " (rank 1 waits for rank 2, which waits for rank 3)": follows the waits from `missing`
+  /// to a rank that waits for nobody, the one that stopped. Call with mutex_ held.
+  std::string wait_chain(const std::vector<int>& missing) const;
 
   const int world_size_;
   const std::chrono::milliseconds timeout_;
@@ -51,8 +63,9 @@ private:
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::map<std::pair<std::string, int64_t>, std::shared_ptr<Slot>> slots_;
-  std::map<std::tuple<int, int, int>, std::deque<torch::Tensor>> mailboxes_;  // (src, dst, tag)
+  std::map<std::tuple<int, int, int>, std::deque<torch::Tensor>> mailboxes_; // (src, dst, tag)
   std::string abort_reason_;
+  std::vector<Wait> waits_; // per rank
 };
 
 } // namespace meshsim

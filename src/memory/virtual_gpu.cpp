@@ -1,6 +1,11 @@
 // Per-virtual-GPU accounting. Lock-free on the allocation path; see virtual_gpu.h.
 #include "memory/virtual_gpu.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+
 #include <fmt/format.h>
 
 namespace meshsim {
@@ -14,16 +19,41 @@ void raise_to(std::atomic<int64_t>& peak, int64_t value) {
 
 } // namespace
 
-VirtualGpu::VirtualGpu(int rank, int64_t capacity_bytes) : rank_(rank), capacity_(capacity_bytes) {}
+bool HostBudget::try_charge(int64_t bytes) {
+  const int64_t now = used_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  if (now <= limit_)
+    return true;
+  used_.fetch_sub(bytes, std::memory_order_relaxed);
+  return false;
+}
+
+int64_t host_memory_for_gpus() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key, unit;
+  int64_t kib = 0, available = -1;
+  while (meminfo >> key >> kib >> unit)
+    if (key == "MemAvailable:")
+      available = kib * 1024;
+  if (available < 0)
+    available = static_cast<int64_t>(sysconf(_SC_AVPHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  // Headroom: 1 GiB, or a tenth of what is available when that is more.
+  const int64_t headroom = std::max<int64_t>(int64_t{1} << 30, available / 10);
+  return std::max<int64_t>(available - headroom, 0);
+}
+
+VirtualGpu::VirtualGpu(int rank, int64_t capacity_bytes, HostBudget* host)
+    : rank_(rank), capacity_(capacity_bytes), host_(host) {}
 
 void VirtualGpu::charge(int64_t bytes, MemoryCategory category) {
   const int64_t now = current_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-  if (now > capacity_) {
+  const bool fits = now <= capacity_;
+  if (!fits || (host_ && !host_->try_charge(bytes))) {
     current_.fetch_sub(bytes, std::memory_order_relaxed);
-    std::string message = describe_oom(bytes, category);
+    std::string message = fits ? describe_host_oom(bytes, category) : describe_oom(bytes, category);
     {
       std::lock_guard<std::mutex> lock(oom_mutex_);
-      if (oom_message_.empty()) oom_message_ = message;
+      if (oom_message_.empty())
+        oom_message_ = message;
     }
     throw OutOfMemory(message);
   }
@@ -36,6 +66,8 @@ void VirtualGpu::charge(int64_t bytes, MemoryCategory category) {
 }
 
 void VirtualGpu::release(int64_t bytes, MemoryCategory category) {
+  if (host_)
+    host_->release(bytes);
   current_.fetch_sub(bytes, std::memory_order_relaxed);
   current_by_category_[static_cast<size_t>(category)].fetch_sub(bytes, std::memory_order_relaxed);
 }
@@ -60,6 +92,15 @@ void VirtualGpu::reset_peaks() {
                                std::memory_order_relaxed);
 }
 
+void VirtualGpu::restore_peaks(const MemoryStats& saved) {
+  peak_.store(std::max(saved.peak, current_.load(std::memory_order_relaxed)),
+              std::memory_order_relaxed);
+  for (int c = 0; c < kNumCategories; ++c)
+    peak_by_category_[c].store(std::max(saved.peak_by_category[c],
+                                        current_by_category_[c].load(std::memory_order_relaxed)),
+                               std::memory_order_relaxed);
+}
+
 std::string VirtualGpu::oom_message() const {
   std::lock_guard<std::mutex> lock(oom_mutex_);
   return oom_message_;
@@ -69,8 +110,10 @@ std::string describe_use(const MemoryStats& stats, bool skip_empty) {
   std::string use;
   for (auto c : kAllCategories) {
     const int64_t b = stats.current_by_category[static_cast<size_t>(c)];
-    if (skip_empty && b == 0) continue;
-    if (!use.empty()) use += ", ";
+    if (skip_empty && b == 0)
+      continue;
+    if (!use.empty())
+      use += ", ";
     use += fmt::format("{} {}", category_name(c), format_bytes(b));
   }
   return use;
@@ -78,10 +121,18 @@ std::string describe_use(const MemoryStats& stats, bool skip_empty) {
 
 std::string VirtualGpu::describe_oom(int64_t request, MemoryCategory category) const {
   const MemoryStats s = stats();
-  return fmt::format("out of memory on {}: tried to allocate {} for {}; in use {} ({}); capacity {}",
+  return fmt::format(
+      "out of memory on {}: tried to allocate {} for {}; in use {} ({}); capacity {}", name(),
+      format_bytes(request), category_name(category), format_bytes(s.current),
+      describe_use(s, /*skip_empty=*/false), format_bytes(capacity_));
+}
+
+std::string VirtualGpu::describe_host_oom(int64_t request, MemoryCategory category) const {
+  return fmt::format("out of host memory: {} tried to allocate {} for {}, but the virtual GPUs "
+                     "already hold {} together and this machine can give them {}; use fewer "
+                     "--gpus, smaller batches, or a smaller model",
                      name(), format_bytes(request), category_name(category),
-                     format_bytes(s.current), describe_use(s, /*skip_empty=*/false),
-                     format_bytes(capacity_));
+                     format_bytes(host_->used()), format_bytes(host_->limit()));
 }
 
 } // namespace meshsim

@@ -34,9 +34,31 @@ struct MemoryStats {
 /// leaves out categories holding nothing.
 std::string describe_use(const MemoryStats& stats, bool skip_empty);
 
+/// The host memory that all virtual GPUs of a process take together: they live in the
+/// host's RAM, so their sum must stay below what the host can give, whatever each GPU's own
+/// capacity says. A charge past the limit is an OutOfMemory naming the host.
+class HostBudget {
+public:
+  explicit HostBudget(int64_t limit_bytes) : limit_(limit_bytes) {}
+  int64_t limit() const { return limit_; }
+  int64_t used() const { return used_.load(std::memory_order_relaxed); }
+  /// Adds `bytes` and returns true, or returns false and adds nothing if over the limit.
+  bool try_charge(int64_t bytes);
+  void release(int64_t bytes) { used_.fetch_sub(bytes, std::memory_order_relaxed); }
+
+private:
+  const int64_t limit_;
+  std::atomic<int64_t> used_{0};
+};
+
+/// What the host can give the virtual GPUs: the memory available now (MemAvailable) less a
+/// headroom for meshsim's own untracked memory (threads, kernels' scratch, the data set).
+int64_t host_memory_for_gpus();
+
 class VirtualGpu {
 public:
-  VirtualGpu(int rank, int64_t capacity_bytes);
+  /// `host` (may be null, must outlive the GPU) is shared by every GPU of a mesh.
+  VirtualGpu(int rank, int64_t capacity_bytes, HostBudget* host = nullptr);
   VirtualGpu(const VirtualGpu&) = delete;
   VirtualGpu& operator=(const VirtualGpu&) = delete;
 
@@ -55,15 +77,21 @@ public:
   MemoryStats stats() const;
   /// Resets peaks to the current values (e.g. after setup, to measure a step alone).
   void reset_peaks();
+  /// Ends a window opened by reset_peaks(): the peaks become those of `saved` (taken before
+  /// the window), or the current values where higher, so the window's own peak is left out.
+  /// Used to keep evaluation out of the training peaks.
+  void restore_peaks(const MemoryStats& saved);
 
   /// The OutOfMemory message if this GPU ever ran out, else empty.
   std::string oom_message() const;
 
 private:
   std::string describe_oom(int64_t request, MemoryCategory category) const;
+  std::string describe_host_oom(int64_t request, MemoryCategory category) const;
 
   const int rank_;
   const int64_t capacity_;
+  HostBudget* host_;
   std::atomic<int64_t> current_{0};
   std::atomic<int64_t> peak_{0};
   std::atomic<int64_t> allocations_{0};

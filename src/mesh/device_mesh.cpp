@@ -1,8 +1,6 @@
 // DeviceMesh construction and the physical-device memory query behind `--gpu-mem auto`.
 #include "mesh/device_mesh.h"
 
-#include <unistd.h>
-
 #include <stdexcept>
 
 namespace meshsim {
@@ -10,17 +8,16 @@ namespace meshsim {
 int64_t auto_capacity(const std::string& device, int world_size) {
   if (device != "cpu")
     throw std::invalid_argument("--gpu-mem auto is only known for the cpu device here");
-  const int64_t pages = sysconf(_SC_PHYS_PAGES);
-  const int64_t page_size = sysconf(_SC_PAGESIZE);
-  return pages * page_size / std::max(1, world_size);
+  return host_memory_for_gpus() / std::max(1, world_size);
 }
 
 DeviceMesh::DeviceMesh(const MeshOptions& options)
-    : options_(options), world_(options.world_size, options.comm_timeout, &clock_) {
+    : options_(options), host_(host_memory_for_gpus()),
+      world_(options.world_size, options.comm_timeout, &clock_) {
   if (options_.capacity_bytes <= 0)
     options_.capacity_bytes = auto_capacity(options_.device, options_.world_size);
   for (int r = 0; r < options_.world_size; ++r)
-    gpus_.push_back(std::make_unique<VirtualGpu>(r, options_.capacity_bytes));
+    gpus_.push_back(std::make_unique<VirtualGpu>(r, options_.capacity_bytes, &host_));
 }
 
 void DeviceMesh::sample_memory(int64_t step, const std::string& phase) {
@@ -29,7 +26,8 @@ void DeviceMesh::sample_memory(int64_t step, const std::string& phase) {
   s.step = step;
   s.phase = phase;
   s.bytes.reserve(gpus_.size());
-  for (const auto& g : gpus_) s.bytes.push_back(g->current_bytes());
+  for (const auto& g : gpus_)
+    s.bytes.push_back(g->current_bytes());
   timeline_.add(std::move(s));
 }
 

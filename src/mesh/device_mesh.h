@@ -14,12 +14,13 @@ namespace meshsim {
 
 struct MeshOptions {
   int world_size = 4;
-  int64_t capacity_bytes = 0;  // per virtual GPU; 0 = auto (physical memory split evenly)
+  int64_t capacity_bytes = 0; // per virtual GPU; 0 = auto (host memory split evenly)
   std::string device = "cpu";
   std::chrono::milliseconds comm_timeout{60000};
 };
 
-/// Physical memory of the device split evenly over `world_size` virtual GPUs.
+/// The memory the host can give (host_memory_for_gpus: available less a headroom) split
+/// evenly over `world_size` virtual GPUs.
 int64_t auto_capacity(const std::string& device, int world_size);
 
 class DeviceMesh {
@@ -40,6 +41,7 @@ public:
 private:
   MeshOptions options_;
   RunClock clock_;
+  HostBudget host_; // all GPUs together live in the host's memory
   std::vector<std::unique_ptr<VirtualGpu>> gpus_;
   SimWorld world_;
   MemoryTimeline timeline_;

@@ -1,8 +1,6 @@
 // DistributedDataParallel: every rank holds the whole model and its own optimizer. The
 // initial parameters are broadcast from rank 0; after backward, gradients are averaged with
 // one all-reduce per bucket; every rank then takes the same optimizer step.
-#include <fmt/format.h>
-
 #include "memory/allocator.h"
 #include "parallel/buckets.h"
 #include "parallel/replica.h"
@@ -13,7 +11,7 @@ namespace {
 class DdpStrategy final : public Strategy {
 public:
   DdpStrategy(RankContext& ctx, const StrategyOptions& options)
-      : ctx_(ctx), options_(options), replica_(options, ctx.rank, /*with_optimizer=*/true),
+      : ctx_(ctx), replica_(options, ctx.rank, /*with_optimizer=*/true),
         buckets_(replica_.params, options.bucket_mb), world_(Group::world(ctx.world_size)) {
     torch::NoGradGuard no_grad;
     CategoryScope scope(MemoryCategory::Communication);
@@ -23,9 +21,6 @@ public:
   double step(const Batch& batch, int64_t step_number) override {
     replica_.optimizer->zero_grad();
     const double local_loss = replica_.forward_backward(ctx_, batch, step_number);
-    if (ctx_.rank == options_.fault_rank && step_number == options_.fault_step)
-      throw RankLeft(fmt::format("rank {} left the run at step {} (--inject-fault)", ctx_.rank,
-                                 step_number));
     buckets_.all_reduce_average(ctx_.comm, world_);
     ctx_.sample_memory(step_number, "all_reduce");
     replica_.optimizer_step(ctx_, step_number);
@@ -48,7 +43,6 @@ private:
   }
 
   RankContext& ctx_;
-  StrategyOptions options_;
   Replica replica_;
   GradientBuckets buckets_;
   Group world_;

@@ -39,8 +39,6 @@ struct StrategyOptions {
   bool recompute = false;       // activation checkpointing per transformer block
   OptimizerOptions optimizer;
   double bucket_mb = 25;
-  int fault_rank = -1;          // --inject-fault: this rank skips the gradient all-reduce...
-  int64_t fault_step = -1;      // ...at this (1-based) step
 };
 
 class Strategy {

@@ -2,6 +2,7 @@
 #include "train/config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -79,6 +80,27 @@ void validate_layout(TrainConfig& c) {
   }
 }
 
+// --inject-fault RANK:STEP, each part checked on its own so the message names the wrong one.
+void parse_fault(TrainConfig& c) {
+  const std::string& text = c.inject_fault;
+  const auto colon = text.find(':');
+  int rank = -1;
+  long long step = -1;
+  char extra = 0;
+  require(colon != std::string::npos &&
+              std::sscanf(text.substr(0, colon).c_str(), "%d%c", &rank, &extra) == 1 &&
+              std::sscanf(text.substr(colon + 1).c_str(), "%lld%c", &step, &extra) == 1,
+          fmt::format("--inject-fault expects RANK:STEP (two integers), got '{}'", text));
+  require(c.gpus >= 2, "--inject-fault needs at least 2 GPUs: a rank that leaves needs others to notice");
+  require(rank >= 0 && rank < c.gpus,
+          fmt::format("--inject-fault {}: RANK {} is not a rank of --gpus {} (0 to {})", text, rank,
+                      c.gpus, c.gpus - 1));
+  require(step >= 1, fmt::format("--inject-fault {}: STEP must be at least 1 (steps count from 1), "
+                                 "got {}", text, step));
+  c.fault_rank = rank;
+  c.fault_step = step;
+}
+
 } // namespace
 
 bool uses_mesh_layout(const TrainConfig& c) {
@@ -86,29 +108,44 @@ bool uses_mesh_layout(const TrainConfig& c) {
 }
 
 void validate(TrainConfig& c) {
-  require(c.gpus >= 1 && c.gpus <= 1024, fmt::format("--gpus must be between 1 and 1024, got {}", c.gpus));
+  require(c.gpus >= 1 && c.gpus <= kMaxGpus,
+          fmt::format("--gpus must be between 1 and {}, got {}", kMaxGpus, c.gpus));
   require(contains(strategy_names(), c.strategy),
           fmt::format("unknown strategy '{}' (choose single, ddp or dp)", c.strategy));
   require(contains(model_names(), c.model),
           fmt::format("unknown model '{}' (choose cnn, lenet or gpt)", c.model));
-  require(c.strategy != "single" || c.gpus == 1, "--strategy single runs on one GPU; use --gpus 1");
+  require(c.strategy != "single" || c.gpus == 1,
+          fmt::format("--strategy single runs on one GPU; use --gpus 1, not {}", c.gpus));
   require(c.device == "cpu" || c.device.rfind("cuda", 0) == 0,
           fmt::format("unknown device '{}' (choose cpu or cuda)", c.device));
   require(c.device == "cpu",
           "--device cuda: this build of meshsim attributes memory on the CPU device only");
   require(c.batch_size >= 1, fmt::format("--batch-size must be at least 1, got {}", c.batch_size));
+  require(c.global_batch_size >= 0,
+          fmt::format("--global-batch-size must be at least 1, got {}", c.global_batch_size));
   require(c.epochs >= 1, fmt::format("--epochs must be at least 1, got {}", c.epochs));
-  require(c.max_steps >= 0, "--max-steps must be 0 (no limit) or more");
-  require(c.log_every >= 1, "--log-every must be at least 1");
+  require(c.max_steps >= 0, fmt::format("--max-steps must be 0 (no limit) or more, got {}", c.max_steps));
+  require(c.log_every >= 1, fmt::format("--log-every must be at least 1, got {}", c.log_every));
   require(c.optimizer.name == "adam" || c.optimizer.name == "sgd",
           fmt::format("unknown optimizer '{}' (choose adam or sgd)", c.optimizer.name));
-  require(c.optimizer.lr > 0, "--lr must be positive");
-  require(c.optimizer.momentum >= 0 && c.optimizer.momentum < 1, "--momentum must be in [0, 1)");
-  require(c.bucket_mb > 0, "--bucket-mb must be positive");
-  require(c.comm_timeout_s > 0, "--comm-timeout must be positive");
-  require(c.checkpoint_every >= 0, "--checkpoint-every must be 0 or more");
-  require(c.eval_limit >= 0, "--eval-limit must be 0 (all) or more");
-  require(c.synthetic_train >= 1 && c.synthetic_test >= 1, "synthetic sizes must be positive");
+  require(std::isfinite(c.optimizer.lr) && c.optimizer.lr > 0,
+          fmt::format("--lr must be a positive finite number, got {}", c.optimizer.lr));
+  require(c.optimizer.momentum >= 0 && c.optimizer.momentum < 1,
+          fmt::format("--momentum must be in [0, 1), got {}", c.optimizer.momentum));
+  require(std::isfinite(c.bucket_mb) && c.bucket_mb > 0 && c.bucket_mb <= kMaxBucketMb,
+          fmt::format("--bucket-mb must be a positive number up to {}, got {}", kMaxBucketMb,
+                      c.bucket_mb));
+  // Past a week a timeout means "never"; it would also overflow the clock's arithmetic.
+  require(std::isfinite(c.comm_timeout_s) && c.comm_timeout_s >= 0.001 &&
+              c.comm_timeout_s <= kMaxCommTimeoutS,
+          fmt::format("--comm-timeout must be between 0.001 and {} seconds, got {}",
+                      kMaxCommTimeoutS, c.comm_timeout_s));
+  require(c.checkpoint_every >= 0,
+          fmt::format("--checkpoint-every must be 0 or more, got {}", c.checkpoint_every));
+  require(c.eval_limit >= 0, fmt::format("--eval-limit must be 0 (all) or more, got {}", c.eval_limit));
+  require(c.synthetic_train >= 1 && c.synthetic_test >= 1,
+          fmt::format("--synthetic-train and --synthetic-test must be positive, got {} and {}",
+                      c.synthetic_train, c.synthetic_test));
   if (c.data.empty()) c.data = c.model == "gpt" ? kDefaultText : kDefaultData;
   validate_layout(c);
   if (c.gpu_mem == "auto") {
@@ -120,18 +157,7 @@ void validate(TrainConfig& c) {
       throw std::invalid_argument(fmt::format("--gpu-mem: {}", e.what()));
     }
   }
-  if (!c.inject_fault.empty()) {
-    int rank = -1;
-    long long step = -1;
-    char extra = 0;
-    require(std::sscanf(c.inject_fault.c_str(), "%d:%lld%c", &rank, &step, &extra) == 2 &&
-                rank >= 0 && rank < c.gpus && step >= 1,
-            fmt::format("--inject-fault expects RANK:STEP with 0 <= RANK < {}, got '{}'", c.gpus,
-                        c.inject_fault));
-    require(c.strategy == "ddp", "--inject-fault is supported with --strategy ddp");
-    c.fault_rank = rank;
-    c.fault_step = step;
-  }
+  if (!c.inject_fault.empty()) parse_fault(c);
   require(c.cluster.empty() ? c.intra.empty() && c.inter.empty() : true,
           "--intra and --inter need --cluster");
   if (!c.cluster.empty()) {

@@ -16,6 +16,11 @@ constexpr const char* kDefaultData = "/usr/share/datasets/fashion-mnist";
 /// Text every Debian machine has (package base-files), the default data of --model gpt.
 constexpr const char* kDefaultText = "/usr/share/common-licenses/GPL-3";
 
+/// Limits of the flags: what this process can hold, and what its clock can count.
+constexpr int kMaxGpus = 1024;
+constexpr double kMaxCommTimeoutS = 7 * 24 * 3600.0;
+constexpr double kMaxBucketMb = 1 << 20;
+
 struct TrainConfig {
   int gpus = 4;
   std::string strategy = "ddp";
@@ -27,7 +32,7 @@ struct TrainConfig {
   std::string schedule = "1f1b";
   int micro_batches = 1;
   std::string recompute = "none";
-  int64_t global_batch_size = 0;  // 0: batch_size × dp
+  int64_t global_batch_size = 0;  // 0: batch_size × dp (a flag value must be positive)
   std::string device = "cpu";
   int64_t epochs = 1;
   int64_t max_steps = 0;      // 0: no limit

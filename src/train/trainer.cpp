@@ -1,6 +1,8 @@
 // The training loop.
 #include "train/trainer.h"
 
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "data/sampler.h"
@@ -8,59 +10,51 @@
 #include "mesh/rank_runner.h"
 #include "parallel/strategy.h"
 #include "train/checkpoint.h"
+#include "train/evaluate.h"
 #include "train/progress.h"
 
 namespace meshsim {
 namespace {
 
-// Test accuracy: each data shard scores every replicas-th test sample; the strategy says what
-// each rank counts (ranks that share a shard count it once between them).
-double evaluate(RankContext& ctx, Strategy& strategy, DataShard shard, const Dataset& test,
-                int64_t limit, int64_t batch_size) {
-  CategoryScope scope(MemoryCategory::Activations);
-  // No-grad rather than inference mode: tensors made in inference mode cannot meet the
-  // version-counted parameters that tensor-parallel and ZeRO layers use.
-  torch::NoGradGuard no_grad;
-  const int64_t n = limit > 0 ? std::min(limit, test.size()) : test.size();
-  std::vector<int64_t> mine;
-  for (int64_t i = shard.index; i < n; i += shard.replicas) mine.push_back(i);
-  int64_t correct = 0, counted = 0;
-  for (size_t start = 0; start < mine.size(); start += batch_size) {
-    const size_t end = std::min(mine.size(), start + batch_size);
-    Batch b;
-    std::tie(b.inputs, b.targets) = gather_batch(test, {mine.begin() + start, mine.begin() + end});
-    const auto [c, k] = strategy.evaluate(b);
-    correct += c;
-    counted += k;
-  }
-  torch::Tensor counts;
-  {
-    CategoryScope comm_scope(MemoryCategory::Communication);
-    counts = torch::tensor({correct, counted}, torch::kInt64);
-    ctx.comm.all_reduce(counts, ReduceOp::Sum);
-  }
-  const auto* c = counts.data_ptr<int64_t>();
-  return c[1] > 0 ? static_cast<double>(c[0]) / static_cast<double>(c[1]) : 0.0;
+bool same_use(const MemoryStats& a, const MemoryStats& b) {
+  return a.capacity == b.capacity && a.current == b.current &&
+         a.current_by_category == b.current_by_category;
 }
 
-std::string memory_line(const VirtualGpu& gpu) {
+// One line per GPU in rank order, what its memory holds after setup; a run of GPUs holding
+// the same is one line ("gpu1-gpu7: ...").
+void print_memory_lines(DeviceMesh& mesh) {
+  const int n = mesh.world_size();
+  for (int first = 0; first < n;) {
+    const MemoryStats s = mesh.gpu(first).stats();
+    int last = first;
+    while (last + 1 < n && same_use(mesh.gpu(last + 1).stats(), s))
+      ++last;
+    const std::string names = first == last ? mesh.gpu(first).name()
+                                            : mesh.gpu(first).name() + "-" + mesh.gpu(last).name();
+    fmt::print(stderr, "{}: {} of {} in use ({})\n", names, format_bytes(s.current),
+               format_bytes(s.capacity), describe_use(s, /*skip_empty=*/true));
+    first = last + 1;
+  }
+}
+
+int64_t model_state(const VirtualGpu& gpu) {
   const auto s = gpu.stats();
-  return fmt::format("{}: {} of {} in use ({})", gpu.name(), format_bytes(s.current),
-                     format_bytes(s.capacity), describe_use(s, /*skip_empty=*/true));
+  auto at = [&](MemoryCategory c) { return s.current_by_category[static_cast<size_t>(c)]; };
+  return at(MemoryCategory::Parameters) + at(MemoryCategory::Gradients) +
+         at(MemoryCategory::Optimizer);
 }
 
 } // namespace
 
 TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& data,
-                  RunFolder* run) {
+                  RunFolder* run, const std::atomic<int>* stop_signal) {
   const int world = mesh.world_size();
   StrategyOptions options;
   options.model = config.model;
   options.seed = config.seed;
   options.optimizer = config.optimizer;
   options.bucket_mb = config.bucket_mb;
-  options.fault_rank = config.fault_rank;
-  options.fault_step = config.fault_step;
   options.gpt = config.gpt;
   options.tp = config.tp;
   options.pp = config.pp;
@@ -70,16 +64,24 @@ TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& 
   options.recompute = config.recompute == "full";
 
   TrainResult result;
+  result.eval_peak_bytes.assign(world, 0);
+  result.model_state_bytes.assign(world, 0);
   std::mutex result_mutex;
+  StopPoint stop(stop_signal);
 
   auto rank_main = [&](RankContext& ctx) {
     auto strategy = make_strategy(config.strategy, ctx, options);
     TrainPosition start;
-    if (!config.resume.empty()) start = load_checkpoint(config.resume, ctx, *strategy);
+    if (!config.resume.empty())
+      start = load_checkpoint(config.resume, ctx, *strategy);
+    ctx.comm.barrier(); // every GPU is set up: say what each holds
+    if (ctx.rank == 0)
+      print_memory_lines(mesh);
     // Collective on every rank; once per step.
     int64_t saved_step = -1;
     auto save = [&](int64_t at) {
-      if (!run || at == saved_step) return;
+      if (!run || at == saved_step)
+        return;
       saved_step = at;
       save_checkpoint(run->dir(), ctx, *strategy, {at});
     };
@@ -88,8 +90,6 @@ TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& 
     const bool global_loader = strategy->rank0_loads_global_batch();
     const DataShard shard = strategy->data_shard(ctx);
     const DataShard eval_shard = global_loader ? DataShard{world, ctx.rank} : shard;
-    if (ctx.rank == 0 || (global_loader && ctx.rank == 1))
-      fmt::print(stderr, "{}\n", memory_line(ctx.gpu));
     const int replicas = global_loader ? 1 : shard.replicas;
     const int sampler_rank = global_loader ? 0 : shard.index;
     const int64_t batch = global_loader ? config.batch_size * world : config.batch_size;
@@ -104,26 +104,35 @@ TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& 
       throw std::invalid_argument(fmt::format(
           "{} training samples per data-parallel replica are fewer than --micro-batches {}",
           sampler.num_samples(), config.micro_batches));
-    int64_t total_steps = steps_per_epoch * config.epochs;
-    if (config.max_steps > 0) total_steps = std::min(total_steps, config.max_steps);
+    // --max-steps runs exactly that many steps, through as many epochs as it takes.
+    const int64_t total_steps =
+        config.max_steps > 0 ? config.max_steps : steps_per_epoch * config.epochs;
     if (!config.resume.empty() && start.step >= total_steps)
-      throw std::invalid_argument(fmt::format(
-          "nothing to train: the checkpoint is at step {} and this run ends at step {} "
-          "({} steps per epoch); raise --epochs or --max-steps",
-          start.step, total_steps, steps_per_epoch));
+      throw std::invalid_argument(
+          fmt::format("nothing to train: the checkpoint is at step {} and this run ends at step {} "
+                      "({} steps per epoch); raise --epochs or --max-steps",
+                      start.step, total_steps, steps_per_epoch));
 
     Progress progress(total_steps, config.log_every, config.progress && ctx.rank == 0);
     int64_t step = start.step;
     double last_loss = 0, train_seconds = 0, accuracy = 0;
-    bool evaluated_at_end = false;
+    int64_t eval_peak = 0, state_bytes = 0, test_samples = 0;
+    bool evaluated_at_end = false, stopped = false;
     double window_start = ctx.now();
     int64_t window_samples = 0;
+    auto run_evaluation = [&] {
+      const Evaluation e =
+          evaluate(ctx, *strategy, eval_shard, data.test, config.eval_limit, config.batch_size);
+      accuracy = e.accuracy;
+      test_samples = e.samples;
+      eval_peak = std::max(eval_peak, e.peak_bytes);
+    };
 
-    for (int64_t epoch = step / steps_per_epoch; epoch < config.epochs && step < total_steps;
-         ++epoch) {
+    for (int64_t epoch = step / steps_per_epoch; step < total_steps && !stopped; ++epoch) {
       sampler.set_epoch(epoch);
       std::vector<int64_t> indices;
-      if (!global_loader || ctx.rank == 0) indices = sampler.indices();
+      if (!global_loader || ctx.rank == 0)
+        indices = sampler.indices();
       for (int64_t s = step % steps_per_epoch; s < steps_per_epoch && step < total_steps; ++s) {
         Batch b;
         if (!indices.empty()) {
@@ -132,61 +141,84 @@ TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& 
           const auto last = indices.begin() + std::min<int64_t>((s + 1) * batch, indices.size());
           std::tie(b.inputs, b.targets) = gather_batch(data.train, {first, last});
         }
+        if (ctx.rank == config.fault_rank && step + 1 == config.fault_step)
+          throw RankLeft(
+              fmt::format("rank {} left the run at step {} (--inject-fault)", ctx.rank, step + 1));
         const double t0 = ctx.now();
         last_loss = strategy->step(b, step + 1);
         train_seconds += ctx.now() - t0;
         ++step;
+        state_bytes = std::max(state_bytes, model_state(ctx.gpu));
         window_samples += global_loader ? b.size() : b.size() * shard.replicas;
-        if (config.checkpoint_every > 0 && step % config.checkpoint_every == 0) save(step);
-        if (ctx.rank != 0) continue;
+        if (ctx.rank == 0 && !std::isfinite(last_loss))
+          stop.request(StopReason::Diverged,
+                       fmt::format("the loss is {} at step {}: training diverged (try a lower "
+                                   "--lr)",
+                                   last_loss, step));
+        if (stop.should_stop(step)) {
+          stopped = true;
+          break;
+        }
+        if (config.checkpoint_every > 0 && step % config.checkpoint_every == 0)
+          save(step);
+        if (ctx.rank != 0)
+          continue;
 
         const bool log = step % config.log_every == 0 || step == total_steps;
         const double elapsed = ctx.now() - window_start;
         const double rate = elapsed > 0 ? window_samples / elapsed : 0;
         if (log && run) {
           run->log_metrics({{"step", step},
-                            {"epoch", epoch},
+                            {"epoch", epoch + 1},
                             {"loss", last_loss},
                             {"lr", config.optimizer.lr},
                             {"samples_per_s", rate}});
         }
-        progress.update(step, fmt::format("epoch {} loss {:.4f} {:.0f} samples/s", epoch + 1,
-                                          last_loss, rate));
+        progress.update(
+            step, fmt::format("epoch {} loss {:.4f} {:.0f} samples/s", epoch + 1, last_loss, rate));
         if (log) {
           window_start = ctx.now();
           window_samples = 0;
         }
       }
-      if (step % steps_per_epoch == 0 || step == total_steps) {
-        accuracy = evaluate(ctx, *strategy, eval_shard, data.test, config.eval_limit, config.batch_size);
+      if (!stopped && (step % steps_per_epoch == 0 || step == total_steps)) {
+        run_evaluation();
         evaluated_at_end = step == total_steps;
         if (ctx.rank == 0) {
           progress.finish();
           fmt::print(stderr, "epoch {}: test accuracy {:.2f}%\n", epoch + 1, 100 * accuracy);
-          if (run) run->log_scalar("test/accuracy", accuracy, step);
+          if (run)
+            run->log_scalar("test/accuracy", accuracy, step);
         }
       }
     }
-    if (!evaluated_at_end)  // no step ran (the loop evaluates after the last one)
-      accuracy = evaluate(ctx, *strategy, eval_shard, data.test, config.eval_limit, config.batch_size);
+    if (!stopped && !evaluated_at_end)
+      run_evaluation(); // no step ran
     std::vector<torch::Tensor> parameters;
     {
-      GpuGuard host(nullptr);  // the caller's copy is not GPU memory
+      GpuGuard host(nullptr); // the caller's copy is not GPU memory
       parameters = strategy->full_parameters();
     }
-    save(step);
+    // A diverged model is not worth resuming: keep the last sound checkpoint as `latest`.
+    if (stop.reason() != StopReason::Diverged)
+      save(step);
+    result.eval_peak_bytes[ctx.rank] = eval_peak; // each rank its own element
+    result.model_state_bytes[ctx.rank] = state_bytes;
     if (ctx.rank == 0) {
       progress.finish();
       std::lock_guard<std::mutex> lock(result_mutex);
       result.steps = step;
       result.final_loss = last_loss;
       result.test_accuracy = accuracy;
+      result.test_samples = test_samples;
       result.train_seconds = train_seconds;
       result.final_parameters = std::move(parameters);
     }
   };
 
   result.recorders = run_ranks(mesh, rank_main);
+  result.stopped = stop.reason();
+  result.stop_message = stop.why();
   return result;
 }
 

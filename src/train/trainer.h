@@ -2,6 +2,7 @@
 // with evaluation at each epoch's end, checkpoints and progress.
 #pragma once
 
+#include <atomic>
 #include <vector>
 
 #include "data/dataset.h"
@@ -9,21 +10,30 @@
 #include "mesh/recorder.h"
 #include "report/run_folder.h"
 #include "train/config.h"
+#include "train/stop.h"
 
 namespace meshsim {
 
 struct TrainResult {
-  int64_t steps = 0;           // global step reached
-  double final_loss = 0;       // loss of the last step
-  double test_accuracy = 0;    // at the end
-  double train_seconds = 0;    // the training steps alone
+  int64_t steps = 0;                     // global step reached
+  double final_loss = 0;                 // loss of the last step
+  double test_accuracy = 0;              // at the end (not evaluated when the run stopped early)
+  int64_t test_samples = 0;              // how many test samples the accuracy is over
+  double train_seconds = 0;              // the training steps alone
+  StopReason stopped = StopReason::None; // why the run ended before its last step
+  std::string stop_message;              // one line, when stopped
   std::vector<Recorder> recorders;
-  std::vector<torch::Tensor> final_parameters;  // rank 0's, in model order
+  std::vector<torch::Tensor> final_parameters; // rank 0's, in model order
+  std::vector<int64_t> eval_peak_bytes;        // per GPU: the peak while evaluating
+  std::vector<int64_t> model_state_bytes;      // per GPU: parameters + gradients + optimizer
+                                               // held between steps (the most at any step end)
 };
 
 /// Trains on `mesh` as `config` says. `run` (may be null) receives metrics and checkpoints.
+/// `stop_signal` (may be null) becomes non-zero when the run must stop early (a signal):
+/// every rank then stops after the same step, and the run ends with what it has.
 /// Rank threads' failures are rethrown here (OutOfMemory, CollectiveTimeout, ...).
 TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& data,
-                  RunFolder* run);
+                  RunFolder* run, const std::atomic<int>* stop_signal = nullptr);
 
 } // namespace meshsim
