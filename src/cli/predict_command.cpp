@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "memory/category.h"
+#include "memory/virtual_gpu.h"
 #include "cost/predict.h"
 #include "report/atomic_file.h"
 #include "report/trace.h"
@@ -91,13 +93,35 @@ void add_predict_flags(CLI::App& app, PredictArgs& a) {
   app.add_flag("--no-overlap", a.no_overlap, "DDP buckets wait for the whole backward");
 }
 
+// Replaying on `gpus` ranks copies one rank's record per rank, and every collective names
+// its group: the memory grows as gpus². Refuse, before allocating, a replay the host cannot
+// hold.
+void check_replay_fits(const Recorder& one, int gpus) {
+  int64_t per_rank = static_cast<int64_t>(sizeof(Recorder));
+  for (const auto& c : one.compute)
+    per_rank += static_cast<int64_t>(sizeof(c) + c.layers.size() * sizeof(LayerWork));
+  per_rank += static_cast<int64_t>(one.collectives.size()) *
+              static_cast<int64_t>(sizeof(CollectiveRecord) + sizeof(int) * gpus);
+  // The replay keeps a few times the records in events and queues; 4x is its working set.
+  const double need = 4.0 * static_cast<double>(per_rank) * gpus;
+  const int64_t have = host_memory_for_gpus();
+  if (need > static_cast<double>(have))
+    throw std::invalid_argument(fmt::format(
+        "--gpus {}: replaying {} ranks needs about {} of memory and this machine has {} "
+        "available; ask for fewer GPUs",
+        gpus, gpus, format_bytes(static_cast<int64_t>(std::min(need, 9e18))), format_bytes(have)));
+}
+
 int run_predict(const PredictArgs& a) {
   try {
     const std::filesystem::path dir(a.run_dir);
     int64_t samples_per_step = 0;
     std::vector<Recorder> ranks =
         records_from_json(read_json(dir / "records.json"), &samples_per_step);
+    if (a.gpus < 0)
+      throw std::invalid_argument(fmt::format("--gpus must be positive, got {}", a.gpus));
     if (a.gpus > 0 && a.gpus != static_cast<int>(ranks.size())) {
+      check_replay_fits(ranks.front(), a.gpus);
       samples_per_step = samples_per_step / static_cast<int64_t>(ranks.size()) * a.gpus;
       ranks = resize_data_parallel(ranks, a.gpus);
     }

@@ -58,21 +58,24 @@ nn::Sequential build_lenet(const ModelOptions& o) {
 std::vector<RankDropoutImpl*> rank_dropouts(torch::nn::Module& model) {
   std::vector<RankDropoutImpl*> out;
   for (const auto& m : model.modules(/*include_self=*/false))
-    if (auto* d = m->as<RankDropoutImpl>()) out.push_back(d);
+    if (auto* d = m->as<RankDropoutImpl>())
+      out.push_back(d);
   return out;
 }
 
 } // namespace
 
 RankDropoutImpl::RankDropoutImpl(double p, bool channelwise, uint64_t seed)
-    : p_(p), channelwise_(channelwise),
-      generator_(at::make_generator<at::CPUGeneratorImpl>(seed)) {}
+    : p_(p), channelwise_(channelwise), generator_(at::make_generator<at::CPUGeneratorImpl>(seed)) {
+}
 
 torch::Tensor RankDropoutImpl::forward(const torch::Tensor& x) {
-  if (!is_training() || p_ == 0) return x;
+  if (!is_training() || p_ == 0)
+    return x;
   std::vector<int64_t> shape = x.sizes().vec();
   if (channelwise_)
-    for (size_t d = 2; d < shape.size(); ++d) shape[d] = 1;
+    for (size_t d = 2; d < shape.size(); ++d)
+      shape[d] = 1;
   torch::Tensor keep;
   {
     torch::NoGradGuard no_grad;
@@ -83,18 +86,21 @@ torch::Tensor RankDropoutImpl::forward(const torch::Tensor& x) {
 
 torch::Tensor dropout_rng_state(torch::nn::Module& model) {
   std::vector<torch::Tensor> states;
-  for (auto* d : rank_dropouts(model)) states.push_back(d->generator().get_state());
+  for (auto* d : rank_dropouts(model))
+    states.push_back(d->generator().get_state());
   return states.empty() ? torch::empty({0}, torch::kUInt8) : torch::cat(states);
 }
 
 void set_dropout_rng_state(torch::nn::Module& model, const torch::Tensor& state) {
   const auto dropouts = rank_dropouts(model);
-  if (dropouts.empty() && state.numel() == 0) return;
+  if (dropouts.empty() && state.numel() == 0)
+    return;
   if (dropouts.empty() || state.numel() % static_cast<int64_t>(dropouts.size()) != 0)
     throw std::runtime_error("the dropout generator states do not fit this model");
   const int64_t each = state.numel() / static_cast<int64_t>(dropouts.size());
   for (size_t i = 0; i < dropouts.size(); ++i)
-    dropouts[i]->generator().set_state(state.narrow(0, static_cast<int64_t>(i) * each, each).clone());
+    dropouts[i]->generator().set_state(
+        state.narrow(0, static_cast<int64_t>(i) * each, each).clone());
 }
 
 const std::vector<std::string>& model_names() {
@@ -109,23 +115,33 @@ torch::nn::Sequential build_model(const std::string& name, const ModelOptions& o
   static std::mutex generator_mutex;
   std::lock_guard<std::mutex> lock(generator_mutex);
   torch::manual_seed(options.seed);
-  if (name == "cnn") return build_cnn();
-  if (name == "lenet") return build_lenet(options);
-  if (name == "gpt") return build_gpt(options.gpt, options.seed);
-  throw std::invalid_argument("unknown model '" + name + "' (choose cnn, lenet or gpt)");
+  torch::nn::Sequential model;
+  if (name == "cnn")
+    model = build_cnn();
+  else if (name == "lenet")
+    model = build_lenet(options);
+  else if (name == "gpt")
+    model = build_gpt(options.gpt, options.seed);
+  else
+    throw std::invalid_argument("unknown model '" + name + "' (choose cnn, lenet or gpt)");
+  if (options.dtype != torch::kFloat32)
+    model->to(options.dtype);
+  return model;
 }
 
 std::vector<torch::Tensor> unique_parameters(const torch::nn::Module& module) {
   std::vector<torch::Tensor> out;
   std::unordered_set<const void*> seen;
   for (const auto& p : module.parameters())
-    if (seen.insert(p.unsafeGetTensorImpl()).second) out.push_back(p);
+    if (seen.insert(p.unsafeGetTensorImpl()).second)
+      out.push_back(p);
   return out;
 }
 
 int64_t count_parameters(const torch::nn::Module& module) {
   int64_t n = 0;
-  for (const auto& p : unique_parameters(module)) n += p.numel();
+  for (const auto& p : unique_parameters(module))
+    n += p.numel();
   return n;
 }
 

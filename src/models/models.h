@@ -13,13 +13,16 @@ namespace meshsim {
 /// The decoder-only transformer (models/gpt.h). Defaults: a tiny byte-level model.
 struct GptOptions {
   int64_t layers = 2, hidden = 64, heads = 4, seq_len = 64, vocab = 256;
-  bool tie_head = false;  // the head uses the embedding's wte weight (listed once)
+  bool tie_head = false; // the head uses the embedding's wte weight (listed once)
 };
 
 struct ModelOptions {
-  uint64_t seed = 0;  // torch::manual_seed(seed) before the layers are built
-  int rank = 0;       // seeds this rank's dropout generator
-  GptOptions gpt;     // used by "gpt" only
+  uint64_t seed = 0; // torch::manual_seed(seed) before the layers are built
+  int rank = 0;      // seeds this rank's dropout generator
+  GptOptions gpt;    // used by "gpt" only
+  /// Parameters' dtype. The weights are drawn in float32 as PyTorch draws them and then
+  /// converted, so a float64 model starts from the float32 one's weights, widened.
+  torch::Dtype dtype = torch::kFloat32;
 };
 
 /// Names accepted by --model.

@@ -147,6 +147,7 @@ private:
     model_options.seed = options_.seed;
     model_options.rank = ctx_.rank;
     model_options.gpt = options_.gpt;
+    model_options.dtype = options_.dtype;
     torch::nn::Sequential full, stage;
     {
       GpuGuard host(nullptr);  // each GPU is charged only for the part it keeps

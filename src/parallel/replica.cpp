@@ -14,6 +14,7 @@ Replica::Replica(const StrategyOptions& options, int rank, bool with_optimizer) 
     model_options.seed = options.seed;
     model_options.rank = rank;
     model_options.gpt = options.gpt;
+    model_options.dtype = options.dtype;
     model = build_model(options.model, model_options);
   }
   params = model->parameters();

@@ -37,6 +37,7 @@ struct StrategyOptions {
   std::string schedule = "1f1b";
   int micro_batches = 1;
   bool recompute = false;       // activation checkpointing per transformer block
+  torch::Dtype dtype = torch::kFloat32;  // parameters and activations (float64 in tests)
   OptimizerOptions optimizer;
   double bucket_mb = 25;
 };

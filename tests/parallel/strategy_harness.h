@@ -15,9 +15,27 @@
 
 namespace meshsim::testing {
 
+/// The tolerance of the float64 equivalence tests (losses and final parameters, relative).
+/// Derived, not tuned: in float32 the worst difference seen between a strategy and
+/// single-device training is 2.9e-2 relative (DDP on 3 GPUs, 20 SGD steps with momentum, on
+/// an AVX2 CPU), from per-operation rounding of 6.0e-8 (float32's unit roundoff): summation
+/// order amplified by at most 2.9e-2 / 6.0e-8 = 4.8e5 over the run. The same runs in float64
+/// (unit roundoff 1.1e-16) then differ by at most 4.8e5 x 1.1e-16 = 5.3e-11. 1e-9 is that
+/// with a margin of about 20 for other CPUs' kernels, and is still eight orders of magnitude
+/// below what a real bug gives (a missing average or a skipped micro-batch moves the loss by
+/// percent).
+constexpr double kFloat64Tolerance = 1e-9;
+
+/// `data` with its images in `dtype` (labels and token ids stay int64).
+inline Dataset with_dtype(Dataset data, torch::Dtype dtype) {
+  if (data.images.is_floating_point())
+    data.images = data.images.to(dtype);
+  return data;
+}
+
 struct HarnessRun {
-  std::vector<double> losses;              // rank 0's reported loss per step
-  std::vector<torch::Tensor> parameters;   // rank 0's final parameters
+  std::vector<double> losses;            // rank 0's reported loss per step
+  std::vector<torch::Tensor> parameters; // rank 0's final parameters
   DeviceMesh* mesh = nullptr;
 };
 
@@ -41,21 +59,26 @@ inline HarnessRun run_strategy(DeviceMesh& mesh, const std::string& strategy,
       std::vector<int64_t> idx;
       if (s->rank0_loads_global_batch()) {
         if (ctx.rank == 0)
-          for (int64_t i = 0; i < global_batch; ++i) idx.push_back(order[begin + i].item<int64_t>());
+          for (int64_t i = 0; i < global_batch; ++i)
+            idx.push_back(order[begin + i].item<int64_t>());
       } else {
         const DataShard shard = s->data_shard(ctx);
         const int64_t local = global_batch / shard.replicas;
         for (int64_t i = 0; i < local; ++i)
           idx.push_back(order[begin + shard.index * local + i].item<int64_t>());
       }
-      if (!idx.empty()) std::tie(b.inputs, b.targets) = gather_batch(data, idx);
+      if (!idx.empty())
+        std::tie(b.inputs, b.targets) = gather_batch(data, idx);
       const double loss = s->step(b, k + 1);
-      if (ctx.rank == 0) out.losses.push_back(loss);
-      if (after_step) after_step(ctx, *s, k + 1);
+      if (ctx.rank == 0)
+        out.losses.push_back(loss);
+      if (after_step)
+        after_step(ctx, *s, k + 1);
     }
     GpuGuard host(nullptr);
-    auto parameters = s->full_parameters();  // collective
-    if (ctx.rank == 0) out.parameters = std::move(parameters);
+    auto parameters = s->full_parameters(); // collective
+    if (ctx.rank == 0)
+      out.parameters = std::move(parameters);
   });
   return out;
 }

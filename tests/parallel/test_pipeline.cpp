@@ -1,6 +1,6 @@
 // Pipeline parallelism run for real: where the models are cut, and the executor against
-// single-device training of the same batches (losses and final parameters within 1e-4
-// relative, for every schedule), plus the activation memory each schedule really holds.
+// single-device training of the same batches (in float64, losses and final parameters
+// within kFloat64Tolerance relative, for every schedule), plus the activation memory each schedule really holds.
 #include <gtest/gtest.h>
 
 #include <iostream>
@@ -20,7 +20,7 @@ using meshsim::testing::relative_error;
 namespace {
 
 constexpr uint64_t kSeed = 3;
-constexpr double kTolerance = 1e-4;
+constexpr double kTolerance = meshsim::testing::kFloat64Tolerance;  // in float64
 
 OptimizerOptions sgd() {
   OptimizerOptions o;
@@ -35,8 +35,9 @@ struct Batches {
 };
 
 // Fixed consecutive batches of a synthetic data set (host memory).
-Batches make_batches(int steps, int64_t batch) {
-  const auto data = synthetic_dataset(steps * batch, 16, 11).train;
+Batches make_batches(int steps, int64_t batch, torch::Dtype dtype = torch::kFloat32) {
+  const auto data =
+      meshsim::testing::with_dtype(synthetic_dataset(steps * batch, 16, 11).train, dtype);
   Batches b;
   for (int k = 0; k < steps; ++k) {
     b.inputs.push_back(data.images.narrow(0, k * batch, batch));
@@ -53,7 +54,7 @@ struct TrainResult {
 // The reference: the whole model on the calling thread, whole batches.
 TrainResult train_single(const Batches& batches) {
   TrainResult r;
-  auto model = build_model("cnn", ModelOptions{kSeed, 0, {}});
+  auto model = build_model("cnn", ModelOptions{kSeed, 0, {}, batches.inputs[0].scalar_type()});
   auto params = model->parameters();
   allocate_gradients(params);
   Optimizer opt(params, sgd());
@@ -85,7 +86,7 @@ TrainResult train_pipeline(DeviceMesh& mesh, const Schedule& schedule, const Bat
     torch::nn::Sequential model;
     {
       CategoryScope scope(MemoryCategory::Parameters);
-      model = build_model("cnn", ModelOptions{kSeed, s, {}});
+      model = build_model("cnn", ModelOptions{kSeed, s, {}, batches.inputs[0].scalar_type()});
     }
     PipelineStage stage;
     stage.module = stage_module(model, stages, s);
@@ -208,7 +209,7 @@ TEST(PipelinePartition, TransformerBlocksAreTheUnits) {
 }
 
 TEST(PipelineExecutor, EverySchedulerMatchesSingleDeviceTraining) {
-  const Batches batches = make_batches(10, 32);
+  const Batches batches = make_batches(10, 32, torch::kFloat64);
   const TrainResult ref = train_single(batches);
   EXPECT_LT(ref.losses.back(), ref.losses.front()); // it did learn something
   for (int stages : {2, 4}) {
