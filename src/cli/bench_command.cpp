@@ -85,6 +85,7 @@ int run_bench_comm(const BenchCommArgs& a) {
   ClusterSpec cluster;
   try {
     cluster = parse_cluster_spec(a.cluster, a.intra, a.inter);
+    if (!cluster.note.empty()) fmt::print(stderr, "meshsim: {}\n", cluster.note);
     if (a.min_bytes < 1 || a.max_bytes < a.min_bytes || a.iters < 1)
       throw std::invalid_argument(
           "--min-bytes, --max-bytes and --iters must be positive and ordered");

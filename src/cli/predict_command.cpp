@@ -17,7 +17,9 @@ namespace {
 
 ClusterSpec cluster_of(const std::string& spec, const std::string& intra,
                        const std::string& inter) {
-  return parse_cluster_spec(spec, intra, inter);
+  ClusterSpec cluster = parse_cluster_spec(spec, intra, inter);
+  if (!cluster.note.empty()) fmt::print(stderr, "meshsim: {}\n", cluster.note);
+  return cluster;
 }
 
 void print_prediction(const Prediction& p) {

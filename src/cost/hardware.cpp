@@ -132,19 +132,30 @@ const T& find_by_name(const std::vector<T>& table, const std::string& name, cons
                               "\" (known: " + known_names(table) + ")");
 }
 
-// A positive decimal count, with a one-line error naming the whole spec.
+// A count of nodes or GPUs: the largest clusters built have tens of thousands of GPUs.
+constexpr int kMaxCount = 100000;
+
+// A positive decimal count, with a one-line error naming the whole spec and the value.
 int parse_count(const std::string& text, const std::string& spec, const char* what) {
-  constexpr size_t kMaxDigits = 6; // a million nodes is already absurd; avoids overflow
   const bool digits =
-      !text.empty() && text.size() <= kMaxDigits &&
+      !text.empty() &&
       std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c); });
-  const int value = digits ? std::stoi(text) : 0;
-  if (value < 1)
-    throw std::invalid_argument("invalid cluster spec \"" + spec + "\": " + what + " \"" + text +
-                                "\" is not a positive integer (expected NODESxGPUSxMODEL, "
-                                "e.g. 4x8xh100)");
-  return value;
+  const std::string head = "invalid cluster spec \"" + spec + "\": " + what + " " + text;
+  if (!digits)
+    throw std::invalid_argument(head + " is not a positive integer (expected NODESxGPUSxMODEL, "
+                                       "e.g. 4x8xh100)");
+  // Compare as text first: no overflow whatever the length.
+  const std::string trimmed = text.substr(std::min(text.find_first_not_of('0'), text.size()));
+  if (trimmed.empty()) throw std::invalid_argument(head + " must be at least 1");
+  if (trimmed.size() > 6 || std::stoi(trimmed) > kMaxCount)
+    throw std::invalid_argument(head + " is more than " + std::to_string(kMaxCount));
+  return std::stoi(trimmed);
 }
+
+// Bare GPU names and the preset each stands for: the larger-memory board, as cloud
+// instances of these GPUs mostly are (p4de/ND A100 v4 80 GB, p3dn V100 32 GB).
+const std::vector<std::pair<std::string, std::string>> kBareGpuNames = {
+    {"a100", "a100-80"}, {"v100", "v100-32"}};
 
 } // namespace
 
@@ -259,6 +270,17 @@ ClusterSpec parse_cluster_spec(const std::string& spec, const std::string& intra
   } else if (parts.size() == 1) {
     cluster.gpus_per_node = parse_count(parts[0], spec, "GPUs per node");
   }
+  if (static_cast<int64_t>(cluster.nodes) * cluster.gpus_per_node > kMaxCount)
+    throw std::invalid_argument("invalid cluster spec \"" + spec + "\": " +
+                                std::to_string(static_cast<int64_t>(cluster.nodes) *
+                                               cluster.gpus_per_node) +
+                                " GPUs in all is more than " + std::to_string(kMaxCount));
+  for (const auto& [bare, preset] : kBareGpuNames)
+    if (rest == bare) {
+      cluster.note = bare + " taken as " + preset + ", the default for the bare name (name " +
+                     bare + "-... for another board)";
+      rest = preset;
+    }
   try {
     cluster.gpu = gpu_preset(rest);
     cluster.intra = link_preset(intra_override.empty() ? default_intra_link(rest) : intra_override);

@@ -60,6 +60,7 @@ struct ClusterSpec {
   GpuSpec gpu;
   LinkSpec intra; // between GPUs of one node
   LinkSpec inter; // between nodes; one NIC per GPU ("rail") assumed, see docs
+  std::string note; // set when the spec named a GPU by its bare name ("a100 taken as a100-80")
 
   int world_size() const { return nodes * gpus_per_node; }
   int node_of(int rank) const { return rank / gpus_per_node; }

@@ -81,6 +81,14 @@ TEST(CostClusterSpec, ParsesNodesGpusAndModel) {
   EXPECT_EQ(parse_cluster_spec(" 2x8xh200\t").world_size(), 16);
 }
 
+TEST(CostClusterSpec, BareGpuNamesTakeTheDocumentedBoardAndSaySo) {
+  const ClusterSpec a100 = parse_cluster_spec("8xa100");
+  EXPECT_EQ(a100.gpu.name, "a100-80");
+  EXPECT_NE(a100.note.find("a100 taken as a100-80"), std::string::npos) << a100.note;
+  EXPECT_EQ(parse_cluster_spec("V100").gpu.name, "v100-32");
+  EXPECT_TRUE(parse_cluster_spec("8xa100-40").note.empty());
+}
+
 TEST(CostClusterSpec, OverridesLinksByName) {
   const ClusterSpec cluster = parse_cluster_spec("2x8xa100-80", "pcie3", "100gbe");
   EXPECT_EQ(cluster.intra.name, "pcie3");
@@ -96,11 +104,14 @@ TEST(CostClusterSpec, BadSpecsThrowOneLineErrors) {
   } cases[] = {
       {"", "", "missing GPU model"},
       {"4x8x", "", "missing GPU model"},
-      {"0x8xh100", "", "node count \"0\""},
-      {"4x0xh100", "", "GPUs per node \"0\""},
+      {"0x8xh100", "", "node count 0 must be at least 1"},
+      {"4x0xh100", "", "GPUs per node 0 must be at least 1"},
+      {"1000000x8xh100", "", "node count 1000000 is more than 100000"},
+      {"99999999999999999999x8xh100", "", "is more than 100000"},
+      {"1000x1000xh100", "", "1000000 GPUs in all is more than 100000"},
       {"4x8xb200", "", "unknown GPU model \"b200\""},
       {"4xaxh100", "", "unknown GPU model"},
-      {"9999999x8xh100", "", "node count"},
+      {"9999999x8xh100", "", "node count 9999999 is more than"},
       {"8xa100-80", "nvlink9", "unknown link \"nvlink9\""},
   };
   for (const auto& c : cases) {
