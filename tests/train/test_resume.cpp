@@ -117,12 +117,15 @@ TEST(TrainResume, ACheckpointOfAnotherLayoutIsRefusedInOneLine) {
   EXPECT_NE(r.output.find("it was written by gpt on 4 GPUs as dp=2 × tp=2 × pp=1, zero 0"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("this run is gpt on 4 GPUs as dp=1 × tp=4 × pp=1, zero 0"), std::string::npos) << r.output;
 
-  r = run_meshsim(kSmallGpt + "--gpus 4 --max-steps 4 --resume " + mesh.string() + " --out " + out.string());
+  // Each refused run gets a folder of its own: a folder that holds something is refused.
+  r = run_meshsim(kSmallGpt + "--gpus 4 --max-steps 4 --resume " + mesh.string() + " --out " + out.string() + "-2");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.output.find("it holds one part per rank"), std::string::npos) << r.output;
 
-  r = run_meshsim(kSmallGpt + "--gpus 2 --zero 1 --max-steps 4 --resume " + plain.string() + " --out " + out.string());
+  r = run_meshsim(kSmallGpt + "--gpus 2 --zero 1 --max-steps 4 --resume " + plain.string() + " --out " + out.string() + "-3");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.output.find("it holds the whole model of a run without --tp/--pp/--zero"), std::string::npos) << r.output;
   for (const auto& d : {mesh, plain, out}) fs::remove_all(d);
+  fs::remove_all(out.string() + "-2");
+  fs::remove_all(out.string() + "-3");
 }
