@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 ARGS ?=
 
-.PHONY: run test setup build bench sanitize clean
+.PHONY: run test setup build bench sanitize fuzz clean
 
 setup:
 	@bash scripts/setup.sh
@@ -36,5 +36,11 @@ sanitize: setup
 	cmake -S . -B build-asan -DMESHSIM_SANITIZE=address -DMESHSIM_BENCH=OFF && cmake --build build-asan -j $(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -j $(JOBS) --timeout 1800
 
+# libFuzzer targets for every parser (fuzz/), under AddressSanitizer and UBSan, built with clang
+# in build-fuzz (installed when missing); 2.95 million inputs, about 2 minutes on 2 cores.
+# FUZZ_RUNS=N runs every target N times instead.
+fuzz: setup
+	FUZZ_RUNS=$(FUZZ_RUNS) JOBS=$(JOBS) bash fuzz/run.sh
+
 clean:
-	rm -rf $(BUILD) build-tsan build-asan
+	rm -rf $(BUILD) build-tsan build-asan build-fuzz

@@ -56,3 +56,14 @@ void add_bench_comm_flags(CLI::App& app, BenchCommArgs& args);
 int run_bench_comm(const BenchCommArgs& args);
 
 } // namespace meshsim
+
+namespace meshsim {
+
+/// The FILE of `--config FILE` or `--config=FILE` in argv (the last one given), or "".
+std::string find_config_arg(int argc, char** argv);
+
+/// Reads a config.json (config_from_json) into `config`. False, with a one-line *error
+/// naming the file, when it is missing, not JSON, or has an unknown or mistyped key.
+bool load_config_file(const std::string& path, TrainConfig& config, std::string* error);
+
+} // namespace meshsim

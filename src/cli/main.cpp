@@ -16,6 +16,20 @@ int main(int argc, char** argv) {
   meshsim::TrainConfig config;
   auto* train = app.add_subcommand("train", "train a model on N virtual GPUs");
   meshsim::add_train_flags(*train, config);
+  // The file is read before parsing so that the flags given override it; the option is
+  // registered only so that CLI11 accepts it.
+  std::string config_path;
+  train->add_option("--config", config_path,
+                    "start from this config.json (a run folder's); flags given override it");
+  const std::string config_file = meshsim::find_config_arg(argc, argv);
+  if (!config_file.empty()) {
+    std::string error;
+    if (!meshsim::load_config_file(config_file, config, &error)) {
+      std::fprintf(stderr, "meshsim: %s\n", error.c_str());
+      return meshsim::kExitUsage;
+    }
+  }
+  const double file_lr = config.optimizer.lr;
   auto* info = app.add_subcommand("info", "show this build's LibTorch, threads and defaults");
   meshsim::PredictArgs predict_args;
   auto* predict = app.add_subcommand("predict", "re-predict a recorded run on a target cluster");
@@ -37,6 +51,10 @@ int main(int argc, char** argv) {
                  train->parsed() ? "train" : "");
     return meshsim::kExitUsage;
   }
+  // add_train_flags sets sgd's default learning rate when --lr is absent; the file's own
+  // learning rate wins unless the command line changed the optimizer.
+  if (!config_file.empty() && train->count("--lr") == 0 && train->count("--optimizer") == 0)
+    config.optimizer.lr = file_lr;
   if (info->parsed()) return meshsim::run_info();
   if (predict->parsed()) return meshsim::run_predict(predict_args);
   if (bench_comm->parsed()) return meshsim::run_bench_comm(bench_args);

@@ -11,6 +11,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -89,15 +90,6 @@ void truncate_metrics(const std::filesystem::path& dir, int64_t step) {
     if (j.is_object() && j.value("step", int64_t{0}) <= step) kept += line + "\n";
   }
   write_file_atomic(path, kept);
-}
-
-// The step in a checkpoint's name (step-00000010.pt or step-00000010/).
-int64_t checkpoint_step(const std::filesystem::path& checkpoint) {
-  const std::string name = checkpoint.filename().string();
-  long long step = -1;
-  if (std::sscanf(name.c_str(), "step-%lld", &step) != 1 || step < 0)
-    throw std::invalid_argument("cannot tell the step of checkpoint " + checkpoint.string());
-  return step;
 }
 
 nlohmann::json gpu_json(const VirtualGpu& gpu, const TrainResult* result) {
@@ -198,13 +190,17 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--vocab", c.gpt.vocab, "gpt: vocabulary (256 for byte-level text)")->capture_default_str();
   app.add_flag("--tie-head", c.gpt.tie_head, "gpt: the LM head shares the token embedding");
   app.add_option("--device", c.device, "physical device (cpu)")->capture_default_str();
-  app.add_option("--epochs", c.epochs)->capture_default_str();
+  app.add_option("--epochs", c.epochs)->capture_default_str()
+      ->check(whole_number(/*min=*/1));
   app.add_option("--max-steps", c.max_steps, "stop after this many steps (0: no limit)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(whole_number(/*min=*/0));
   app.add_option("--batch-size", c.batch_size, "batch size per data-parallel replica")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(whole_number(/*min=*/1));
   app.add_option("--seed", c.seed)->capture_default_str()->check(whole_number(/*min=*/0));
-  app.add_option("--log-every", c.log_every, "steps between metrics lines")->capture_default_str();
+  app.add_option("--log-every", c.log_every, "steps between metrics lines")->capture_default_str()
+      ->check(whole_number(/*min=*/1));
   app.add_option("--optimizer", c.optimizer.name, "adam | sgd")->capture_default_str();
   app.add_option("--lr", c.optimizer.lr, "learning rate (default 1e-3 for adam, 0.01 for sgd)");
   app.add_option("--momentum", c.optimizer.momentum, "sgd momentum")->capture_default_str();
@@ -214,15 +210,23 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--comm-timeout", c.comm_timeout_s, "seconds a collective waits for all ranks")
       ->capture_default_str();
   app.add_option("--checkpoint-every", c.checkpoint_every, "steps between checkpoints (0: at the end only)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(whole_number(/*min=*/0));
+  app.add_option("--keep-checkpoints", c.keep_checkpoints,
+                 "keep only the newest N checkpoints (0: keep all)")
+      ->capture_default_str()
+      ->check(whole_number(/*min=*/0));
   app.add_option("--resume", c.resume, "run folder or checkpoint to continue from");
   app.add_option("--out", c.out, "run folder (default runs/<timestamp>)");
   app.add_option("--synthetic-train", c.synthetic_train, "training samples of --data synthetic")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(whole_number(/*min=*/1));
   app.add_option("--synthetic-test", c.synthetic_test, "test samples of --data synthetic")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(whole_number(/*min=*/1));
   app.add_option("--eval-limit", c.eval_limit, "evaluate on the first N test samples (0: all)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(whole_number(/*min=*/0));
   app.add_option("--inject-fault", c.inject_fault,
                  "RANK:STEP — that rank leaves the run at that step (tests failure handling)");
   app.add_flag("!--no-progress", c.progress, "no progress bar or lines");
@@ -258,23 +262,41 @@ int run_train(TrainConfig config) {
     return kExitData;
   }
 
+  // Everything a resume needs is checked before the run folder is made: the checkpoint's
+  // manifest, its layout, every part's checksum, and that a step is left to train.
+  std::optional<VerifiedCheckpoint> resume;
+  try {
+    last_step(config, static_cast<int64_t>(data.train.size()));  // throws for a batch too small
+    if (!config.resume.empty()) {
+      resume = verify_checkpoint(config.resume, checkpoint_identity(config), config.gpus);
+      check_steps_left(config, static_cast<int64_t>(data.train.size()), resume->manifest.step);
+    }
+  } catch (const DataError& e) {
+    fmt::print(stderr, "meshsim: {}\n", e.what());
+    return kExitData;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "meshsim: {}\n", one_line(e));
+    return kExitUsage;
+  }
+
   install_accounting_allocator();
   std::unique_ptr<RunFolder> run;
   try {
     // A folder that holds something is another run's: never mix two runs' files. Resuming
-    // into the folder it resumes keeps its metrics up to the checkpoint.
+    // into the folder it resumes keeps its metrics and checkpoints up to the checkpoint.
     if (!config.out.empty() && is_nonempty_dir(config.out)) {
-      if (config.resume.empty())
+      if (!resume)
         throw std::invalid_argument(fmt::format(
             "--out {} is not empty; choose a new folder, or add --resume to continue the run in it",
             config.out));
-      const auto checkpoint = std::filesystem::weakly_canonical(resolve_checkpoint(config.resume));
-      const auto resumed_run = checkpoint.parent_path().parent_path();  // <run>/checkpoint/step-N
+      const auto resumed_run =
+          std::filesystem::weakly_canonical(resume->folder).parent_path().parent_path();
       if (std::filesystem::weakly_canonical(config.out) != resumed_run)
         throw std::invalid_argument(fmt::format(
             "--out {} is not empty and is not the folder of the run being resumed ({})",
             config.out, resumed_run.string()));
-      truncate_metrics(config.out, checkpoint_step(checkpoint));
+      truncate_metrics(config.out, resume->manifest.step);
+      tidy_checkpoints(config.out, resume->manifest.step);
     }
     run = std::make_unique<RunFolder>(config.out);
   } catch (const std::exception& e) {
@@ -331,7 +353,7 @@ int run_train(TrainConfig config) {
   TrainResult result;
   bool trained = false;
   try {
-    result = train(config, mesh, data, run.get(), &g_stop_signal);
+    result = train(config, mesh, data, run.get(), &g_stop_signal, resume ? &*resume : nullptr);
     trained = true;
     summary["status"] = "ok";
     summary["steps"] = result.steps;
@@ -366,6 +388,12 @@ int run_train(TrainConfig config) {
     code = kExitFailure, error = one_line(e);
   }
   summary["wall_seconds"] = wall();
+  // A write that failed (a full disk) or a stop mid-checkpoint leaves a temporary folder.
+  try {
+    tidy_checkpoints(run->dir());
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "meshsim: warning: {}\n", one_line(e));
+  }
   if (const int sig = g_stop_signal.load(); sig != 0 && code == kExitOk) {
     code = kExitSignalBase + sig;
     summary["status"] = "interrupted";

@@ -9,6 +9,8 @@
 #include <cctype>
 #include <stdexcept>
 
+#include "report/printable.h"
+
 namespace meshsim {
 namespace {
 
@@ -128,7 +130,7 @@ const T& find_by_name(const std::vector<T>& table, const std::string& name, cons
   for (const T& entry : table)
     if (entry.name == key)
       return entry;
-  throw std::invalid_argument("unknown " + std::string(what) + " \"" + name +
+  throw std::invalid_argument("unknown " + std::string(what) + " \"" + printable(name) +
                               "\" (known: " + known_names(table) + ")");
 }
 
@@ -140,7 +142,8 @@ int parse_count(const std::string& text, const std::string& spec, const char* wh
   const bool digits =
       !text.empty() &&
       std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c); });
-  const std::string head = "invalid cluster spec \"" + spec + "\": " + what + " " + text;
+  const std::string head =
+      "invalid cluster spec \"" + printable(spec) + "\": " + what + " " + printable(text);
   if (!digits)
     throw std::invalid_argument(head + " is not a positive integer (expected NODESxGPUSxMODEL, "
                                        "e.g. 4x8xh100)");
@@ -169,7 +172,8 @@ Dtype parse_dtype(const std::string& name) {
     return Dtype::BF16;
   if (key == "fp16" || key == "float16" || key == "half")
     return Dtype::FP16;
-  throw std::invalid_argument("unknown dtype \"" + name + "\" (known: fp32, tf32, bf16, fp16)");
+  throw std::invalid_argument("unknown dtype \"" + printable(name) +
+                              "\" (known: fp32, tf32, bf16, fp16)");
 }
 
 const char* to_string(Dtype dtype) {
@@ -260,7 +264,7 @@ ClusterSpec parse_cluster_spec(const std::string& spec, const std::string& intra
     rest = rest.substr(x + 1);
   }
   if (rest.empty())
-    throw std::invalid_argument("invalid cluster spec \"" + spec +
+    throw std::invalid_argument("invalid cluster spec \"" + printable(spec) +
                                 "\": missing GPU model (expected NODESxGPUSxMODEL, e.g. 4x8xh100)");
 
   ClusterSpec cluster;
@@ -271,7 +275,7 @@ ClusterSpec parse_cluster_spec(const std::string& spec, const std::string& intra
     cluster.gpus_per_node = parse_count(parts[0], spec, "GPUs per node");
   }
   if (static_cast<int64_t>(cluster.nodes) * cluster.gpus_per_node > kMaxCount)
-    throw std::invalid_argument("invalid cluster spec \"" + spec + "\": " +
+    throw std::invalid_argument("invalid cluster spec \"" + printable(spec) + "\": " +
                                 std::to_string(static_cast<int64_t>(cluster.nodes) *
                                                cluster.gpus_per_node) +
                                 " GPUs in all is more than " + std::to_string(kMaxCount));
@@ -286,7 +290,7 @@ ClusterSpec parse_cluster_spec(const std::string& spec, const std::string& intra
     cluster.intra = link_preset(intra_override.empty() ? default_intra_link(rest) : intra_override);
     cluster.inter = link_preset(inter_override.empty() ? default_inter_link(rest) : inter_override);
   } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument("invalid cluster spec \"" + spec + "\": " + e.what());
+    throw std::invalid_argument("invalid cluster spec \"" + printable(spec) + "\": " + e.what());
   }
   return cluster;
 }

@@ -3,7 +3,9 @@
 #include "cost/predict.h"
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
+#include <type_traits>
 
 namespace meshsim {
 namespace {
@@ -45,11 +47,39 @@ std::vector<Recorder> timeline_of(const Program& program, const ReplayResult& re
   return out;
 }
 
+// An integer that fits T. json's get<T> would cast a float such as 1e300 (undefined) or wrap
+// an integer too large for T, so both are refused.
+template <typename T> T integer(const json& v, const char* name) {
+  bool fits = false;
+  if (v.is_number_unsigned())
+    fits = v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max());
+  else if (v.is_number_integer())
+    fits = v.get<int64_t>() >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+           v.get<int64_t>() <= static_cast<int64_t>(std::numeric_limits<T>::max());
+  if (!fits)
+    throw std::invalid_argument(std::string("records.json: \"") + name +
+                                "\" is not an integer from " +
+                                std::to_string(std::numeric_limits<T>::min()) + " to " +
+                                std::to_string(std::numeric_limits<T>::max()));
+  return static_cast<T>(v.get<int64_t>());
+}
+
 template <typename T> T field(const json& j, const char* name) {
   const auto it = j.find(name);
   if (it == j.end())
     throw std::invalid_argument(std::string("records.json: missing \"") + name + "\"");
-  return it->get<T>();
+  if constexpr (std::is_integral_v<T>) {
+    return integer<T>(*it, name);
+  } else if constexpr (std::is_same_v<T, std::vector<int>>) {
+    if (!it->is_array())
+      throw std::invalid_argument(std::string("records.json: \"") + name + "\" is not an array");
+    T out;
+    for (const json& v : *it)
+      out.push_back(integer<int>(v, name));
+    return out;
+  } else {
+    return it->get<T>();
+  }
 }
 
 } // namespace
@@ -174,7 +204,7 @@ std::vector<Recorder> records_from_json(const json& doc, int64_t* samples_per_st
         for (const json& w : field<json>(j, "layers"))
           c.layers.push_back({w.at(0).get<std::string>(), w.at(1).get<std::string>(),
                               w.at(2).get<double>(), w.at(3).get<double>(),
-                              w.at(4).get<int64_t>()});
+                              integer<int64_t>(w.at(4), "layers")});
         r.compute.push_back(std::move(c));
       }
       for (const json& j : field<json>(jr, "collectives")) {

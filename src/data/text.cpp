@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "memory/allocator.h"
@@ -24,25 +25,41 @@ Dataset windows(const torch::Tensor& bytes, int64_t first, int64_t count, int64_
 
 } // namespace
 
-DataSplit make_text_dataset(const std::string& path, int64_t seq_len, double test_fraction) {
+namespace {
+
+void check_options(int64_t seq_len, double test_fraction) {
   if (seq_len < 1)
     throw std::invalid_argument("text data: seq_len must be at least 1");
   if (!(test_fraction >= 0 && test_fraction < 1))
     throw std::invalid_argument("text data: test fraction must be in [0, 1)");
+}
+
+} // namespace
+
+DataSplit make_text_dataset(const std::string& path, int64_t seq_len, double test_fraction) {
+  // Checked before the file is read: a bad flag is a usage error whatever the file holds.
+  check_options(seq_len, test_fraction);
   std::ifstream in(path, std::ios::binary);
   if (!in)
     throw DataError("text data: cannot open " + path);
-  const std::vector<char> raw((std::istreambuf_iterator<char>(in)),
-                              std::istreambuf_iterator<char>());
+  const std::string raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad())
     throw DataError("text data: cannot read " + path);
+  return text_dataset_from_bytes(raw, path, seq_len, test_fraction);
+}
+
+DataSplit text_dataset_from_bytes(const std::string& raw, const std::string& what, int64_t seq_len,
+                                  double test_fraction) {
+  check_options(seq_len, test_fraction);
   // Window i is bytes [i*S, i*S + S] (S+1 bytes: S inputs, each input's next byte as label).
   const int64_t size = static_cast<int64_t>(raw.size());
   const int64_t n = size > seq_len ? (size - 1) / seq_len : 0;
+  // Unsigned: 2 * seq_len + 1 overflows int64 for a seq_len past 2^62.
   if (n < 2)
-    throw DataError("text data: " + path + " has " + std::to_string(size) +
-                    " bytes, need at least " + std::to_string(2 * seq_len + 1) +
-                    " for 2 windows of " + std::to_string(seq_len));
+    throw DataError("text data: " + what + " has " + std::to_string(size) +
+                    " bytes, need at least " +
+                    std::to_string(2 * static_cast<uint64_t>(seq_len) + 1) + " for 2 windows of " +
+                    std::to_string(seq_len));
 
   GpuGuard host(nullptr);
   torch::Tensor bytes = torch::empty({size}, torch::kLong);

@@ -17,6 +17,11 @@ namespace meshsim {
 /// seq_len < 1 or test_fraction outside [0, 1).
 DataSplit make_text_dataset(const std::string& path, int64_t seq_len, double test_fraction = 0.1);
 
+/// make_text_dataset on bytes already in memory (what the file reader calls once it has read
+/// the file); `what` names them in errors. Same results and errors.
+DataSplit text_dataset_from_bytes(const std::string& bytes, const std::string& what,
+                                  int64_t seq_len, double test_fraction = 0.1);
+
 /// Deterministic learnable token sequences (so loss falls) for tests: tokens < vocab.
 /// Each sequence counts up from a random start with a random stride in 1..3, modulo vocab,
 /// so the next token follows from the two before it. Same seed -> identical tensors.

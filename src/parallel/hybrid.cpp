@@ -132,11 +132,6 @@ public:
   bool checkpoints_per_rank() const override { return true; }
   void save_state(torch::serialize::OutputArchive& archive) const override { zero_->save(archive); }
   void load_state(torch::serialize::InputArchive& archive) override { zero_->load(archive); }
-  std::string checkpoint_layout() const override {
-    // What decides the shapes of a rank's part; micro-batches, schedule and recompute do not.
-    return fmt::format("{} on {} GPUs as {}, zero {}, buckets of {} MiB", options_.model,
-                       ctx_.world_size, dims_.describe(), options_.zero, options_.bucket_mb);
-  }
   torch::nn::Sequential eval_model() override { return zero_->module(); }
   torch::nn::Sequential model() override { return stage_; }
   Optimizer* optimizer() override { return zero_->optimizer(); }

@@ -76,8 +76,6 @@ public:
   /// does not fit.
   virtual void save_state(torch::serialize::OutputArchive&) const {}
   virtual void load_state(torch::serialize::InputArchive&) {}
-  /// Per-rank checkpoints: the layout the parts belong to; a resume must have the same one.
-  virtual std::string checkpoint_layout() const { return ""; }
 
   /// Makes this rank's model current for evaluation and returns it.
   virtual torch::nn::Sequential eval_model() = 0;

@@ -15,12 +15,9 @@
 #include <string>
 #include <vector>
 
-namespace meshsim {
+#include "report/crc32c.h"
 
-/// CRC-32C (Castagnoli), as TFRecord uses. crc32c("123456789") == 0xE3069283.
-uint32_t crc32c(const void* data, size_t n);
-/// ((crc >> 15) | (crc << 17)) + 0xa282ead8, TFRecord's masking of stored CRCs.
-uint32_t masked_crc32c(const void* data, size_t n);
+namespace meshsim {
 
 /// One TFRecord frame around `data` (length, masked length CRC, data, masked data CRC).
 std::string encode_tfrecord(const std::string& data);

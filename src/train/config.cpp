@@ -1,8 +1,12 @@
-// Validation of TrainConfig: every bad value is a one-line error before anything runs.
+// Validation of TrainConfig: every bad value is a one-line error before anything runs; and
+// config.json, its saved form, both ways.
 #include "train/config.h"
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -27,6 +31,10 @@ void require(bool ok, const std::string& message) {
 }
 
 void validate_layout(TrainConfig& c) {
+  // Caught here because tp × pp would overflow an int in ParallelDims for sizes past --gpus.
+  require(c.tp < 1 || c.pp < 1 || (c.tp <= c.gpus && c.pp <= c.gpus),
+          fmt::format("--gpus {} is not divisible by --tp {} × --pp {} = {}", c.gpus, c.tp, c.pp,
+                      static_cast<int64_t>(c.tp) * c.pp));
   const ParallelDims dims = ParallelDims::make(c.gpus, c.tp, c.pp);
   require(c.zero >= 0 && c.zero <= 3, fmt::format("--zero must be 0, 1, 2 or 3, got {}", c.zero));
   require(contains(schedule_names(), c.schedule),
@@ -120,9 +128,12 @@ void validate(TrainConfig& c) {
           fmt::format("unknown device '{}' (choose cpu or cuda)", c.device));
   require(c.device == "cpu",
           "--device cuda: this build of meshsim attributes memory on the CPU device only");
-  require(c.batch_size >= 1, fmt::format("--batch-size must be at least 1, got {}", c.batch_size));
-  require(c.global_batch_size >= 0,
-          fmt::format("--global-batch-size must be at least 1, got {}", c.global_batch_size));
+  // The caps keep batch × dp (× micro-batches) far from int64 overflow.
+  require(c.batch_size >= 1 && c.batch_size <= kMaxBatchSize,
+          fmt::format("--batch-size must be between 1 and {}, got {}", kMaxBatchSize, c.batch_size));
+  require(c.global_batch_size >= 0 && c.global_batch_size <= kMaxBatchSize,
+          fmt::format("--global-batch-size must be between 1 and {}, got {}", kMaxBatchSize,
+                      c.global_batch_size));
   require(c.epochs >= 1, fmt::format("--epochs must be at least 1, got {}", c.epochs));
   require(c.max_steps >= 0, fmt::format("--max-steps must be 0 (no limit) or more, got {}", c.max_steps));
   require(c.log_every >= 1, fmt::format("--log-every must be at least 1, got {}", c.log_every));
@@ -142,6 +153,8 @@ void validate(TrainConfig& c) {
                       kMaxCommTimeoutS, c.comm_timeout_s));
   require(c.checkpoint_every >= 0,
           fmt::format("--checkpoint-every must be 0 or more, got {}", c.checkpoint_every));
+  require(c.keep_checkpoints >= 0,
+          fmt::format("--keep-checkpoints must be 0 (keep all) or more, got {}", c.keep_checkpoints));
   require(c.eval_limit >= 0, fmt::format("--eval-limit must be 0 (all) or more, got {}", c.eval_limit));
   require(c.synthetic_train >= 1 && c.synthetic_test >= 1,
           fmt::format("--synthetic-train and --synthetic-test must be positive, got {} and {}",
@@ -201,6 +214,7 @@ nlohmann::json to_json(const TrainConfig& c) {
           {"bucket_mb", c.bucket_mb},
           {"comm_timeout_s", c.comm_timeout_s},
           {"checkpoint_every", c.checkpoint_every},
+          {"keep_checkpoints", c.keep_checkpoints},
           {"resume", c.resume},
           {"synthetic_train", c.synthetic_train},
           {"synthetic_test", c.synthetic_test},
@@ -208,6 +222,148 @@ nlohmann::json to_json(const TrainConfig& c) {
           {"cluster", c.cluster},
           {"intra", c.intra},
           {"inter", c.inter}};
+}
+
+namespace {
+
+using nlohmann::json;
+
+// Keys are quoted as JSON strings, so a key holding a newline still gives a one-line error.
+std::string quoted(const std::string& key) {
+  return json(key).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+[[noreturn]] void wrong_type(const std::string& key, const json& value, const char* expected) {
+  throw std::invalid_argument(
+      fmt::format("config.json: {} must be {}, got {}", quoted(key), expected, value.type_name()));
+}
+
+// An integer that fits Int. Numbers past int64 parse as unsigned and fractions as floats;
+// both are refused rather than cast, which would wrap or be undefined.
+template <typename Int> Int integer(const json& v, const std::string& key) {
+  using Limits = std::numeric_limits<Int>;
+  bool fits = false;
+  if (v.is_number_unsigned()) {
+    fits = v.get<uint64_t>() <= static_cast<uint64_t>(Limits::max());
+  } else if (v.is_number_integer()) {
+    const int64_t i = v.get<int64_t>();
+    if constexpr (Limits::is_signed)
+      fits = i >= static_cast<int64_t>(Limits::min()) && i <= static_cast<int64_t>(Limits::max());
+  }
+  if (!fits) {
+    const std::string expected =
+        fmt::format("an integer from {} to {}", Limits::min(), Limits::max());
+    wrong_type(key, v, expected.c_str());
+  }
+  return v.is_number_unsigned() ? static_cast<Int>(v.get<uint64_t>())
+                                : static_cast<Int>(v.get<int64_t>());
+}
+
+double number(const json& v, const std::string& key) {
+  if (!v.is_number())
+    wrong_type(key, v, "a number");
+  return v.get<double>();
+}
+
+std::string text(const json& v, const std::string& key) {
+  if (!v.is_string())
+    wrong_type(key, v, "a string");
+  return v.get<std::string>();
+}
+
+bool boolean(const json& v, const std::string& key) {
+  if (!v.is_boolean())
+    wrong_type(key, v, "true or false");
+  return v.get<bool>();
+}
+
+using Setter = std::function<void(const json& value, const std::string& key)>;
+
+// Applies every member of `object` through `setters`; `prefix` names nested keys ("gpt.").
+void apply(const json& object, const std::string& prefix,
+           const std::map<std::string, Setter>& setters) {
+  for (const auto& [key, value] : object.items()) {
+    const auto it = setters.find(key);
+    if (it == setters.end())
+      throw std::invalid_argument(fmt::format("config.json: unknown key {}", quoted(prefix + key)));
+    it->second(value, prefix + key);
+  }
+}
+
+} // namespace
+
+TrainConfig config_from_json(const json& doc) {
+  if (!doc.is_object())
+    throw std::invalid_argument(
+        fmt::format("config.json: expected a JSON object, got {}", doc.type_name()));
+  TrainConfig c;
+  GptOptions& g = c.gpt;
+  const std::map<std::string, Setter> gpt_setters = {
+      {"layers", [&](const json& v, const std::string& k) { g.layers = integer<int64_t>(v, k); }},
+      {"hidden", [&](const json& v, const std::string& k) { g.hidden = integer<int64_t>(v, k); }},
+      {"heads", [&](const json& v, const std::string& k) { g.heads = integer<int64_t>(v, k); }},
+      {"seq_len", [&](const json& v, const std::string& k) { g.seq_len = integer<int64_t>(v, k); }},
+      {"vocab", [&](const json& v, const std::string& k) { g.vocab = integer<int64_t>(v, k); }},
+      {"tie_head", [&](const json& v, const std::string& k) { g.tie_head = boolean(v, k); }},
+  };
+  // Derived keys: to_json computes them from the others, so they are checked and dropped.
+  const auto derived = [](const json& v, const std::string& k) { integer<int64_t>(v, k); };
+  const std::map<std::string, Setter> setters = {
+      {"gpus", [&](const json& v, const std::string& k) { c.gpus = integer<int>(v, k); }},
+      {"strategy", [&](const json& v, const std::string& k) { c.strategy = text(v, k); }},
+      {"model", [&](const json& v, const std::string& k) { c.model = text(v, k); }},
+      {"data", [&](const json& v, const std::string& k) { c.data = text(v, k); }},
+      {"device", [&](const json& v, const std::string& k) { c.device = text(v, k); }},
+      {"epochs", [&](const json& v, const std::string& k) { c.epochs = integer<int64_t>(v, k); }},
+      {"max_steps",
+       [&](const json& v, const std::string& k) { c.max_steps = integer<int64_t>(v, k); }},
+      {"batch_size",
+       [&](const json& v, const std::string& k) { c.batch_size = integer<int64_t>(v, k); }},
+      {"global_batch_size", derived},
+      {"tp", [&](const json& v, const std::string& k) { c.tp = integer<int>(v, k); }},
+      {"pp", [&](const json& v, const std::string& k) { c.pp = integer<int>(v, k); }},
+      {"dp", derived},
+      {"zero", [&](const json& v, const std::string& k) { c.zero = integer<int>(v, k); }},
+      {"schedule", [&](const json& v, const std::string& k) { c.schedule = text(v, k); }},
+      {"micro_batches",
+       [&](const json& v, const std::string& k) { c.micro_batches = integer<int>(v, k); }},
+      {"recompute", [&](const json& v, const std::string& k) { c.recompute = text(v, k); }},
+      {"gpt",
+       [&](const json& v, const std::string& k) {
+         if (!v.is_object())
+           wrong_type(k, v, "an object");
+         apply(v, k + ".", gpt_setters);
+       }},
+      {"seed", [&](const json& v, const std::string& k) { c.seed = integer<uint64_t>(v, k); }},
+      {"log_every",
+       [&](const json& v, const std::string& k) { c.log_every = integer<int64_t>(v, k); }},
+      {"optimizer", [&](const json& v, const std::string& k) { c.optimizer.name = text(v, k); }},
+      {"lr", [&](const json& v, const std::string& k) { c.optimizer.lr = number(v, k); }},
+      {"momentum",
+       [&](const json& v, const std::string& k) { c.optimizer.momentum = number(v, k); }},
+      {"gpu_mem", [&](const json& v, const std::string& k) { c.gpu_mem = text(v, k); }},
+      {"bucket_mb", [&](const json& v, const std::string& k) { c.bucket_mb = number(v, k); }},
+      {"comm_timeout_s",
+       [&](const json& v, const std::string& k) { c.comm_timeout_s = number(v, k); }},
+      {"checkpoint_every",
+       [&](const json& v, const std::string& k) { c.checkpoint_every = integer<int64_t>(v, k); }},
+      {"keep_checkpoints",
+       [&](const json& v, const std::string& k) { c.keep_checkpoints = integer<int64_t>(v, k); }},
+      {"resume", [&](const json& v, const std::string& k) { c.resume = text(v, k); }},
+      {"synthetic_train",
+       [&](const json& v, const std::string& k) { c.synthetic_train = integer<int64_t>(v, k); }},
+      {"synthetic_test",
+       [&](const json& v, const std::string& k) { c.synthetic_test = integer<int64_t>(v, k); }},
+      {"eval_limit",
+       [&](const json& v, const std::string& k) { c.eval_limit = integer<int64_t>(v, k); }},
+      {"cluster", [&](const json& v, const std::string& k) { c.cluster = text(v, k); }},
+      {"intra", [&](const json& v, const std::string& k) { c.intra = text(v, k); }},
+      {"inter", [&](const json& v, const std::string& k) { c.inter = text(v, k); }},
+      // Not written by to_json, but a user may add it; a rerun gets its own folder.
+      {"out", [](const json& v, const std::string& k) { text(v, k); }},
+  };
+  apply(doc, "", setters);
+  return c;
 }
 
 } // namespace meshsim

@@ -20,6 +20,7 @@ constexpr const char* kDefaultText = "/usr/share/common-licenses/GPL-3";
 constexpr int kMaxGpus = 1024;
 constexpr double kMaxCommTimeoutS = 7 * 24 * 3600.0;
 constexpr double kMaxBucketMb = 1 << 20;
+constexpr int64_t kMaxBatchSize = int64_t{1} << 40;
 
 struct TrainConfig {
   int gpus = 4;
@@ -45,6 +46,7 @@ struct TrainConfig {
   double bucket_mb = 25;
   double comm_timeout_s = 60;
   int64_t checkpoint_every = 0;  // 0: only at the end
+  int64_t keep_checkpoints = 0;  // the newest N checkpoints are kept; 0: all
   std::string resume;
   std::string out;
   int64_t synthetic_train = 4096;
@@ -68,5 +70,13 @@ bool uses_mesh_layout(const TrainConfig& config);
 void validate(TrainConfig& config);
 
 nlohmann::json to_json(const TrainConfig& config);
+
+/// The inverse of to_json: a TrainConfig from a run folder's config.json, to be validated
+/// like flags. Accepts exactly the keys to_json writes; "dp" and "global_batch_size", which
+/// to_json derives from the others, are type-checked and ignored (the batch per replica is
+/// what it restores), and so is "out" (a rerun gets a fresh folder unless --out is given).
+/// Throws std::invalid_argument (one line) naming an unknown key, or a key of the wrong type
+/// with the type expected.
+TrainConfig config_from_json(const nlohmann::json& doc);
 
 } // namespace meshsim

@@ -2,6 +2,7 @@
 #include "train/trainer.h"
 
 #include <cmath>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -47,9 +48,56 @@ int64_t model_state(const VirtualGpu& gpu) {
 
 } // namespace
 
+int64_t steps_per_epoch(const TrainConfig& config, int64_t train_samples) {
+  // DataParallel loads whole global batches on GPU 0; the others shard the data set the
+  // way torch's DistributedSampler does, one shard per data-parallel replica.
+  const bool global_loader = config.strategy == "dp";
+  const int replicas = global_loader ? 1 : config.gpus / (config.tp * config.pp);
+  const int64_t batch = global_loader ? config.batch_size * config.gpus : config.batch_size;
+  const int64_t samples =
+      DistributedSampler(train_samples, replicas, 0, true, config.seed).num_samples();
+  // A step cut into micro-batches needs at least one sample per micro-batch: drop a last
+  // batch smaller than that, as pipeline engines require whole batches.
+  int64_t steps = (samples + batch - 1) / batch;
+  if (config.micro_batches > 1 && samples % batch != 0 && samples % batch < config.micro_batches)
+    --steps;
+  if (steps < 1)
+    throw std::invalid_argument(fmt::format(
+        "{} training samples per data-parallel replica are fewer than --micro-batches {}", samples,
+        config.micro_batches));
+  return steps;
+}
+
+int64_t last_step(const TrainConfig& config, int64_t train_samples) {
+  // --max-steps runs exactly that many steps, through as many epochs as it takes.
+  return config.max_steps > 0 ? config.max_steps
+                              : steps_per_epoch(config, train_samples) * config.epochs;
+}
+
+void check_steps_left(const TrainConfig& config, int64_t train_samples, int64_t resume_step) {
+  const int64_t last = last_step(config, train_samples);
+  if (resume_step >= last)
+    throw std::invalid_argument(
+        fmt::format("nothing to train: the checkpoint is at step {} and this run ends at step {} "
+                    "({} steps per epoch); raise --epochs or --max-steps",
+                    resume_step, last, steps_per_epoch(config, train_samples)));
+}
+
 TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& data,
-                  RunFolder* run, const std::atomic<int>* stop_signal) {
+                  RunFolder* run, const std::atomic<int>* stop_signal,
+                  const VerifiedCheckpoint* resume) {
   const int world = mesh.world_size();
+  const CheckpointIdentity identity = checkpoint_identity(config);
+  std::optional<VerifiedCheckpoint> verified;
+  if (resume) {
+    verified = *resume;
+  } else if (!config.resume.empty()) {
+    verified = verify_checkpoint(config.resume, identity, world);
+  }
+  if (verified)
+    check_steps_left(config, data.train.size(), verified->manifest.step);
+  const int64_t epoch_steps = steps_per_epoch(config, data.train.size());
+  const int64_t total_steps = last_step(config, data.train.size());
   StrategyOptions options;
   options.model = config.model;
   options.seed = config.seed;
@@ -72,8 +120,8 @@ TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& 
   auto rank_main = [&](RankContext& ctx) {
     auto strategy = make_strategy(config.strategy, ctx, options);
     TrainPosition start;
-    if (!config.resume.empty())
-      start = load_checkpoint(config.resume, ctx, *strategy);
+    if (verified)
+      start = load_checkpoint(*verified, ctx, *strategy);
     ctx.comm.barrier(); // every GPU is set up: say what each holds
     if (ctx.rank == 0)
       print_memory_lines(mesh);
@@ -83,7 +131,7 @@ TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& 
       if (!run || at == saved_step)
         return;
       saved_step = at;
-      save_checkpoint(run->dir(), ctx, *strategy, {at});
+      save_checkpoint(run->dir(), ctx, *strategy, identity, at, config.keep_checkpoints);
     };
     // DataParallel loads whole global batches on GPU 0; the others shard the data set the
     // way torch's DistributedSampler does, one shard per data-parallel replica.
@@ -94,25 +142,6 @@ TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& 
     const int sampler_rank = global_loader ? 0 : shard.index;
     const int64_t batch = global_loader ? config.batch_size * world : config.batch_size;
     DistributedSampler sampler(data.train.size(), replicas, sampler_rank, true, config.seed);
-    // A step cut into micro-batches needs at least one sample per micro-batch: drop a last
-    // batch smaller than that, as pipeline engines require whole batches.
-    int64_t steps_per_epoch = (sampler.num_samples() + batch - 1) / batch;
-    if (config.micro_batches > 1 && sampler.num_samples() % batch != 0 &&
-        sampler.num_samples() % batch < config.micro_batches)
-      --steps_per_epoch;
-    if (steps_per_epoch < 1)
-      throw std::invalid_argument(fmt::format(
-          "{} training samples per data-parallel replica are fewer than --micro-batches {}",
-          sampler.num_samples(), config.micro_batches));
-    // --max-steps runs exactly that many steps, through as many epochs as it takes.
-    const int64_t total_steps =
-        config.max_steps > 0 ? config.max_steps : steps_per_epoch * config.epochs;
-    if (!config.resume.empty() && start.step >= total_steps)
-      throw std::invalid_argument(
-          fmt::format("nothing to train: the checkpoint is at step {} and this run ends at step {} "
-                      "({} steps per epoch); raise --epochs or --max-steps",
-                      start.step, total_steps, steps_per_epoch));
-
     Progress progress(total_steps, config.log_every, config.progress && ctx.rank == 0);
     int64_t step = start.step;
     double last_loss = 0, train_seconds = 0, accuracy = 0;
@@ -128,12 +157,12 @@ TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& 
       eval_peak = std::max(eval_peak, e.peak_bytes);
     };
 
-    for (int64_t epoch = step / steps_per_epoch; step < total_steps && !stopped; ++epoch) {
+    for (int64_t epoch = step / epoch_steps; step < total_steps && !stopped; ++epoch) {
       sampler.set_epoch(epoch);
       std::vector<int64_t> indices;
       if (!global_loader || ctx.rank == 0)
         indices = sampler.indices();
-      for (int64_t s = step % steps_per_epoch; s < steps_per_epoch && step < total_steps; ++s) {
+      for (int64_t s = step % epoch_steps; s < epoch_steps && step < total_steps; ++s) {
         Batch b;
         if (!indices.empty()) {
           CategoryScope scope(MemoryCategory::Activations);
@@ -181,7 +210,10 @@ TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& 
           window_samples = 0;
         }
       }
-      if (!stopped && (step % steps_per_epoch == 0 || step == total_steps)) {
+      if (!stopped && (step % epoch_steps == 0 || step == total_steps)) {
+        // The training is on disk before the last evaluation: a failure there costs nothing.
+        if (step == total_steps)
+          save(step);
         run_evaluation();
         evaluated_at_end = step == total_steps;
         if (ctx.rank == 0) {

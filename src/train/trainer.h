@@ -9,6 +9,7 @@
 #include "mesh/device_mesh.h"
 #include "mesh/recorder.h"
 #include "report/run_folder.h"
+#include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/stop.h"
 
@@ -29,11 +30,25 @@ struct TrainResult {
                                                // held between steps (the most at any step end)
 };
 
+/// The training steps of one epoch over `train_samples`, as every rank counts them.
+/// Throws std::invalid_argument when a replica's share cannot fill one step.
+int64_t steps_per_epoch(const TrainConfig& config, int64_t train_samples);
+
+/// The step a run of `config` ends at: --max-steps, or every epoch's steps.
+int64_t last_step(const TrainConfig& config, int64_t train_samples);
+
+/// Throws std::invalid_argument (one line) when a run resumed at `resume_step` has no step
+/// left to train.
+void check_steps_left(const TrainConfig& config, int64_t train_samples, int64_t resume_step);
+
 /// Trains on `mesh` as `config` says. `run` (may be null) receives metrics and checkpoints.
+/// `resume` (may be null) is the checkpoint config.resume names, already verified; when it
+/// is null and config.resume is set, train verifies it first.
 /// `stop_signal` (may be null) becomes non-zero when the run must stop early (a signal):
 /// every rank then stops after the same step, and the run ends with what it has.
 /// Rank threads' failures are rethrown here (OutOfMemory, CollectiveTimeout, ...).
 TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& data,
-                  RunFolder* run, const std::atomic<int>* stop_signal = nullptr);
+                  RunFolder* run, const std::atomic<int>* stop_signal = nullptr,
+                  const VerifiedCheckpoint* resume = nullptr);
 
 } // namespace meshsim

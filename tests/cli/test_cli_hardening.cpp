@@ -253,6 +253,10 @@ TEST(CliHardening, BadValuesAreUsageErrorsNamingTheValue) {
       {"--lr inf", "--lr must be a positive finite number, got inf"},
       {"--bucket-mb nan", "got nan"},
       {"--gpus 1 --strategy single --inject-fault 0:1", "at least 2 GPUs"},
+      {"--batch-size 99999999999999999999", "got '99999999999999999999'"},
+      {"--epochs 0", "--epochs: must be at least 1, got 0"},
+      {"--keep-checkpoints -1", "--keep-checkpoints: must be at least 0, got -1"},
+      {"--resume /nonexistent-run", "no checkpoint to resume in /nonexistent-run"},
   };
   for (const auto& c : cases) {
     const auto out = fresh_dir("bad");

@@ -129,6 +129,25 @@ TEST(CostClusterSpec, BadSpecsThrowOneLineErrors) {
   }
 }
 
+// Found by fuzz/fuzz_cluster (fuzz/corpus/fuzz_cluster/crash-control-char-in-link): the spec
+// and link names were echoed raw, so a control character in a flag (or in config.json's
+// "cluster") broke the one-line error.
+TEST(CostClusterSpec, ControlCharactersInErrorsAreEscaped) {
+  for (const auto& [spec, intra] : {std::pair<std::string, std::string>{"4x8xh1\n00", ""},
+                                    {"8xa100-80", "nv\rlink"},
+                                    {std::string("2x\0x", 4) + "h100", ""}}) {
+    try {
+      parse_cluster_spec(spec, intra);
+      ADD_FAILURE() << "no error";
+    } catch (const std::invalid_argument& e) {
+      const std::string message = e.what();
+      EXPECT_EQ(message.find_first_of(std::string("\n\r\0", 3)), std::string::npos) << message;
+      EXPECT_NE(message.find("\\x"), std::string::npos) << message;
+    }
+  }
+  EXPECT_THROW(parse_dtype("fp\n32"), std::invalid_argument);
+}
+
 // ---------------------------------------------------------------- collectives
 
 TEST(CostCollective, RingAllReduceMatchesFormula) {

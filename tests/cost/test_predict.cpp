@@ -162,6 +162,34 @@ TEST(CostPredict, RecordsRoundTripThroughJson) {
   EXPECT_THROW(records_from_json(nlohmann::json::object(), nullptr), std::invalid_argument);
 }
 
+// json's get<int> casts a float such as 1e300 to int, which is undefined (UBSan's
+// float-cast-overflow, which fuzz/fuzz_records runs under), and wraps integers too large.
+TEST(CostPredict, RecordsWithOutOfRangeIntegersAreRefused) {
+  const nlohmann::json good = records_to_json(ddp_records(2), 64);
+  const auto refused = [](nlohmann::json doc) {
+    try {
+      int64_t samples = 0;
+      records_from_json(doc, &samples);
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  nlohmann::json doc = good;
+  doc["ranks"][0]["collectives"][0]["peer"] = 1e300;
+  EXPECT_NE(refused(doc).find("\"peer\" is not an integer"), std::string::npos) << refused(doc);
+  doc = good;
+  doc["ranks"][0]["collectives"][0]["group"] = {0, 4294967296LL};
+  EXPECT_NE(refused(doc).find("\"group\""), std::string::npos) << refused(doc);
+  doc = good;
+  doc["samples_per_step"] = 18446744073709551615ULL;
+  EXPECT_NE(refused(doc).find("\"samples_per_step\""), std::string::npos) << refused(doc);
+  doc = good;
+  doc["ranks"][0]["compute"][0]["layers"] = {{"fc", "matmul", 1.0, 2.0, 1.5}};
+  EXPECT_NE(refused(doc).find("\"layers\""), std::string::npos) << refused(doc);
+}
+
 TEST(CostPredict, StepsAndResizing) {
   EXPECT_EQ(representative_step(ddp_records(2)), 1);
   EXPECT_THROW(build_step_program(ddp_records(2), 7, gpu_preset("a100-80"), {}),

@@ -73,6 +73,21 @@ TEST(TextData, OneLineErrorsForMissingAndShortFiles) {
   fs::remove(path);
 }
 
+// The "need at least 2 * seq_len + 1 bytes" message overflowed int64 (undefined; fuzz/fuzz_text
+// runs under UBSan and has this input in its corpus) for a seq_len past 2^62.
+TEST(TextData, HugeSeqLenIsADataErrorWithoutOverflow) {
+  const int64_t huge = (int64_t{1} << 62) + 3;
+  try {
+    text_dataset_from_bytes("some text", "input", huge);
+    ADD_FAILURE() << "no error";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("need at least 9223372036854775815"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(text_dataset_from_bytes(std::string(17, 'a'), "input", 8).train.size(), 1);
+  EXPECT_THROW(text_dataset_from_bytes("abc", "input", 0), std::invalid_argument);
+}
+
 TEST(TextData, SyntheticTextIsDeterministicAndShifted) {
   const DataSplit a = synthetic_text(16, 4, 12, 50, 9), b = synthetic_text(16, 4, 12, 50, 9);
   EXPECT_TRUE(torch::equal(a.train.images, b.train.images));

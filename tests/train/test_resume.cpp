@@ -1,7 +1,15 @@
 // A resumed run ends with the same parameters (and optimizer state) as an uninterrupted one.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <functional>
+#include <iostream>
+#include <random>
 
 #include "../cli/cli_harness.h"
 #include "train/checkpoint.h"
@@ -14,8 +22,8 @@ namespace {
 // Every tensor of a run's latest checkpoint, keyed by name (per-rank parts: "rank-R/name").
 std::vector<std::pair<std::string, torch::Tensor>> read_checkpoint(const fs::path& run) {
   const fs::path at = meshsim::resolve_checkpoint(run);
-  std::vector<std::pair<std::string, fs::path>> files{{"", at}};
-  if (fs::is_directory(at)) {
+  std::vector<std::pair<std::string, fs::path>> files{{"", at / "model.pt"}};
+  if (!fs::exists(at / "model.pt")) {
     files.clear();
     for (int r = 0; fs::exists(at / ("rank-" + std::to_string(r) + ".pt")); ++r)
       files.emplace_back("rank-" + std::to_string(r) + "/", at / ("rank-" + std::to_string(r) + ".pt"));
@@ -77,7 +85,8 @@ void expect_resume(const std::string& model) {
                              "--gpus 2 --batch-size 16 --epochs 2 --model " + model;
   // 512 samples / (2 x 16) = 16 steps per epoch; 24 steps cross the epoch boundary.
   expect_resume_matches(model, common, 24, 10, 5, [](const fs::path& first) {
-    EXPECT_EQ(fs::exists(first / "checkpoint" / "step-00000005.pt"), true);
+    EXPECT_TRUE(fs::exists(first / "checkpoint" / "step-00000005" / "model.pt"));
+    EXPECT_TRUE(fs::exists(first / "checkpoint" / "step-00000005" / "manifest.json"));
   });
 }
 
@@ -112,20 +121,95 @@ TEST(TrainResume, ACheckpointOfAnotherLayoutIsRefusedInOneLine) {
   ASSERT_EQ(run_meshsim(kSmallGpt + "--gpus 4 --tp 2 --max-steps 2 --out " + mesh.string()).code, 0);
   ASSERT_EQ(run_meshsim(kSmallGpt + "--gpus 2 --max-steps 2 --out " + plain.string()).code, 0);
 
+  // Refused before the run: exit 2, and no run folder is made.
   auto r = run_meshsim(kSmallGpt + "--gpus 4 --tp 4 --max-steps 4 --resume " + mesh.string() + " --out " + out.string());
-  EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.output.find("it was written by gpt on 4 GPUs as dp=2 × tp=2 × pp=1, zero 0"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("this run is gpt on 4 GPUs as dp=1 × tp=4 × pp=1, zero 0"), std::string::npos) << r.output;
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("it was written by 4 GPUs as dp=2 × tp=2 × pp=1, zero 0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("this run is 4 GPUs as dp=1 × tp=4 × pp=1, zero 0"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(out));
 
-  // Each refused run gets a folder of its own: a folder that holds something is refused.
-  r = run_meshsim(kSmallGpt + "--gpus 4 --max-steps 4 --resume " + mesh.string() + " --out " + out.string() + "-2");
-  EXPECT_EQ(r.code, 1);
+  r = run_meshsim(kSmallGpt + "--gpus 4 --max-steps 4 --resume " + mesh.string() + " --out " + out.string());
+  EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find("it holds one part per rank"), std::string::npos) << r.output;
 
-  r = run_meshsim(kSmallGpt + "--gpus 2 --zero 1 --max-steps 4 --resume " + plain.string() + " --out " + out.string() + "-3");
-  EXPECT_EQ(r.code, 1);
+  r = run_meshsim(kSmallGpt + "--gpus 2 --zero 1 --max-steps 4 --resume " + plain.string() + " --out " + out.string());
+  EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find("it holds the whole model of a run without --tp/--pp/--zero"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(out));
   for (const auto& d : {mesh, plain, out}) fs::remove_all(d);
-  fs::remove_all(out.string() + "-2");
-  fs::remove_all(out.string() + "-3");
+}
+
+namespace {
+
+// Starts meshsim with `args`, waits until its first checkpoint exists, lets it run on for
+// `delay_ms`, and kills it with SIGKILL. Returns false if it ended on its own first.
+bool kill_nine_while_checkpointing(const std::string& args, const fs::path& out, int delay_ms) {
+  const std::string cmd = std::string(MESHSIM_BINARY) + " " + args + " --no-progress";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int null = ::open("/dev/null", O_WRONLY);
+    dup2(null, 1);
+    dup2(null, 2);
+    execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  auto waited_ms = [&] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+  };
+  int status = 0;
+  // Polling the child's folder: there is nothing to wait on across processes.
+  while (!fs::exists(out / "checkpoint" / "latest") && waited_ms() < 60000) {
+    if (waitpid(pid, &status, WNOHANG) == pid) return false;
+    usleep(2000);
+  }
+  const auto until = waited_ms() + delay_ms;
+  while (waited_ms() < until) {
+    if (waitpid(pid, &status, WNOHANG) == pid) return false;
+    usleep(1000);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  return WIFSIGNALED(status);
+}
+
+// kill -9 at random moments of a run that checkpoints every step, then a resume into the
+// same folder: it must find a sound `latest`, and end exactly where the uninterrupted run
+// ends. Whole-model (CNN) and per-rank (ZeRO 1 GPT) checkpoints.
+void expect_survives_kill_nine(const std::string& name, const std::string& common, int trials,
+                               uint32_t seed) {
+  const auto whole = fresh_dir(name + "-whole");
+  ASSERT_EQ(run_meshsim(common + " --out " + whole.string()).code, 0);
+  std::mt19937 random(seed);
+  std::uniform_int_distribution<int> delay_ms(0, 400);
+  int killed = 0;
+  for (int trial = 0; trial < trials; ++trial) {
+    const auto out = fresh_dir(name + "-killed");
+    const int delay = delay_ms(random);
+    if (!kill_nine_while_checkpointing(common + " --checkpoint-every 1 --out " + out.string(), out, delay)) {
+      fs::remove_all(out);
+      continue;  // it finished before the kill: nothing to resume
+    }
+    ++killed;
+    const auto r = run_meshsim(common + " --resume " + out.string() + " --out " + out.string());
+    ASSERT_EQ(r.code, 0) << "killed after " << delay << " ms: " << r.output;
+    EXPECT_EQ(read_json(whole / "summary.json")["final_loss"], read_json(out / "summary.json")["final_loss"]);
+    expect_same_checkpoints(whole, out);
+    for (const auto& entry : fs::directory_iterator(out / "checkpoint"))
+      EXPECT_NE(entry.path().filename().string().front(), '.') << entry.path();
+    fs::remove_all(out);
+  }
+  std::cout << name << ": " << killed << " of " << trials << " runs killed mid-run and resumed\n";
+  EXPECT_GE(killed, trials / 2) << "the runs ended before most kills; lengthen them";
+  fs::remove_all(whole);
+}
+
+} // namespace
+
+TEST(TrainResume, KillNineDuringCheckpointsThenResumeEndsWhereTheUninterruptedRunDoes) {
+  expect_survives_kill_nine("kill-cnn",
+                            "train --data synthetic --synthetic-train 512 --synthetic-test 64 "
+                            "--gpus 2 --batch-size 16 --max-steps 40 --model cnn",
+                            5, 11);
+  expect_survives_kill_nine("kill-zero", kSmallGpt + "--gpus 4 --zero 1 --max-steps 40", 3, 12);
 }

@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Writes the seed corpus in fuzz/corpus/<target>/: a few small valid inputs per parser and
+near misses, so the fuzzer starts from the formats' real shapes. Rerun after a format change;
+crash reproducers found later are added by hand (their names start with crash-)."""
+import gzip
+import json
+import os
+import struct
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+
+
+def put(target, name, data):
+    os.makedirs(os.path.join(ROOT, target), exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode()
+    with open(os.path.join(ROOT, target, name), "wb") as f:
+        f.write(data)
+
+
+def idx(dims, payload):
+    return bytes([0, 0, 8, len(dims)]) + b"".join(struct.pack(">I", d) for d in dims) + payload
+
+
+def crc32c(data):
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+labels = idx([5], bytes([0, 1, 2, 9, 3]))
+image = idx([1, 28, 28], bytes((i * 7) % 256 for i in range(784)))
+put("fuzz_idx", "labels", labels)
+put("fuzz_idx", "image", image)
+put("fuzz_idx", "labels.gz", gzip.compress(labels, mtime=0))
+put("fuzz_idx", "image.gz", gzip.compress(image, mtime=0))
+put("fuzz_idx", "truncated", image[:100])
+
+text = b"It is not the critic who counts; not the man who points out how the strong man stumbles.\n"
+put("fuzz_text", "seq4", bytes([12, 20]) + text)
+put("fuzz_text", "seq16-no-test", bytes([24, 0]) + text)
+put("fuzz_text", "huge-seq", bytes([0xFF, 40]) + struct.pack("<q", 2**62 + 3) + text)
+
+for name, spec in [("multi-node", "4x8xh100\nnvlink4\nndr"), ("one-node", "8xa100-80"),
+                   ("bare", "a100"), ("pcie", "2x4xl4\x00pcie4\x00100gbe")]:
+    put("fuzz_cluster", name, spec)
+
+for s in ["512MiB", "2GiB", "1.5GB", "4096", "0.5k"]:
+    put("fuzz_size", s.replace(".", "_"), s)
+
+records = {
+    "format": "meshsim-records-1",
+    "samples_per_step": 64,
+    "ranks": [{
+        "compute": [{"name": "forward", "step": 1, "start_s": 0.0, "end_s": 0.01,
+                     "flops": 1e6, "bytes": 4096.0, "op": "forward",
+                     "layers": [["conv1", "conv", 5e5, 2048.0, 1024]]}],
+        "collectives": [{"op": "all_reduce", "group": [0, 1], "bytes": 1024, "seq": 0,
+                         "peer": -1, "start_s": 0.01, "end_s": 0.02}],
+    }, {"compute": [], "collectives": []}],
+}
+put("fuzz_records", "two-ranks.json", json.dumps(records, indent=1))
+put("fuzz_records", "empty.json", json.dumps({"format": "meshsim-records-1",
+                                              "samples_per_step": 1, "ranks": []}))
+
+config = {
+    "gpus": 4, "strategy": "ddp", "model": "cnn", "data": "/usr/share/datasets/fashion-mnist",
+    "device": "cpu", "epochs": 1, "max_steps": 0, "batch_size": 64, "global_batch_size": 256,
+    "tp": 1, "pp": 1, "dp": 4, "zero": 0, "schedule": "1f1b", "micro_batches": 1,
+    "recompute": "none",
+    "gpt": {"layers": 2, "hidden": 64, "heads": 4, "seq_len": 64, "vocab": 256,
+            "tie_head": False},
+    "seed": 0, "log_every": 10, "optimizer": "adam", "lr": 0.001, "momentum": 0.9,
+    "gpu_mem": "auto", "bucket_mb": 25.0, "comm_timeout_s": 60.0, "checkpoint_every": 0,
+    "keep_checkpoints": 0, "resume": "", "synthetic_train": 4096, "synthetic_test": 1024,
+    "eval_limit": 0, "cluster": "", "intra": "", "inter": "",
+}
+put("fuzz_config", "default.json", json.dumps(config, indent=2))
+gpt = dict(config, model="gpt", gpus=8, tp=2, pp=2, dp=2, zero=1, micro_batches=4,
+           global_batch_size=128, data="synthetic", gpu_mem="512MiB", cluster="2x4xh100")
+put("fuzz_config", "gpt-mesh.json", json.dumps(gpt, indent=2))
+put("fuzz_config", "partial.json", json.dumps({"model": "gpt", "gpus": 2, "optimizer": "sgd"}))
+
+part = b"\x50\x4b\x03\x04 a part's bytes"
+manifest = {"format": "meshsim checkpoint 1", "step": 42, "world_size": 2, "kind": "per-rank",
+            "model": "gpt layers=2", "optimizer": "adam", "layout": "dp2",
+            "parts": [{"file": "rank-0.pt", "rank": 0, "bytes": len(part), "crc32c": crc32c(part)},
+                      {"file": "rank-1.pt", "rank": 1, "bytes": 3, "crc32c": 0}]}
+put("fuzz_checkpoint", "per-rank", json.dumps(manifest, indent=2).encode() + b"\x00" + part)
+whole = dict(manifest, kind="whole", layout="", world_size=4,
+             parts=[{"file": "model.pt", "rank": 0, "bytes": len(part), "crc32c": crc32c(part)}])
+put("fuzz_checkpoint", "whole", json.dumps(whole, indent=2).encode() + b"\x00" + part)
+put("fuzz_checkpoint", "bad-crc", json.dumps(whole).encode() + b"\x00" + part[:-1] + b"!")
