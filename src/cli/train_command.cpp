@@ -4,10 +4,8 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -144,99 +142,7 @@ void write_outputs(RunFolder& run, DeviceMesh& mesh, const TrainConfig& config,
   run.write_json("summary.json", summary);
 }
 
-// A flag that takes a whole number of at least `min`: checked on the text, before CLI11
-// converts it (an unsigned seed would otherwise take "-1" as 2^64 - 1).
-CLI::Validator whole_number(long long min) {
-  return CLI::Validator(
-      [min](std::string& text) -> std::string {
-        errno = 0;
-        char* end = nullptr;
-        const long long v = std::strtoll(text.c_str(), &end, 10);
-        if (text.empty() || *end != '\0' || errno == ERANGE)
-          return fmt::format("must be a whole number, got '{}'", text);
-        if (v < min) return fmt::format("must be at least {}, got {}", min, v);
-        return "";
-      },
-      min > 0 ? "POSITIVE" : "NON-NEGATIVE");
-}
-
 } // namespace
-
-void add_train_flags(CLI::App& app, TrainConfig& c) {
-  app.add_option("--gpus", c.gpus, "number of virtual GPUs")->capture_default_str();
-  app.add_option("--strategy", c.strategy, "single | ddp | dp")->capture_default_str();
-  app.add_option("--model", c.model, "cnn | lenet | gpt")->capture_default_str();
-  app.add_option("--data", c.data,
-                 "IDX folder (MNIST/Fashion-MNIST, .gz or raw) for cnn/lenet, any text file for gpt, "
-                 "or 'synthetic' (default: " + std::string(kDefaultData) + ", or " + kDefaultText +
-                     " for gpt)");
-  app.add_option("--tp", c.tp, "tensor-parallel size (gpt)")->capture_default_str();
-  app.add_option("--pp", c.pp, "pipeline stages")->capture_default_str();
-  app.add_option("--zero", c.zero, "ZeRO stage on the data-parallel dimension: 0 | 1 | 2 | 3")
-      ->capture_default_str();
-  app.add_option("--schedule", c.schedule, "pipeline schedule: naive | gpipe | 1f1b")
-      ->capture_default_str();
-  app.add_option("--micro-batches", c.micro_batches, "micro-batches per step (pipeline, or accumulation)")
-      ->capture_default_str();
-  app.add_option("--recompute", c.recompute, "activation checkpointing per transformer block: none | full")
-      ->capture_default_str();
-  app.add_option("--global-batch-size", c.global_batch_size,
-                 "samples per step over all replicas (overrides --batch-size)")
-      ->check(whole_number(/*min=*/1));
-  app.add_option("--layers", c.gpt.layers, "gpt: transformer blocks")->capture_default_str();
-  app.add_option("--hidden", c.gpt.hidden, "gpt: hidden size")->capture_default_str();
-  app.add_option("--heads", c.gpt.heads, "gpt: attention heads")->capture_default_str();
-  app.add_option("--seq-len", c.gpt.seq_len, "gpt: tokens per sample")->capture_default_str();
-  app.add_option("--vocab", c.gpt.vocab, "gpt: vocabulary (256 for byte-level text)")->capture_default_str();
-  app.add_flag("--tie-head", c.gpt.tie_head, "gpt: the LM head shares the token embedding");
-  app.add_option("--device", c.device, "physical device (cpu)")->capture_default_str();
-  app.add_option("--epochs", c.epochs)->capture_default_str()
-      ->check(whole_number(/*min=*/1));
-  app.add_option("--max-steps", c.max_steps, "stop after this many steps (0: no limit)")
-      ->capture_default_str()
-      ->check(whole_number(/*min=*/0));
-  app.add_option("--batch-size", c.batch_size, "batch size per data-parallel replica")
-      ->capture_default_str()
-      ->check(whole_number(/*min=*/1));
-  app.add_option("--seed", c.seed)->capture_default_str()->check(whole_number(/*min=*/0));
-  app.add_option("--log-every", c.log_every, "steps between metrics lines")->capture_default_str()
-      ->check(whole_number(/*min=*/1));
-  app.add_option("--optimizer", c.optimizer.name, "adam | sgd")->capture_default_str();
-  app.add_option("--lr", c.optimizer.lr, "learning rate (default 1e-3 for adam, 0.01 for sgd)");
-  app.add_option("--momentum", c.optimizer.momentum, "sgd momentum")->capture_default_str();
-  app.add_option("--gpu-mem", c.gpu_mem, "capacity per GPU: 512MiB, 2GiB, ... or auto")
-      ->capture_default_str();
-  app.add_option("--bucket-mb", c.bucket_mb, "gradient bucket size in MiB")->capture_default_str();
-  app.add_option("--comm-timeout", c.comm_timeout_s, "seconds a collective waits for all ranks")
-      ->capture_default_str();
-  app.add_option("--checkpoint-every", c.checkpoint_every, "steps between checkpoints (0: at the end only)")
-      ->capture_default_str()
-      ->check(whole_number(/*min=*/0));
-  app.add_option("--keep-checkpoints", c.keep_checkpoints,
-                 "keep only the newest N checkpoints (0: keep all)")
-      ->capture_default_str()
-      ->check(whole_number(/*min=*/0));
-  app.add_option("--resume", c.resume, "run folder or checkpoint to continue from");
-  app.add_option("--out", c.out, "run folder (default runs/<timestamp>)");
-  app.add_option("--synthetic-train", c.synthetic_train, "training samples of --data synthetic")
-      ->capture_default_str()
-      ->check(whole_number(/*min=*/1));
-  app.add_option("--synthetic-test", c.synthetic_test, "test samples of --data synthetic")
-      ->capture_default_str()
-      ->check(whole_number(/*min=*/1));
-  app.add_option("--eval-limit", c.eval_limit, "evaluate on the first N test samples (0: all)")
-      ->capture_default_str()
-      ->check(whole_number(/*min=*/0));
-  app.add_option("--inject-fault", c.inject_fault,
-                 "RANK:STEP — that rank leaves the run at that step (tests failure handling)");
-  app.add_flag("!--no-progress", c.progress, "no progress bar or lines");
-  app.add_option("--cluster", c.cluster, "also predict the run on this cluster, e.g. 8xa100-80 or 4x8xh100");
-  app.add_option("--intra", c.intra, "with --cluster: link inside a node (nvlink3, nvlink4, pcie3, ...)");
-  app.add_option("--inter", c.inter, "with --cluster: link between nodes (hdr, ndr, 100gbe)");
-  app.callback([&c, &app] {
-    if (c.optimizer.name == "sgd" && app.count("--lr") == 0) c.optimizer.lr = 0.01;
-  });
-}
 
 int run_train(TrainConfig config) {
   try {
