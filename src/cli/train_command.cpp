@@ -259,7 +259,7 @@ int run_train(TrainConfig config) {
   TrainResult result;
   bool trained = false;
   try {
-    result = train(config, mesh, data, run.get(), &g_stop_signal, resume ? &*resume : nullptr);
+    result = train(config, mesh, data, run.get(), &g_stop_signal, std::move(resume));
     trained = true;
     summary["status"] = "ok";
     summary["steps"] = result.steps;

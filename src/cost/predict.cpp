@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "report/json_integer.h"
+
 namespace meshsim {
 namespace {
 
@@ -47,21 +49,13 @@ std::vector<Recorder> timeline_of(const Program& program, const ReplayResult& re
   return out;
 }
 
-// An integer that fits T. json's get<T> would cast a float such as 1e300 (undefined) or wrap
-// an integer too large for T, so both are refused.
+// An integer that fits T: a float or a number past T is refused, never cast.
 template <typename T> T integer(const json& v, const char* name) {
-  bool fits = false;
-  if (v.is_number_unsigned())
-    fits = v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max());
-  else if (v.is_number_integer())
-    fits = v.get<int64_t>() >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
-           v.get<int64_t>() <= static_cast<int64_t>(std::numeric_limits<T>::max());
-  if (!fits)
-    throw std::invalid_argument(std::string("records.json: \"") + name +
-                                "\" is not an integer from " +
-                                std::to_string(std::numeric_limits<T>::min()) + " to " +
-                                std::to_string(std::numeric_limits<T>::max()));
-  return static_cast<T>(v.get<int64_t>());
+  if (const std::optional<T> i = json_integer<T>(v)) return *i;
+  throw std::invalid_argument(std::string("records.json: \"") + name +
+                              "\" is not an integer from " +
+                              std::to_string(std::numeric_limits<T>::min()) + " to " +
+                              std::to_string(std::numeric_limits<T>::max()));
 }
 
 template <typename T> T field(const json& j, const char* name) {

@@ -261,11 +261,13 @@ VerifiedCheckpoint verify_checkpoint(const fs::path& path, const CheckpointIdent
           "it has no manifest.json (written by an older meshsim, or not a checkpoint)");
     std::stringstream text;
     text << in.rdbuf();
-    VerifiedCheckpoint checkpoint{folder, parse_manifest(text.str())};
+    VerifiedCheckpoint checkpoint{folder, parse_manifest(text.str()), {}};
     check_identity(checkpoint.manifest, expected, world_size);
     GpuGuard host(nullptr); // checked on the caller's thread; nothing is any GPU's
-    for (const auto& part : checkpoint.manifest.parts)
-      open_part(read_part(folder, part), part, checkpoint.manifest);
+    for (const auto& part : checkpoint.manifest.parts) {
+      checkpoint.part_bytes.push_back(read_part(folder, part));
+      open_part(checkpoint.part_bytes.back(), part, checkpoint.manifest);
+    }
     return checkpoint;
   } catch (const DataError& e) {
     throw DataError(refuse(printable(e.what())));
@@ -287,12 +289,13 @@ TrainPosition load_checkpoint(const VerifiedCheckpoint& checkpoint, RankContext&
                               Strategy& strategy) {
   const CheckpointManifest& m = checkpoint.manifest;
   const bool whole = m.identity.kind == kWholeCheckpoint;
-  const CheckpointPart& part = m.parts.at(whole ? 0 : ctx.rank);
+  const size_t index = whole ? 0 : static_cast<size_t>(ctx.rank);
+  const CheckpointPart& part = m.parts.at(index);
   try {
     torch::serialize::InputArchive archive;
     {
       GpuGuard host(nullptr); // the archive's tensors are not GPU memory
-      archive = open_part(read_part(checkpoint.folder, part), part, m);
+      archive = open_part(checkpoint.part_bytes.at(index), part, m);
     }
     if (!whole) {
       strategy.load_state(archive);

@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -27,10 +28,12 @@ struct TrainPosition {
 /// What a run of `config` writes into its checkpoints and expects of one it resumes.
 CheckpointIdentity checkpoint_identity(const TrainConfig& config);
 
-/// A checkpoint whose manifest and parts verify_checkpoint has checked.
+/// A checkpoint whose manifest and parts verify_checkpoint has checked. The parts' bytes
+/// are kept so the ranks load what was checked without reading the files again.
 struct VerifiedCheckpoint {
   std::filesystem::path folder; // checkpoint/step-NNNNNNNN
   CheckpointManifest manifest;
+  std::vector<std::string> part_bytes; // manifest.parts[i]'s file; emptied once loaded
 };
 
 /// `path` is a run folder, its checkpoint/ folder, or a checkpoint's step folder. Checks,
@@ -52,7 +55,8 @@ std::filesystem::path resolve_checkpoint(const std::filesystem::path& path);
 void save_checkpoint(const std::filesystem::path& run_dir, RankContext& ctx, Strategy& strategy,
                      const CheckpointIdentity& identity, int64_t step, int64_t keep = 0);
 
-/// Collective over the world: every rank loads its model, optimizer and dropout state.
+/// Collective over the world: every rank loads its model, optimizer and dropout state from
+/// the checked bytes (concurrent ranks only read `checkpoint`).
 /// Throws std::runtime_error (one line) for a part that does not fit.
 TrainPosition load_checkpoint(const VerifiedCheckpoint& checkpoint, RankContext& ctx,
                               Strategy& strategy);

@@ -9,6 +9,7 @@
 
 #include "data/dataset.h"
 #include "report/crc32c.h"
+#include "report/json_integer.h"
 #include "report/printable.h"
 
 namespace meshsim {
@@ -41,14 +42,10 @@ const json& field(const json& object, const char* name, json::value_t type) {
 }
 
 int64_t integer(const json& object, const char* name, int64_t min, int64_t max) {
-  const json& v = field(object, name, json::value_t::number_integer);
-  // A number past int64 parses as unsigned; get<int64_t> would wrap it.
-  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(max))
-    damaged(fmt::format("\"{}\" is out of range", name));
-  const int64_t n = v.get<int64_t>();
-  if (n < min || n > max)
-    damaged(fmt::format("\"{}\" is {}, out of range", name, n));
-  return n;
+  const std::optional<int64_t> n =
+      json_integer<int64_t>(field(object, name, json::value_t::number_integer));
+  if (!n || *n < min || *n > max) damaged(fmt::format("\"{}\" is out of range", name));
+  return *n;
 }
 
 std::string text(const json& object, const char* name) {

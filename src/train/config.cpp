@@ -18,6 +18,7 @@
 #include "parallel/pipeline.h"
 #include "parallel/schedule.h"
 #include "parallel/strategy.h"
+#include "report/json_integer.h"
 
 namespace meshsim {
 namespace {
@@ -238,25 +239,12 @@ std::string quoted(const std::string& key) {
       fmt::format("config.json: {} must be {}, got {}", quoted(key), expected, value.type_name()));
 }
 
-// An integer that fits Int. Numbers past int64 parse as unsigned and fractions as floats;
-// both are refused rather than cast, which would wrap or be undefined.
+// An integer that fits Int: a float or a number past Int is refused, never cast.
 template <typename Int> Int integer(const json& v, const std::string& key) {
+  if (const std::optional<Int> i = json_integer<Int>(v)) return *i;
   using Limits = std::numeric_limits<Int>;
-  bool fits = false;
-  if (v.is_number_unsigned()) {
-    fits = v.get<uint64_t>() <= static_cast<uint64_t>(Limits::max());
-  } else if (v.is_number_integer()) {
-    const int64_t i = v.get<int64_t>();
-    if constexpr (Limits::is_signed)
-      fits = i >= static_cast<int64_t>(Limits::min()) && i <= static_cast<int64_t>(Limits::max());
-  }
-  if (!fits) {
-    const std::string expected =
-        fmt::format("an integer from {} to {}", Limits::min(), Limits::max());
-    wrong_type(key, v, expected.c_str());
-  }
-  return v.is_number_unsigned() ? static_cast<Int>(v.get<uint64_t>())
-                                : static_cast<Int>(v.get<int64_t>());
+  const std::string expected = fmt::format("an integer from {} to {}", Limits::min(), Limits::max());
+  wrong_type(key, v, expected.c_str());
 }
 
 double number(const json& v, const std::string& key) {
@@ -277,7 +265,19 @@ bool boolean(const json& v, const std::string& key) {
   return v.get<bool>();
 }
 
+void read(const json& v, const std::string& k, int& out) { out = integer<int>(v, k); }
+void read(const json& v, const std::string& k, int64_t& out) { out = integer<int64_t>(v, k); }
+void read(const json& v, const std::string& k, uint64_t& out) { out = integer<uint64_t>(v, k); }
+void read(const json& v, const std::string& k, double& out) { out = number(v, k); }
+void read(const json& v, const std::string& k, std::string& out) { out = text(v, k); }
+void read(const json& v, const std::string& k, bool& out) { out = boolean(v, k); }
+
 using Setter = std::function<void(const json& value, const std::string& key)>;
+
+// The setter of one field: reads the value as the field's type.
+template <typename T> Setter to(T& field) {
+  return [&field](const json& v, const std::string& k) { read(v, k, field); };
+}
 
 // Applies every member of `object` through `setters`; `prefix` names nested keys ("gpt.").
 void apply(const json& object, const std::string& prefix,
@@ -299,66 +299,51 @@ TrainConfig config_from_json(const json& doc) {
   TrainConfig c;
   GptOptions& g = c.gpt;
   const std::map<std::string, Setter> gpt_setters = {
-      {"layers", [&](const json& v, const std::string& k) { g.layers = integer<int64_t>(v, k); }},
-      {"hidden", [&](const json& v, const std::string& k) { g.hidden = integer<int64_t>(v, k); }},
-      {"heads", [&](const json& v, const std::string& k) { g.heads = integer<int64_t>(v, k); }},
-      {"seq_len", [&](const json& v, const std::string& k) { g.seq_len = integer<int64_t>(v, k); }},
-      {"vocab", [&](const json& v, const std::string& k) { g.vocab = integer<int64_t>(v, k); }},
-      {"tie_head", [&](const json& v, const std::string& k) { g.tie_head = boolean(v, k); }},
+      {"layers", to(g.layers)},   {"hidden", to(g.hidden)}, {"heads", to(g.heads)},
+      {"seq_len", to(g.seq_len)}, {"vocab", to(g.vocab)},   {"tie_head", to(g.tie_head)},
   };
   // Derived keys: to_json computes them from the others, so they are checked and dropped.
   const auto derived = [](const json& v, const std::string& k) { integer<int64_t>(v, k); };
   const std::map<std::string, Setter> setters = {
-      {"gpus", [&](const json& v, const std::string& k) { c.gpus = integer<int>(v, k); }},
-      {"strategy", [&](const json& v, const std::string& k) { c.strategy = text(v, k); }},
-      {"model", [&](const json& v, const std::string& k) { c.model = text(v, k); }},
-      {"data", [&](const json& v, const std::string& k) { c.data = text(v, k); }},
-      {"device", [&](const json& v, const std::string& k) { c.device = text(v, k); }},
-      {"epochs", [&](const json& v, const std::string& k) { c.epochs = integer<int64_t>(v, k); }},
-      {"max_steps",
-       [&](const json& v, const std::string& k) { c.max_steps = integer<int64_t>(v, k); }},
-      {"batch_size",
-       [&](const json& v, const std::string& k) { c.batch_size = integer<int64_t>(v, k); }},
+      {"gpus", to(c.gpus)},
+      {"strategy", to(c.strategy)},
+      {"model", to(c.model)},
+      {"data", to(c.data)},
+      {"device", to(c.device)},
+      {"epochs", to(c.epochs)},
+      {"max_steps", to(c.max_steps)},
+      {"batch_size", to(c.batch_size)},
       {"global_batch_size", derived},
-      {"tp", [&](const json& v, const std::string& k) { c.tp = integer<int>(v, k); }},
-      {"pp", [&](const json& v, const std::string& k) { c.pp = integer<int>(v, k); }},
+      {"tp", to(c.tp)},
+      {"pp", to(c.pp)},
       {"dp", derived},
-      {"zero", [&](const json& v, const std::string& k) { c.zero = integer<int>(v, k); }},
-      {"schedule", [&](const json& v, const std::string& k) { c.schedule = text(v, k); }},
-      {"micro_batches",
-       [&](const json& v, const std::string& k) { c.micro_batches = integer<int>(v, k); }},
-      {"recompute", [&](const json& v, const std::string& k) { c.recompute = text(v, k); }},
+      {"zero", to(c.zero)},
+      {"schedule", to(c.schedule)},
+      {"micro_batches", to(c.micro_batches)},
+      {"recompute", to(c.recompute)},
       {"gpt",
        [&](const json& v, const std::string& k) {
          if (!v.is_object())
            wrong_type(k, v, "an object");
          apply(v, k + ".", gpt_setters);
        }},
-      {"seed", [&](const json& v, const std::string& k) { c.seed = integer<uint64_t>(v, k); }},
-      {"log_every",
-       [&](const json& v, const std::string& k) { c.log_every = integer<int64_t>(v, k); }},
-      {"optimizer", [&](const json& v, const std::string& k) { c.optimizer.name = text(v, k); }},
-      {"lr", [&](const json& v, const std::string& k) { c.optimizer.lr = number(v, k); }},
-      {"momentum",
-       [&](const json& v, const std::string& k) { c.optimizer.momentum = number(v, k); }},
-      {"gpu_mem", [&](const json& v, const std::string& k) { c.gpu_mem = text(v, k); }},
-      {"bucket_mb", [&](const json& v, const std::string& k) { c.bucket_mb = number(v, k); }},
-      {"comm_timeout_s",
-       [&](const json& v, const std::string& k) { c.comm_timeout_s = number(v, k); }},
-      {"checkpoint_every",
-       [&](const json& v, const std::string& k) { c.checkpoint_every = integer<int64_t>(v, k); }},
-      {"keep_checkpoints",
-       [&](const json& v, const std::string& k) { c.keep_checkpoints = integer<int64_t>(v, k); }},
-      {"resume", [&](const json& v, const std::string& k) { c.resume = text(v, k); }},
-      {"synthetic_train",
-       [&](const json& v, const std::string& k) { c.synthetic_train = integer<int64_t>(v, k); }},
-      {"synthetic_test",
-       [&](const json& v, const std::string& k) { c.synthetic_test = integer<int64_t>(v, k); }},
-      {"eval_limit",
-       [&](const json& v, const std::string& k) { c.eval_limit = integer<int64_t>(v, k); }},
-      {"cluster", [&](const json& v, const std::string& k) { c.cluster = text(v, k); }},
-      {"intra", [&](const json& v, const std::string& k) { c.intra = text(v, k); }},
-      {"inter", [&](const json& v, const std::string& k) { c.inter = text(v, k); }},
+      {"seed", to(c.seed)},
+      {"log_every", to(c.log_every)},
+      {"optimizer", to(c.optimizer.name)},
+      {"lr", to(c.optimizer.lr)},
+      {"momentum", to(c.optimizer.momentum)},
+      {"gpu_mem", to(c.gpu_mem)},
+      {"bucket_mb", to(c.bucket_mb)},
+      {"comm_timeout_s", to(c.comm_timeout_s)},
+      {"checkpoint_every", to(c.checkpoint_every)},
+      {"keep_checkpoints", to(c.keep_checkpoints)},
+      {"resume", to(c.resume)},
+      {"synthetic_train", to(c.synthetic_train)},
+      {"synthetic_test", to(c.synthetic_test)},
+      {"eval_limit", to(c.eval_limit)},
+      {"cluster", to(c.cluster)},
+      {"intra", to(c.intra)},
+      {"inter", to(c.inter)},
       // Not written by to_json, but a user may add it; a rerun gets its own folder.
       {"out", [](const json& v, const std::string& k) { text(v, k); }},
   };

@@ -85,17 +85,13 @@ void check_steps_left(const TrainConfig& config, int64_t train_samples, int64_t 
 
 TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& data,
                   RunFolder* run, const std::atomic<int>* stop_signal,
-                  const VerifiedCheckpoint* resume) {
+                  std::optional<VerifiedCheckpoint> resume) {
   const int world = mesh.world_size();
   const CheckpointIdentity identity = checkpoint_identity(config);
-  std::optional<VerifiedCheckpoint> verified;
-  if (resume) {
-    verified = *resume;
-  } else if (!config.resume.empty()) {
-    verified = verify_checkpoint(config.resume, identity, world);
-  }
-  if (verified)
-    check_steps_left(config, data.train.size(), verified->manifest.step);
+  if (!resume && !config.resume.empty())
+    resume = verify_checkpoint(config.resume, identity, world);
+  if (resume)
+    check_steps_left(config, data.train.size(), resume->manifest.step);
   const int64_t epoch_steps = steps_per_epoch(config, data.train.size());
   const int64_t total_steps = last_step(config, data.train.size());
   StrategyOptions options;
@@ -120,11 +116,14 @@ TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& 
   auto rank_main = [&](RankContext& ctx) {
     auto strategy = make_strategy(config.strategy, ctx, options);
     TrainPosition start;
-    if (verified)
-      start = load_checkpoint(*verified, ctx, *strategy);
+    if (resume)
+      start = load_checkpoint(*resume, ctx, *strategy);
     ctx.comm.barrier(); // every GPU is set up: say what each holds
-    if (ctx.rank == 0)
+    if (ctx.rank == 0) {
       print_memory_lines(mesh);
+      if (resume)
+        resume->part_bytes = {}; // every rank has loaded its part (the barrier)
+    }
     // Collective on every rank; once per step.
     int64_t saved_step = -1;
     auto save = [&](int64_t at) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <optional>
 #include <vector>
 
 #include "data/dataset.h"
@@ -42,13 +43,13 @@ int64_t last_step(const TrainConfig& config, int64_t train_samples);
 void check_steps_left(const TrainConfig& config, int64_t train_samples, int64_t resume_step);
 
 /// Trains on `mesh` as `config` says. `run` (may be null) receives metrics and checkpoints.
-/// `resume` (may be null) is the checkpoint config.resume names, already verified; when it
-/// is null and config.resume is set, train verifies it first.
+/// `resume` is the checkpoint config.resume names, already verified; when it is empty and
+/// config.resume is set, train verifies it first. Its bytes are released once loaded.
 /// `stop_signal` (may be null) becomes non-zero when the run must stop early (a signal):
 /// every rank then stops after the same step, and the run ends with what it has.
 /// Rank threads' failures are rethrown here (OutOfMemory, CollectiveTimeout, ...).
 TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& data,
                   RunFolder* run, const std::atomic<int>* stop_signal = nullptr,
-                  const VerifiedCheckpoint* resume = nullptr);
+                  std::optional<VerifiedCheckpoint> resume = std::nullopt);
 
 } // namespace meshsim
