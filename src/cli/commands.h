@@ -22,6 +22,9 @@ enum ExitCode {
   kExitSignalBase = 128,  // stopped by signal N: 128 + N (130 Ctrl-C, 143 SIGTERM)
 };
 
+/// An exception's message up to its first line break (LibTorch's carry a backtrace).
+std::string one_line(const std::exception& e);
+
 void add_train_flags(CLI::App& app, TrainConfig& config);
 int run_train(TrainConfig config);
 int run_info();
@@ -43,6 +46,14 @@ int run_predict(const PredictArgs& args);
 void write_run_reports(const std::filesystem::path& dir, const TrainConfig& config,
                        const std::vector<Recorder>& recorders,
                        const std::vector<MemorySample>& memory, nlohmann::json& summary);
+
+/// `meshsim plan`: train's flags (TrainConfig) plus these.
+struct PlanArgs {
+  bool json = false;       // one JSON object on stdout instead of the table
+  bool gpus_given = false; // --gpus on the command line (else: the cluster's GPUs)
+};
+void add_plan_flags(CLI::App& app, TrainConfig& config, PlanArgs& args);
+int run_plan(TrainConfig config, const PlanArgs& args);
 
 /// `meshsim bench comm --cluster SPEC` (bench_command.cpp).
 struct BenchCommArgs {

@@ -1,4 +1,5 @@
 // meshsim's command line: `meshsim train` runs a simulation and writes its run folder;
+// `meshsim plan` answers the same question for a target cluster without running it;
 // `meshsim info` says what this build can do.
 //
 // Exit codes: 0 ok, 2 usage or configuration, 3 data, 4 a virtual GPU ran out of memory,
@@ -30,6 +31,10 @@ int main(int argc, char** argv) {
     }
   }
   const double file_lr = config.optimizer.lr;
+  meshsim::TrainConfig plan_config;
+  meshsim::PlanArgs plan_args;
+  auto* plan = app.add_subcommand("plan", "plan a run on a target cluster without running it");
+  meshsim::add_plan_flags(*plan, plan_config, plan_args);
   auto* info = app.add_subcommand("info", "show this build's LibTorch, threads and defaults");
   meshsim::PredictArgs predict_args;
   auto* predict = app.add_subcommand("predict", "re-predict a recorded run on a target cluster");
@@ -48,7 +53,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     std::string what = e.what();
     std::fprintf(stderr, "meshsim: %s (see meshsim %s --help)\n", what.c_str(),
-                 train->parsed() ? "train" : "");
+                 train->parsed() ? "train" : plan->parsed() ? "plan" : "");
     return meshsim::kExitUsage;
   }
   // add_train_flags sets sgd's default learning rate when --lr is absent; the file's own
@@ -56,6 +61,10 @@ int main(int argc, char** argv) {
   if (!config_file.empty() && train->count("--lr") == 0 && train->count("--optimizer") == 0)
     config.optimizer.lr = file_lr;
   if (info->parsed()) return meshsim::run_info();
+  if (plan->parsed()) {
+    plan_args.gpus_given = plan->count("--gpus") > 0;
+    return meshsim::run_plan(plan_config, plan_args);
+  }
   if (predict->parsed()) return meshsim::run_predict(predict_args);
   if (bench_comm->parsed()) return meshsim::run_bench_comm(bench_args);
   return meshsim::run_train(config);

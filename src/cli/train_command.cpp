@@ -28,7 +28,6 @@
 #include "train/trainer.h"
 
 namespace meshsim {
-namespace {
 
 std::string one_line(const std::exception& e) {
   std::string text;
@@ -37,6 +36,8 @@ std::string one_line(const std::exception& e) {
   const auto nl = text.find('\n');
   return nl == std::string::npos ? text : text.substr(0, nl);
 }
+
+namespace {
 
 // Set by SIGINT/SIGTERM: the ranks stop after the current step and the run folder is
 // written. A second signal ends the process at once.

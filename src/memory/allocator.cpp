@@ -77,6 +77,42 @@ private:
   }
 };
 
+// The meta device's allocator: meta tensors have shapes and no storage, so nothing is
+// allocated, but the bytes a real device would hold are charged exactly as on CPU. The
+// context (never the data pointer, which stays null as LibTorch expects on meta) carries the
+// owner, so the release goes back to the right GPU and category.
+struct MetaBlock {
+  int64_t size;
+  VirtualGpu* gpu;
+  MemoryCategory category;
+};
+
+void free_meta_block(void* context) {
+  auto* block = static_cast<MetaBlock*>(context);
+  block->gpu->release(block->size, block->category);
+  delete block;
+}
+
+class MetaAccountingAllocator final : public c10::Allocator {
+public:
+  c10::DataPtr allocate(size_t n) const { return allocate_block(n); }
+  c10::DataPtr allocate(size_t n) { return allocate_block(n); }
+  void copy_data(void*, const void*, std::size_t) const {}
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+
+private:
+  static c10::DataPtr allocate_block(size_t n) {
+    const c10::Device meta(c10::DeviceType::Meta);
+    VirtualGpu* gpu = t_gpu;
+    if (gpu == nullptr || n == 0)
+      return {nullptr, meta}; // a host-side meta tensor takes no memory anywhere
+    const auto bytes = static_cast<int64_t>(n);
+    gpu->charge(bytes, t_category); // throws OutOfMemory before anything is recorded
+    auto* block = new MetaBlock{bytes, gpu, t_category};
+    return {nullptr, block, &free_meta_block, meta};
+  }
+};
+
 AccountingAllocator& allocator() {
   // Never destroyed: tensors may outlive main's locals and still need their deleter's state.
   static auto* instance = new AccountingAllocator();
@@ -97,6 +133,9 @@ void install_accounting_allocator() {
     mallopt(M_TRIM_THRESHOLD, 1 << 30);
     mallopt(M_TOP_PAD, 64 << 20);
     c10::SetCPUAllocator(&allocator(), /*priority=*/100);
+    // Never destroyed, for the same reason as the CPU allocator.
+    static auto* meta = new MetaAccountingAllocator();
+    c10::SetAllocator(c10::DeviceType::Meta, meta, /*priority=*/100);
   });
 }
 

@@ -1,8 +1,9 @@
 // The accounting CPU allocator: every tensor allocated on a rank's thread is charged to that
 // rank's virtual GPU, under the category of the innermost CategoryScope.
 //
-// CPU only: on CPU, forward and backward run on the rank's own thread, so a thread-local
+// CPU and meta: on both, forward and backward run on the rank's own thread, so a thread-local
 // "current GPU" sees every allocation (see docs/memory.md for what is and is not counted).
+// Meta tensors (plans) allocate nothing; they are charged the bytes they stand for.
 #pragma once
 
 #include <cstdint>
@@ -12,8 +13,8 @@
 
 namespace meshsim {
 
-/// Installs the accounting allocator as LibTorch's CPU allocator. Idempotent; call before
-/// creating the tensors you want counted.
+/// Installs the accounting allocators as LibTorch's CPU and meta allocators. Idempotent; call
+/// before creating the tensors you want counted.
 void install_accounting_allocator();
 
 /// The virtual GPU of the calling thread, or nullptr (host memory, not charged).

@@ -3,9 +3,14 @@
 
 #include <stdexcept>
 
+#include "comm/record_only.h"
+#include "mesh/meta_device.h"
+
 namespace meshsim {
 
 int64_t auto_capacity(const std::string& device, int world_size) {
+  if (device == "meta")
+    throw std::invalid_argument("a plan's GPUs need an explicit capacity (the target GPU's memory)");
   if (device != "cpu")
     throw std::invalid_argument("--gpu-mem auto is only known for the cpu device here");
   return host_memory_for_gpus() / std::max(1, world_size);
@@ -16,11 +21,24 @@ DeviceMesh::DeviceMesh(const MeshOptions& options)
       world_(options.world_size, options.comm_timeout, &clock_) {
   if (options_.capacity_bytes <= 0)
     options_.capacity_bytes = auto_capacity(options_.device, options_.world_size);
+  // Meta tensors take no host memory: a plan's GPUs are bounded by their own capacity only.
+  const bool meta = options_.device == "meta";
+  if (meta)
+    register_meta_kernels();
   for (int r = 0; r < options_.world_size; ++r)
-    gpus_.push_back(std::make_unique<VirtualGpu>(r, options_.capacity_bytes, &host_));
+    gpus_.push_back(std::make_unique<VirtualGpu>(r, options_.capacity_bytes, meta ? nullptr : &host_));
+}
+
+std::unique_ptr<Communicator> DeviceMesh::make_communicator(int rank) {
+  auto comm = world_.make_communicator(rank);
+  if (options_.device == "meta")
+    return std::make_unique<RecordOnlyCommunicator>(std::move(comm), clock_);
+  return comm;
 }
 
 void DeviceMesh::sample_memory(int64_t step, const std::string& phase) {
+  if (!options_.timeline)
+    return;
   MemorySample s;
   s.time_s = clock_.now();
   s.step = step;

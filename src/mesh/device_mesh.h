@@ -15,8 +15,11 @@ namespace meshsim {
 struct MeshOptions {
   int world_size = 4;
   int64_t capacity_bytes = 0; // per virtual GPU; 0 = auto (host memory split evenly)
+  /// "cpu", or "meta" for plans: tensors have shapes and no storage, the GPUs are charged what
+  /// they would hold (not the host), and collectives only record (comm/record_only.h).
   std::string device = "cpu";
   std::chrono::milliseconds comm_timeout{60000};
+  bool timeline = true; // sample_memory() keeps memory.csv rows (off for plans of many GPUs)
 };
 
 /// The memory the host can give (host_memory_for_gpus: available less a headroom) split
@@ -32,6 +35,8 @@ public:
   VirtualGpu& gpu(int rank) { return *gpus_.at(rank); }
   const VirtualGpu& gpu(int rank) const { return *gpus_.at(rank); }
   SimWorld& comm_world() { return world_; }
+  /// Rank `rank`'s communicator: the in-process backend, record-only on the meta device.
+  std::unique_ptr<Communicator> make_communicator(int rank);
   MemoryTimeline& timeline() { return timeline_; }
   const RunClock& clock() const { return clock_; }
 

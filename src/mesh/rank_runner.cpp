@@ -28,16 +28,27 @@ int threads_per_rank(int world_size) {
 }
 
 std::vector<Recorder> run_ranks(DeviceMesh& mesh, const std::function<void(RankContext&)>& fn) {
+  std::vector<int> all(mesh.world_size());
+  for (int r = 0; r < mesh.world_size(); ++r) all[r] = r;
+  return run_ranks(mesh, fn, all);
+}
+
+std::vector<Recorder> run_ranks(DeviceMesh& mesh, const std::function<void(RankContext&)>& fn,
+                                const std::vector<int>& only) {
   install_accounting_allocator();
   const int n = mesh.world_size();
   std::vector<Recorder> recorders(n);
   std::vector<std::exception_ptr> errors(n);
-  std::vector<std::unique_ptr<Communicator>> comms;
-  for (int r = 0; r < n; ++r) comms.push_back(mesh.comm_world().make_communicator(r));
+  std::vector<std::unique_ptr<Communicator>> comms(n);
+  for (int r : only) {
+    if (r < 0 || r >= n || comms[r])
+      throw std::invalid_argument(fmt::format("run_ranks: rank {} is out of range or repeated", r));
+    comms[r] = mesh.make_communicator(r);
+  }
 
-  const int intra_threads = threads_per_rank(n);
+  const int intra_threads = threads_per_rank(static_cast<int>(only.size()));
   std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
+  for (int r : only) {
     threads.emplace_back([&, r] {
       try {
         at::set_num_threads(intra_threads);
@@ -57,7 +68,7 @@ std::vector<Recorder> run_ranks(DeviceMesh& mesh, const std::function<void(RankC
   }
   for (auto& t : threads) t.join();
 
-  for (int r = 0; r < n; ++r) {
+  for (int r : only) {
     const auto& records = comms[r]->records();
     recorders[r].collectives.assign(records.begin(), records.end());
   }

@@ -43,4 +43,9 @@ int threads_per_rank(int world_size);
 /// Runs `fn` on every rank and returns each rank's Recorder (with its collective records).
 std::vector<Recorder> run_ranks(DeviceMesh& mesh, const std::function<void(RankContext&)>& fn);
 
+/// The same on the ranks listed in `only` (plans run one rank per symmetry class); the
+/// Recorders of the others are empty.
+std::vector<Recorder> run_ranks(DeviceMesh& mesh, const std::function<void(RankContext&)>& fn,
+                                const std::vector<int>& only);
+
 } // namespace meshsim

@@ -23,6 +23,7 @@ struct ModelOptions {
   /// Parameters' dtype. The weights are drawn in float32 as PyTorch draws them and then
   /// converted, so a float64 model starts from the float32 one's weights, widened.
   torch::Dtype dtype = torch::kFloat32;
+  torch::Device device = torch::kCPU; // where the parameters are created (meta for plans)
 };
 
 /// Names accepted by --model.

@@ -143,6 +143,7 @@ private:
     model_options.rank = ctx_.rank;
     model_options.gpt = options_.gpt;
     model_options.dtype = options_.dtype;
+    model_options.device = options_.device;
     torch::nn::Sequential full, stage;
     {
       GpuGuard host(nullptr);  // each GPU is charged only for the part it keeps
@@ -173,7 +174,7 @@ private:
       loss.backward();
       ctx_.record_compute("backward", step, t);
       attach_work(ctx_.recorder.compute.back(), backward_work(work));
-      loss_sum += loss.item<double>();
+      loss_sum += loss_value(loss);
       loss = torch::Tensor();
       ctx_.sample_memory(step, fmt::format("B{}", m));
     }

@@ -144,7 +144,7 @@ double run_pipeline_step(
       torch::Tensor out = forward_counting(stage.module, first ? inputs[m] : mb.input, mb.work);
       if (last) {
         mb.loss = loss_fn(out, targets[m]);
-        loss_sum += mb.loss.item<double>() * static_cast<double>(targets[m].size(0));
+        loss_sum += loss_value(mb.loss) * static_cast<double>(targets[m].size(0));
       } else {
         mb.output = out;
       }

@@ -15,6 +15,7 @@ Replica::Replica(const StrategyOptions& options, int rank, bool with_optimizer) 
     model_options.rank = rank;
     model_options.gpt = options.gpt;
     model_options.dtype = options.dtype;
+    model_options.device = options.device;
     model = build_model(options.model, model_options);
   }
   params = model->parameters();
@@ -51,7 +52,7 @@ double Replica::forward_backward(RankContext& ctx, const Batch& batch, int64_t s
   loss.backward();
   ctx.record_compute("backward", step, t);
   attach_work(ctx.recorder.compute.back(), backward_work(layers));
-  const double value = loss.item<double>();
+  const double value = loss_value(loss);
   loss = torch::Tensor();
   ctx.sample_memory(step, "backward");
   return value;

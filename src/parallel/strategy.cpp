@@ -39,6 +39,10 @@ torch::Tensor loss_fn(const torch::Tensor& logits, const torch::Tensor& targets)
   return torch::nn::functional::cross_entropy(logits, targets);
 }
 
+double loss_value(const torch::Tensor& loss) {
+  return loss.is_meta() ? 0.0 : loss.item<double>();
+}
+
 namespace {
 
 class SingleStrategy final : public Strategy {

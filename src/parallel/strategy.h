@@ -38,6 +38,7 @@ struct StrategyOptions {
   int micro_batches = 1;
   bool recompute = false;       // activation checkpointing per transformer block
   torch::Dtype dtype = torch::kFloat32;  // parameters and activations (float64 in tests)
+  torch::Device device = torch::kCPU;    // where the model is built: meta for plans
   OptimizerOptions optimizer;
   double bucket_mb = 25;
 };
@@ -96,5 +97,8 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name, RankContext& ct
 /// Cross-entropy on logits ([B, classes], or [B, T, vocab] with [B, T] targets), the loss
 /// every strategy trains.
 torch::Tensor loss_fn(const torch::Tensor& logits, const torch::Tensor& targets);
+
+/// The loss as a number; 0 on the meta device, where a plan has shapes and no values.
+double loss_value(const torch::Tensor& loss);
 
 } // namespace meshsim

@@ -39,14 +39,30 @@ void print_memory_lines(DeviceMesh& mesh) {
   }
 }
 
-int64_t model_state(const VirtualGpu& gpu) {
+} // namespace
+
+StrategyOptions strategy_options(const TrainConfig& config) {
+  StrategyOptions options;
+  options.model = config.model;
+  options.seed = config.seed;
+  options.optimizer = config.optimizer;
+  options.bucket_mb = config.bucket_mb;
+  options.gpt = config.gpt;
+  options.tp = config.tp;
+  options.pp = config.pp;
+  options.zero = config.zero;
+  options.schedule = config.schedule;
+  options.micro_batches = config.micro_batches;
+  options.recompute = config.recompute == "full";
+  return options;
+}
+
+int64_t model_state_bytes(const VirtualGpu& gpu) {
   const auto s = gpu.stats();
   auto at = [&](MemoryCategory c) { return s.current_by_category[static_cast<size_t>(c)]; };
   return at(MemoryCategory::Parameters) + at(MemoryCategory::Gradients) +
          at(MemoryCategory::Optimizer);
 }
-
-} // namespace
 
 int64_t steps_per_epoch(const TrainConfig& config, int64_t train_samples) {
   // DataParallel loads whole global batches on GPU 0; the others shard the data set the
@@ -94,18 +110,7 @@ TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& 
     check_steps_left(config, data.train.size(), resume->manifest.step);
   const int64_t epoch_steps = steps_per_epoch(config, data.train.size());
   const int64_t total_steps = last_step(config, data.train.size());
-  StrategyOptions options;
-  options.model = config.model;
-  options.seed = config.seed;
-  options.optimizer = config.optimizer;
-  options.bucket_mb = config.bucket_mb;
-  options.gpt = config.gpt;
-  options.tp = config.tp;
-  options.pp = config.pp;
-  options.zero = config.zero;
-  options.schedule = config.schedule;
-  options.micro_batches = config.micro_batches;
-  options.recompute = config.recompute == "full";
+  const StrategyOptions options = strategy_options(config);
 
   TrainResult result;
   result.eval_peak_bytes.assign(world, 0);
@@ -176,7 +181,7 @@ TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& 
         last_loss = strategy->step(b, step + 1);
         train_seconds += ctx.now() - t0;
         ++step;
-        state_bytes = std::max(state_bytes, model_state(ctx.gpu));
+        state_bytes = std::max(state_bytes, model_state_bytes(ctx.gpu));
         window_samples += global_loader ? b.size() : b.size() * shard.replicas;
         if (ctx.rank == 0 && !std::isfinite(last_loss))
           stop.request(StopReason::Diverged,

@@ -1,0 +1,96 @@
+// Record-only collectives for plans. See record_only.h.
+#include "comm/record_only.h"
+
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "memory/allocator.h"
+
+namespace meshsim {
+
+RecordOnlyCommunicator::RecordOnlyCommunicator(std::unique_ptr<Communicator> p2p,
+                                               const RunClock& clock)
+    : p2p_(std::move(p2p)), clock_(clock) {}
+
+void RecordOnlyCommunicator::record(const char* op, const Group& group, const torch::Tensor& t) {
+  if (group.index_of(rank()) < 0)
+    throw std::invalid_argument(
+        fmt::format("rank {} is not in group [{}]", rank(), group.key()));
+  CollectiveRecord rec;
+  rec.op = op;
+  rec.group = group.ranks;
+  rec.bytes = t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
+  rec.seq = seq_[group.key()]++;
+  rec.start_s = rec.end_s = clock_.now();
+  records_.push_back(std::move(rec));
+}
+
+void RecordOnlyCommunicator::take_p2p_record() {
+  records_.push_back(p2p_->records().back());
+}
+
+void RecordOnlyCommunicator::all_reduce(torch::Tensor& tensor, ReduceOp, const Group& group) {
+  record("all_reduce", group, tensor);
+}
+
+void RecordOnlyCommunicator::broadcast(torch::Tensor& tensor, int root, const Group& group) {
+  if (group.index_of(root) < 0)
+    throw std::invalid_argument(
+        fmt::format("broadcast root {} is not in group [{}]", root, group.key()));
+  record("broadcast", group, tensor);
+}
+
+void RecordOnlyCommunicator::reduce(torch::Tensor& tensor, int root, ReduceOp, const Group& group) {
+  if (group.index_of(root) < 0)
+    throw std::invalid_argument(
+        fmt::format("reduce root {} is not in group [{}]", root, group.key()));
+  record("reduce", group, tensor);
+}
+
+torch::Tensor RecordOnlyCommunicator::all_gather(const torch::Tensor& input, const Group& group) {
+  torch::Tensor in = input.contiguous();
+  std::vector<int64_t> sizes{group.size()};
+  for (auto d : in.sizes())
+    sizes.push_back(d);
+  torch::Tensor out;
+  {
+    CategoryScope scope(MemoryCategory::Communication);
+    out = torch::empty(sizes, in.options());
+  }
+  if (!in.is_meta())
+    out.copy_(in.unsqueeze(0).expand(sizes));
+  record("all_gather", group, in);
+  return out;
+}
+
+torch::Tensor RecordOnlyCommunicator::reduce_scatter(const torch::Tensor& input, ReduceOp,
+                                                     const Group& group) {
+  torch::Tensor in = input.contiguous();
+  if (in.numel() % group.size() != 0)
+    throw std::invalid_argument(
+        fmt::format("reduce_scatter: {} elements do not split evenly over {} ranks", in.numel(),
+                    group.size()));
+  torch::Tensor out;
+  {
+    CategoryScope scope(MemoryCategory::Communication);
+    out = torch::empty({in.numel() / group.size()}, in.options());
+  }
+  record("reduce_scatter", group, in);
+  return out;
+}
+
+void RecordOnlyCommunicator::send(const torch::Tensor& tensor, int dst, int tag) {
+  p2p_->send(tensor, dst, tag);
+  take_p2p_record();
+}
+
+torch::Tensor RecordOnlyCommunicator::recv(int src, int tag) {
+  torch::Tensor out = p2p_->recv(src, tag);
+  take_p2p_record();
+  return out;
+}
+
+void RecordOnlyCommunicator::barrier(const Group& group) { record("barrier", group, {}); }
+
+} // namespace meshsim

@@ -1,0 +1,53 @@
+// The plan backend: collectives that only record what they would move.
+//
+// `meshsim plan` runs the strategies on meta tensors (shapes, no data) and executes only the
+// ranks that differ by symmetry, so a collective's other members may never run. Each
+// collective here is therefore recorded (op, group, bytes, sequence number, as the in-process
+// backend records it) and returns at once: outputs get their real shapes and are charged to
+// the caller's GPU, nothing is reduced, nobody is waited for. Point-to-point messages are
+// real (pipeline stages run and exchange activations) and go through the wrapped backend.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "mesh/recorder.h"
+
+namespace meshsim {
+
+class RecordOnlyCommunicator final : public Communicator {
+public:
+  /// `p2p` carries send/recv (its records are taken over); `clock` stamps the records.
+  RecordOnlyCommunicator(std::unique_ptr<Communicator> p2p, const RunClock& clock);
+
+  int rank() const override { return p2p_->rank(); }
+  int world_size() const override { return p2p_->world_size(); }
+  const std::vector<CollectiveRecord>& records() const override { return records_; }
+
+  /// In place, left as they are: every member holds the same tensor by symmetry.
+  void all_reduce(torch::Tensor& tensor, ReduceOp op, const Group& group) override;
+  void broadcast(torch::Tensor& tensor, int root, const Group& group) override;
+  void reduce(torch::Tensor& tensor, int root, ReduceOp op, const Group& group) override;
+  /// [group.size(), *input.sizes()], every row this member's input (a plan's members are alike).
+  torch::Tensor all_gather(const torch::Tensor& input, const Group& group) override;
+  /// This member's chunk of the input, uninitialized (meta tensors have no values anyway).
+  torch::Tensor reduce_scatter(const torch::Tensor& input, ReduceOp op,
+                               const Group& group) override;
+  void send(const torch::Tensor& tensor, int dst, int tag = 0) override;
+  torch::Tensor recv(int src, int tag = 0) override;
+  void barrier(const Group& group) override;
+
+private:
+  void record(const char* op, const Group& group, const torch::Tensor& tensor);
+  void take_p2p_record();
+
+  std::unique_ptr<Communicator> p2p_;
+  const RunClock& clock_;
+  std::map<std::string, int64_t> seq_; // per group, as the in-process backend counts
+  std::vector<CollectiveRecord> records_;
+};
+
+} // namespace meshsim

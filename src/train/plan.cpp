@@ -1,0 +1,126 @@
+// make_plan: the configuration's strategy, stepped on meta tensors. See plan.h.
+#include "train/plan.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "memory/allocator.h"
+#include "mesh/device_mesh.h"
+#include "mesh/rank_runner.h"
+#include "parallel/strategy.h"
+#include "train/trainer.h"
+
+namespace meshsim {
+namespace {
+
+bool is_transformer(const std::string& model) { return model == "gpt" || model == "llama"; }
+
+// The ranks that differ: a plain DDP replica is rank 0; a mesh's replica is dp index 0.
+std::vector<int> executed_ranks(const TrainConfig& config, const ParallelDims& dims) {
+  std::vector<int> ranks;
+  for (int r = 0; r < dims.world; ++r)
+    if (dims.coord(r).dp == 0)
+      ranks.push_back(r);
+  return ranks;
+}
+
+// A replica's batch as the data loader hands it over: token ids [B, T] and next-token targets
+// [B, T], int64, charged as activations.
+Batch meta_batch(const TrainConfig& config) {
+  CategoryScope scope(MemoryCategory::Activations);
+  const auto options = torch::TensorOptions().dtype(torch::kLong).device(torch::kMeta);
+  Batch b;
+  b.inputs = torch::empty({config.batch_size, config.gpt.seq_len}, options);
+  b.targets = torch::empty({config.batch_size, config.gpt.seq_len}, options);
+  return b;
+}
+
+} // namespace
+
+std::vector<Recorder> replicate_replicas(const std::vector<Recorder>& executed,
+                                         const ParallelDims& dims) {
+  std::vector<Recorder> out(static_cast<size_t>(dims.world));
+  auto spans_replicas = [&](const std::vector<int>& group) {
+    return std::any_of(group.begin(), group.end(),
+                       [&](int g) { return dims.coord(g).dp != 0; });
+  };
+  for (int d = 0; d < dims.dp; ++d) {
+    auto rename = [&](int rank) {
+      ParallelCoord c = dims.coord(rank);
+      c.dp = d;
+      return dims.rank(c);
+    };
+    for (int r = 0; r < dims.world; ++r) {
+      if (dims.coord(r).dp != 0)
+        continue;
+      Recorder copy = executed[static_cast<size_t>(r)];
+      for (CollectiveRecord& c : copy.collectives) {
+        if (c.peer >= 0)
+          c.peer = rename(c.peer);
+        if (!spans_replicas(c.group))
+          for (int& g : c.group)
+            g = rename(g);
+      }
+      out[static_cast<size_t>(rename(r))] = std::move(copy);
+    }
+  }
+  return out;
+}
+
+Plan make_plan(const TrainConfig& config, int64_t capacity_bytes) {
+  if (!is_transformer(config.model))
+    throw std::invalid_argument(fmt::format(
+        "meshsim plan runs transformer models (gpt, llama): LibTorch 1.13 has no meta kernel "
+        "for {}'s convolution backward; train it instead",
+        config.model));
+  if (config.strategy != "ddp")
+    throw std::invalid_argument(fmt::format(
+        "meshsim plan runs --strategy ddp and its layouts (--tp --pp --zero), not {}",
+        config.strategy));
+
+  Plan plan;
+  plan.dims = ParallelDims::make(config.gpus, config.tp, config.pp);
+  plan.steps = kPlanSteps;
+  plan.samples_per_step = config.batch_size * plan.dims.dp;
+  plan.tokens_per_step = plan.samples_per_step * config.gpt.seq_len;
+
+  MeshOptions mesh_options;
+  mesh_options.world_size = config.gpus;
+  mesh_options.capacity_bytes = capacity_bytes;
+  mesh_options.device = "meta";
+  mesh_options.comm_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(config.comm_timeout_s * 1000));
+  mesh_options.timeline = config.gpus <= 64;
+  DeviceMesh mesh(mesh_options);
+
+  StrategyOptions options = strategy_options(config);
+  options.device = torch::kMeta;
+  const std::vector<int> ranks = executed_ranks(config, plan.dims);
+  std::vector<int64_t> state(static_cast<size_t>(config.gpus), 0);
+  const std::vector<Recorder> recorders = run_ranks(
+      mesh,
+      [&](RankContext& ctx) {
+        auto strategy = make_strategy(config.strategy, ctx, options);
+        for (int64_t step = 1; step <= plan.steps; ++step) {
+          strategy->step(meta_batch(config), step);
+          state[static_cast<size_t>(ctx.rank)] =
+              std::max(state[static_cast<size_t>(ctx.rank)], model_state_bytes(ctx.gpu));
+        }
+      },
+      ranks);
+
+  for (int r : ranks) {
+    PlannedRank p;
+    p.rank = r;
+    p.coord = plan.dims.coord(r);
+    p.stats = mesh.gpu(r).stats();
+    p.model_state_bytes = state[static_cast<size_t>(r)];
+    plan.ranks.push_back(p);
+  }
+  plan.recorders = replicate_replicas(recorders, plan.dims);
+  return plan;
+}
+
+} // namespace meshsim

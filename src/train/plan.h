@@ -1,0 +1,53 @@
+// Plans: a training step of a configuration run on the meta device, without its data or its
+// memory, through the same strategy code that trains for real.
+//
+// The ranks that differ run (one data-parallel replica: its tp × pp ranks, or rank 0 for
+// plain DDP); every byte they "allocate" is charged to their virtual GPU by the accounting
+// allocator exactly as on CPU; collectives record their sizes and move nothing
+// (comm/record_only.h). The other replicas are their images: their records are the executed
+// ranks' records with the ranks renamed (replicate_replicas), so the cost model replays every GPU.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "memory/virtual_gpu.h"
+#include "mesh/parallel_dims.h"
+#include "mesh/recorder.h"
+#include "train/config.h"
+
+namespace meshsim {
+
+/// One executed rank: a pipeline stage's member of tensor-parallel group index `coord.tp`.
+struct PlannedRank {
+  int rank = 0;
+  ParallelCoord coord;
+  MemoryStats stats;             // peaks by category over the planned steps
+  int64_t model_state_bytes = 0; // parameters + gradients + optimizer between steps
+};
+
+struct Plan {
+  ParallelDims dims;
+  std::vector<PlannedRank> ranks;  // the executed ranks, in rank order
+  std::vector<Recorder> recorders; // every GPU of the world, replicas included
+  int64_t steps = 0;               // planned steps
+  int64_t samples_per_step = 0;    // global batch
+  int64_t tokens_per_step = 0;     // global batch × sequence length
+};
+
+/// Steps a plan runs: the first allocates what later steps reuse, the second is the one
+/// replayed (cost/predict.h's representative step is the second-to-last).
+constexpr int64_t kPlanSteps = 2;
+
+/// Runs `config` (validated) on the meta device with `capacity_bytes` per GPU. Throws
+/// std::invalid_argument (one line) for a configuration a plan cannot run (a model whose
+/// kernels have no meta version, DataParallel), and OutOfMemory when a GPU goes over capacity.
+Plan make_plan(const TrainConfig& config, int64_t capacity_bytes);
+
+/// The records of the executed ranks (dp index 0) copied to every other data-parallel
+/// replica: rank (0, t, p) becomes (d, t, p); a group or peer within the replica is renamed
+/// the same way, a group that spans replicas (data-parallel, world) is kept.
+std::vector<Recorder> replicate_replicas(const std::vector<Recorder>& executed,
+                                         const ParallelDims& dims);
+
+} // namespace meshsim
