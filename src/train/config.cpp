@@ -125,7 +125,7 @@ void validate(TrainConfig& c) {
   require(contains(strategy_names(), c.strategy),
           fmt::format("unknown strategy '{}' (choose single, ddp or dp)", c.strategy));
   require(contains(model_names(), c.model),
-          fmt::format("unknown model '{}' (choose cnn, lenet or gpt)", c.model));
+          fmt::format("unknown model '{}' (choose cnn, lenet, gpt or llama)", c.model));
   require(c.strategy != "single" || c.gpus == 1,
           fmt::format("--strategy single runs on one GPU; use --gpus 1, not {}", c.gpus));
   require(c.device == "cpu" || c.device.rfind("cuda", 0) == 0,
