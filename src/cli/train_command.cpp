@@ -155,7 +155,7 @@ int run_train(TrainConfig config) {
 
   DataSplit data;
   try {
-    if (config.model == "gpt")
+    if (is_transformer(config.model))
       data = config.data == "synthetic"
                  ? synthetic_text(config.synthetic_train, config.synthetic_test, config.gpt.seq_len,
                                   config.gpt.vocab, config.seed)

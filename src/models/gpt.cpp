@@ -5,6 +5,8 @@
 #include <limits>
 #include <stdexcept>
 
+#include "models/device_layers.h"
+
 namespace meshsim {
 namespace {
 
@@ -21,7 +23,7 @@ constexpr double kInitStd = 0.02; // GPT-2's initializer range
 // inside the block (tensor-parallel layers) run again in the recompute, in the same order on
 // every member, because every member recomputes the same blocks in the same order.
 struct BlockCheckpoint : public torch::autograd::Function<BlockCheckpoint> {
-  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, GptBlockImpl* block) {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, CheckpointedBlock* block) {
     // Function::apply has turned grad mode off here, so no activations are kept.
     ctx->save_for_backward({x});
     // saved_data holds IValues; the block outlives the graph (the model owns it).
@@ -30,8 +32,8 @@ struct BlockCheckpoint : public torch::autograd::Function<BlockCheckpoint> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
-    auto* block =
-        reinterpret_cast<GptBlockImpl*>(static_cast<intptr_t>(ctx->saved_data["block"].toInt()));
+    auto* block = reinterpret_cast<CheckpointedBlock*>(
+        static_cast<intptr_t>(ctx->saved_data["block"].toInt()));
     torch::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
     torch::Tensor out;
     {
@@ -59,9 +61,10 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 } // namespace
 
-GptEmbeddingImpl::GptEmbeddingImpl(int64_t vocab, int64_t hidden, int64_t seq_len) {
-  wte = register_parameter("wte", torch::empty({vocab, hidden}));
-  wpe = register_parameter("wpe", torch::empty({seq_len, hidden}));
+GptEmbeddingImpl::GptEmbeddingImpl(int64_t vocab, int64_t hidden, int64_t seq_len,
+                                   const torch::TensorOptions& t) {
+  wte = register_parameter("wte", torch::empty({vocab, hidden}, t));
+  wpe = register_parameter("wpe", torch::empty({seq_len, hidden}, t));
 }
 
 torch::Tensor GptEmbeddingImpl::forward(const torch::Tensor& tokens) {
@@ -71,12 +74,13 @@ torch::Tensor GptEmbeddingImpl::forward(const torch::Tensor& tokens) {
   return nn::functional::embedding(tokens, wte) + wpe.narrow(0, 0, tokens.size(1));
 }
 
-CausalSelfAttentionImpl::CausalSelfAttentionImpl(int64_t hidden, int64_t heads)
+CausalSelfAttentionImpl::CausalSelfAttentionImpl(int64_t hidden, int64_t heads,
+                                                 const torch::TensorOptions& t)
     : head_dim_(hidden / heads) {
-  q_ = nn::AnyModule(register_module("q", nn::Linear(hidden, hidden)));
-  k_ = nn::AnyModule(register_module("k", nn::Linear(hidden, hidden)));
-  v_ = nn::AnyModule(register_module("v", nn::Linear(hidden, hidden)));
-  out_ = nn::AnyModule(register_module("out", nn::Linear(hidden, hidden)));
+  q_ = nn::AnyModule(register_module("q", make_linear(hidden, hidden, true, t)));
+  k_ = nn::AnyModule(register_module("k", make_linear(hidden, hidden, true, t)));
+  v_ = nn::AnyModule(register_module("v", make_linear(hidden, hidden, true, t)));
+  out_ = nn::AnyModule(register_module("out", make_linear(hidden, hidden, true, t)));
 }
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
@@ -118,9 +122,9 @@ void CausalSelfAttentionImpl::replace_linear(const std::string& name, nn::AnyMod
   holder = std::move(module);
 }
 
-GptMlpImpl::GptMlpImpl(int64_t hidden) {
-  fc_ = nn::AnyModule(register_module("fc", nn::Linear(hidden, 4 * hidden)));
-  proj_ = nn::AnyModule(register_module("proj", nn::Linear(4 * hidden, hidden)));
+GptMlpImpl::GptMlpImpl(int64_t hidden, int64_t ffn, const torch::TensorOptions& t) {
+  fc_ = nn::AnyModule(register_module("fc", make_linear(hidden, ffn, true, t)));
+  proj_ = nn::AnyModule(register_module("proj", make_linear(ffn, hidden, true, t)));
 }
 
 torch::Tensor GptMlpImpl::forward(const torch::Tensor& x) {
@@ -134,11 +138,12 @@ void GptMlpImpl::replace_linear(const std::string& name, nn::AnyModule module) {
   (name == "fc" ? fc_ : proj_) = std::move(module);
 }
 
-GptBlockImpl::GptBlockImpl(int64_t hidden, int64_t heads) {
-  ln1_ = register_module("ln1", nn::LayerNorm(nn::LayerNormOptions({hidden})));
-  attn_ = register_module("attn", CausalSelfAttention(hidden, heads));
-  ln2_ = register_module("ln2", nn::LayerNorm(nn::LayerNormOptions({hidden})));
-  mlp_ = register_module("mlp", GptMlp(hidden));
+GptBlockImpl::GptBlockImpl(int64_t hidden, int64_t heads, int64_t ffn,
+                           const torch::TensorOptions& t) {
+  ln1_ = register_module("ln1", make_layer_norm(hidden, t));
+  attn_ = register_module("attn", CausalSelfAttention(hidden, heads, t));
+  ln2_ = register_module("ln2", make_layer_norm(hidden, t));
+  mlp_ = register_module("mlp", GptMlp(hidden, ffn, t));
 }
 
 torch::Tensor GptBlockImpl::forward_plain(const torch::Tensor& x) {
@@ -146,7 +151,7 @@ torch::Tensor GptBlockImpl::forward_plain(const torch::Tensor& x) {
   return h + mlp_->forward(ln2_->forward(h));
 }
 
-torch::Tensor GptBlockImpl::forward(const torch::Tensor& x) {
+torch::Tensor CheckpointedBlock::checkpointed(const torch::Tensor& x) {
   // Checkpointing only pays when a graph is being recorded. An input that needs no gradient
   // would leave the checkpoint node without edges, so the parameters would get none:
   // run such a block plainly (torch.utils.checkpoint warns in that case instead).
@@ -159,22 +164,31 @@ torch::Tensor TiedHeadImpl::forward(const torch::Tensor& x) {
   return nn::functional::linear(x, embed_->wte);
 }
 
-torch::nn::Sequential build_gpt(const GptOptions& o, uint64_t seed) {
+int64_t gpt_ffn_hidden(const GptOptions& o) {
+  return o.ffn_hidden > 0 ? o.ffn_hidden : 4 * o.hidden;
+}
+
+torch::nn::Sequential build_gpt(const GptOptions& o, uint64_t seed, const torch::TensorOptions& t) {
   if (o.layers < 1 || o.hidden < 1 || o.heads < 1 || o.seq_len < 1 || o.vocab < 1)
     throw std::invalid_argument("gpt: layers, hidden, heads, seq_len and vocab must be positive");
+  if (o.ffn_hidden < 0)
+    throw std::invalid_argument("gpt: ffn_hidden must be positive (or 0 for 4 x hidden)");
   if (o.hidden % o.heads != 0)
     throw std::invalid_argument("gpt: hidden " + std::to_string(o.hidden) +
                                 " is not divisible by heads " + std::to_string(o.heads));
   nn::Sequential model;
-  GptEmbedding embed(o.vocab, o.hidden, o.seq_len);
+  GptEmbedding embed(o.vocab, o.hidden, o.seq_len, t);
   model->push_back("embed", embed);
   for (int64_t l = 0; l < o.layers; ++l)
-    model->push_back("block" + std::to_string(l), GptBlock(o.hidden, o.heads));
-  model->push_back("ln_f", nn::LayerNorm(nn::LayerNormOptions({o.hidden})));
+    model->push_back("block" + std::to_string(l),
+                     GptBlock(o.hidden, o.heads, gpt_ffn_hidden(o), t));
+  model->push_back("ln_f", make_layer_norm(o.hidden, t));
   if (o.tie_head)
     model->push_back("head", TiedHead(embed));
   else
-    model->push_back("head", nn::Linear(nn::LinearOptions(o.hidden, o.vocab).bias(false)));
+    model->push_back("head", make_linear(o.hidden, o.vocab, false, t));
+  if (t.device().is_meta())
+    return model; // shapes only: nothing to initialize
 
   // Reseeding here makes the init independent of what the constructors drew.
   torch::manual_seed(seed);
@@ -193,14 +207,15 @@ torch::nn::Sequential build_gpt(const GptOptions& o, uint64_t seed) {
 }
 
 int64_t gpt_parameter_count(const GptOptions& o) {
-  const int64_t h = o.hidden;
-  const int64_t block = 12 * h * h + 13 * h;
+  const int64_t h = o.hidden, f = gpt_ffn_hidden(o);
+  // attention 4H^2 + 4H, MLP 2HF + F + H, two LayerNorms 4H
+  const int64_t block = 4 * h * h + 2 * h * f + f + 9 * h;
   return o.vocab * h + o.seq_len * h + o.layers * block + 2 * h + (o.tie_head ? 0 : o.vocab * h);
 }
 
 void set_recompute(torch::nn::Sequential& model, bool on) {
   for (const auto& child : model->children())
-    if (auto* block = child->as<GptBlockImpl>())
+    if (auto* block = dynamic_cast<CheckpointedBlock*>(child.get()))
       block->recompute = on;
 }
 

@@ -31,7 +31,8 @@ public:
 /// Token embedding wte [vocab, hidden] plus learned position embedding wpe [seq_len, hidden].
 class GptEmbeddingImpl : public torch::nn::Module {
 public:
-  GptEmbeddingImpl(int64_t vocab, int64_t hidden, int64_t seq_len);
+  GptEmbeddingImpl(int64_t vocab, int64_t hidden, int64_t seq_len,
+                   const torch::TensorOptions& tensors = {});
   /// tokens: int64 [B,T] with T <= seq_len -> [B,T,hidden].
   torch::Tensor forward(const torch::Tensor& tokens);
   torch::Tensor wte, wpe;
@@ -42,7 +43,7 @@ TORCH_MODULE(GptEmbedding);
 /// q's output features / head_dim, so a column shard of q, k, v (whole heads) runs unchanged.
 class CausalSelfAttentionImpl : public torch::nn::Module, public LinearSlots {
 public:
-  CausalSelfAttentionImpl(int64_t hidden, int64_t heads);
+  CausalSelfAttentionImpl(int64_t hidden, int64_t heads, const torch::TensorOptions& tensors = {});
   torch::Tensor forward(const torch::Tensor& x);
   void replace_linear(const std::string& name, torch::nn::AnyModule module) override;
   int64_t shard_granularity(const std::string& name) const override { return head_dim_; }
@@ -54,10 +55,10 @@ private:
 };
 TORCH_MODULE(CausalSelfAttention);
 
-/// fc (H -> 4H), exact GELU, proj (4H -> H).
+/// fc (H -> F), exact GELU, proj (F -> H); F is 4H unless GptOptions::ffn_hidden says.
 class GptMlpImpl : public torch::nn::Module, public LinearSlots {
 public:
-  explicit GptMlpImpl(int64_t hidden);
+  GptMlpImpl(int64_t hidden, int64_t ffn, const torch::TensorOptions& tensors = {});
   torch::Tensor forward(const torch::Tensor& x);
   void replace_linear(const std::string& name, torch::nn::AnyModule module) override;
 
@@ -66,14 +67,26 @@ private:
 };
 TORCH_MODULE(GptMlp);
 
-/// x + attn(ln1(x)), then x + mlp(ln2(x)); optionally checkpointed (recompute in backward).
-class GptBlockImpl : public torch::nn::Module {
+/// A transformer block that activation checkpointing can switch on (set_recompute). With
+/// `recompute` on, forward() keeps only the block's input and runs forward_plain() again in
+/// backward (torch.utils.checkpoint, reentrant).
+class CheckpointedBlock {
 public:
-  GptBlockImpl(int64_t hidden, int64_t heads);
-  torch::Tensor forward(const torch::Tensor& x);
+  virtual ~CheckpointedBlock() = default;
   /// The block itself, never checkpointed (what the checkpoint recomputes).
-  torch::Tensor forward_plain(const torch::Tensor& x);
+  virtual torch::Tensor forward_plain(const torch::Tensor& x) = 0;
+  /// forward_plain(x), checkpointed when `recompute` is on and a graph is being recorded.
+  torch::Tensor checkpointed(const torch::Tensor& x);
   bool recompute = false;
+};
+
+/// x + attn(ln1(x)), then x + mlp(ln2(x)); optionally checkpointed (recompute in backward).
+class GptBlockImpl : public torch::nn::Module, public CheckpointedBlock {
+public:
+  GptBlockImpl(int64_t hidden, int64_t heads, int64_t ffn,
+               const torch::TensorOptions& tensors = {});
+  torch::Tensor forward(const torch::Tensor& x) { return checkpointed(x); }
+  torch::Tensor forward_plain(const torch::Tensor& x) override;
 
 private:
   torch::nn::LayerNorm ln1_{nullptr}, ln2_{nullptr};
@@ -94,16 +107,25 @@ private:
 };
 TORCH_MODULE(TiedHead);
 
-/// Builds the GPT, then (after torch::manual_seed(seed) again, so construction draws do not
-/// matter) initializes in parameters() order: LayerNorm weight 1 and bias 0, every other bias
-/// 0, every other weight (wte, wpe, Linear weights) normal(0, 0.02). tests/models/
-/// reference_gpt.py does the same in PyTorch. Throws std::invalid_argument for bad options.
-torch::nn::Sequential build_gpt(const GptOptions& options, uint64_t seed);
+/// Builds the GPT with every parameter created by `tensors` (device and dtype), then (after
+/// torch::manual_seed(seed) again, so construction draws do not matter) initializes in
+/// parameters() order: LayerNorm weight 1 and bias 0, every other bias 0, every other weight
+/// (wte, wpe, Linear weights) normal(0, 0.02). tests/models/reference_gpt.py does the same in
+/// PyTorch. On the meta device there is nothing to initialize and nothing is drawn. Throws
+/// std::invalid_argument for bad options.
+torch::nn::Sequential build_gpt(const GptOptions& options, uint64_t seed,
+                                const torch::TensorOptions& tensors = {});
 
-/// Parameters of the GPT for `options`: V*H + S*H + L*(12H^2 + 13H) + 2H (+ V*H untied head).
+/// The GPT's MLP width: options.ffn_hidden, or 4H when it is 0.
+int64_t gpt_ffn_hidden(const GptOptions& options);
+
+/// Parameters of the GPT for `options`, with F = gpt_ffn_hidden(options):
+/// V*H + S*H + L*(4H^2 + 2HF + F + 9H) + 2H (+ V*H untied head); for F = 4H the block term is
+/// 12H^2 + 13H.
 int64_t gpt_parameter_count(const GptOptions& options);
 
-/// Turns activation checkpointing of every transformer block on or off (--recompute full|none).
+/// Turns activation checkpointing of every transformer block (every CheckpointedBlock child,
+/// gpt's or llama's) on or off (--recompute full|none).
 void set_recompute(torch::nn::Sequential& model, bool on);
 
 } // namespace meshsim

@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "models/gpt.h"
+#include "models/llama.h"
 
 namespace meshsim {
 namespace {
@@ -104,8 +105,12 @@ void set_dropout_rng_state(torch::nn::Module& model, const torch::Tensor& state)
 }
 
 const std::vector<std::string>& model_names() {
-  static const std::vector<std::string> names{"cnn", "lenet", "gpt"};
+  static const std::vector<std::string> names{"cnn", "lenet", "gpt", "llama"};
   return names;
+}
+
+bool is_transformer(const std::string& name) {
+  return name == "gpt" || name == "llama";
 }
 
 torch::nn::Sequential build_model(const std::string& name, const ModelOptions& options) {
@@ -115,17 +120,31 @@ torch::nn::Sequential build_model(const std::string& name, const ModelOptions& o
   static std::mutex generator_mutex;
   std::lock_guard<std::mutex> lock(generator_mutex);
   torch::manual_seed(options.seed);
+  const bool meta = options.device.is_meta();
+  if (!options.device.is_cpu() && (name == "cnn" || name == "lenet"))
+    throw std::invalid_argument("model '" + name + "' can only be built on the cpu, not " +
+                                options.device.str());
+  // On meta the parameters are created in their final dtype (nothing is drawn); elsewhere
+  // they are drawn in float32 on the CPU, as PyTorch draws them, and converted after.
+  const auto tensors = meta ? torch::TensorOptions().device(options.device).dtype(options.dtype)
+                            : torch::TensorOptions().dtype(torch::kFloat32);
   torch::nn::Sequential model;
   if (name == "cnn")
     model = build_cnn();
   else if (name == "lenet")
     model = build_lenet(options);
   else if (name == "gpt")
-    model = build_gpt(options.gpt, options.seed);
+    model = build_gpt(options.gpt, options.seed, tensors);
+  else if (name == "llama")
+    model = build_llama(options.gpt, options.seed, tensors);
   else
-    throw std::invalid_argument("unknown model '" + name + "' (choose cnn, lenet or gpt)");
+    throw std::invalid_argument("unknown model '" + name + "' (choose cnn, lenet, gpt or llama)");
+  if (meta)
+    return model;
   if (options.dtype != torch::kFloat32)
     model->to(options.dtype);
+  if (!options.device.is_cpu())
+    model->to(options.device);
   return model;
 }
 

@@ -10,27 +10,39 @@
 
 namespace meshsim {
 
-/// The decoder-only transformer (models/gpt.h). Defaults: a tiny byte-level model.
+/// The decoder-only transformers, gpt (models/gpt.h) and llama (models/llama.h). Defaults: a
+/// tiny byte-level model.
 struct GptOptions {
   int64_t layers = 2, hidden = 64, heads = 4, seq_len = 64, vocab = 256;
   bool tie_head = false; // the head uses the embedding's wte weight (listed once)
+  int64_t kv_heads = 0;      // key/value heads (llama, grouped-query attention); 0: heads
+  int64_t ffn_hidden = 0;    // the MLP's inner width; 0: the family's default
+  double rope_theta = 10000; // llama's rotary base
 };
 
 struct ModelOptions {
   uint64_t seed = 0; // torch::manual_seed(seed) before the layers are built
   int rank = 0;      // seeds this rank's dropout generator
-  GptOptions gpt;    // used by "gpt" only
+  GptOptions gpt;    // used by "gpt" and "llama"
   /// Parameters' dtype. The weights are drawn in float32 as PyTorch draws them and then
   /// converted, so a float64 model starts from the float32 one's weights, widened.
   torch::Dtype dtype = torch::kFloat32;
-  torch::Device device = torch::kCPU; // where the parameters are created (meta for plans)
+  /// Where the parameters live. kMeta (for plans): created there directly in `dtype`, shapes
+  /// only, nothing drawn and no host memory. Another device: built on the CPU as above, then
+  /// moved. Only the transformers (gpt, llama) can be built off the CPU.
+  torch::Device device = torch::kCPU;
 };
 
 /// Names accepted by --model.
 const std::vector<std::string>& model_names();
 
+/// True for the decoder-only transformers (gpt, llama): they read tokens (text data), take
+/// GptOptions, and can be built on any device.
+bool is_transformer(const std::string& name);
+
 /// Builds the model in PyTorch's layer order after torch::manual_seed(seed), so its initial
-/// weights equal PyTorch's for the same seed. Throws std::invalid_argument for unknown names.
+/// weights equal PyTorch's for the same seed. Throws std::invalid_argument for unknown names
+/// and for cnn or lenet on a device other than the CPU.
 torch::nn::Sequential build_model(const std::string& name, const ModelOptions& options);
 
 /// parameters() with each tensor listed once (LibTorch 1.13's parameters() does not dedupe

@@ -149,7 +149,8 @@ private:
       GpuGuard host(nullptr);  // each GPU is charged only for the part it keeps
       full = build_model(options_.model, model_options);
       if (dims_.tp > 1)
-        parallelize_tensor(full, gpt_tensor_parallel_plan(), ctx_.comm, tp_, coord_.tp);
+        parallelize_tensor(full, tensor_parallel_plan(options_.model), ctx_.comm, tp_,
+                           coord_.tp);
       stage = dims_.pp > 1 ? stage_module(full, dims_.pp, coord_.pp) : full;
       if (options_.recompute) set_recompute(stage, true);
     }

@@ -144,6 +144,25 @@ TensorParallelPlan gpt_tensor_parallel_plan() {
                              {"*.mlp.proj", ParallelStyle::Row}}};
 }
 
+TensorParallelPlan llama_tensor_parallel_plan() {
+  return TensorParallelPlan{{{"*.attn.q", ParallelStyle::Column},
+                             {"*.attn.k", ParallelStyle::Column},
+                             {"*.attn.v", ParallelStyle::Column},
+                             {"*.attn.o", ParallelStyle::Row},
+                             {"*.mlp.gate", ParallelStyle::Column},
+                             {"*.mlp.up", ParallelStyle::Column},
+                             {"*.mlp.down", ParallelStyle::Row}}};
+}
+
+TensorParallelPlan tensor_parallel_plan(const std::string& model) {
+  if (model == "gpt")
+    return gpt_tensor_parallel_plan();
+  if (model == "llama")
+    return llama_tensor_parallel_plan();
+  throw std::invalid_argument("tensor parallel: model '" + model +
+                              "' has no plan (gpt and llama have)");
+}
+
 bool pattern_matches(const std::string& pattern, const std::string& name) {
   // Iterative glob: remember the last '*' and retry from one character further on mismatch.
   size_t p = 0, n = 0, star = std::string::npos, resume = 0;

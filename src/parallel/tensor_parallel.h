@@ -28,6 +28,15 @@ struct TensorParallelPlan {
 /// q, k, v and mlp.fc column-parallel; attn.out and mlp.proj row-parallel.
 TensorParallelPlan gpt_tensor_parallel_plan();
 
+/// Llama: attn.q, attn.k, attn.v, mlp.gate, mlp.up column-parallel; attn.o and mlp.down
+/// row-parallel. Attention shards whole heads, so each member keeps heads/tp query heads and
+/// kv_heads/tp kv heads, exactly the ones its query heads read (both must divide by tp).
+TensorParallelPlan llama_tensor_parallel_plan();
+
+/// The plan for --model `model` (gpt or llama). Throws std::invalid_argument for a model
+/// without one.
+TensorParallelPlan tensor_parallel_plan(const std::string& model);
+
 /// True when `name` matches `pattern`, where '*' matches any run of characters (dots too).
 bool pattern_matches(const std::string& pattern, const std::string& name);
 

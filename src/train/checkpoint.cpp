@@ -13,6 +13,7 @@
 #include "data/dataset.h"
 #include "memory/allocator.h"
 #include "mesh/parallel_dims.h"
+#include "models/llama.h"
 #include "models/models.h"
 #include "report/atomic_file.h"
 #include "report/crc32c.h"
@@ -210,6 +211,14 @@ CheckpointIdentity checkpoint_identity(const TrainConfig& config) {
     id.model = fmt::format(
         "gpt ({} layers, hidden {}, {} heads, {} tokens, vocabulary {}, {} head)", g.layers,
         g.hidden, g.heads, g.seq_len, g.vocab, g.tie_head ? "tied" : "untied");
+    if (g.ffn_hidden > 0)
+      id.model.insert(id.model.size() - 1, fmt::format(", mlp width {}", g.ffn_hidden));
+  } else if (config.model == "llama") {
+    const GptOptions& g = config.gpt;
+    id.model = fmt::format("llama ({} layers, hidden {}, {} heads, {} kv heads, mlp width {}, {} "
+                           "tokens, vocabulary {}, rope theta {})",
+                           g.layers, g.hidden, g.heads, llama_kv_heads(g), llama_ffn_hidden(g),
+                           g.seq_len, g.vocab, g.rope_theta);
   }
   id.optimizer = config.optimizer.name;
   // What decides the shapes of a rank's part; micro-batches, schedule and recompute do not.

@@ -52,7 +52,7 @@ void validate_layout(TrainConfig& c) {
           fmt::format("--zero {} runs with data parallelism alone so far; use --zero 1 with --tp or --pp",
                       c.zero));
 
-  if (c.model == "gpt") {
+  if (is_transformer(c.model)) {
     const auto& g = c.gpt;
     require(g.layers >= 1 && g.hidden >= 1 && g.heads >= 1 && g.seq_len >= 1 && g.vocab >= 1,
             "--layers, --hidden, --heads, --seq-len and --vocab must be positive");
@@ -60,6 +60,9 @@ void validate_layout(TrainConfig& c) {
             fmt::format("--hidden {} is not divisible by --heads {}", g.hidden, g.heads));
     require(g.heads % c.tp == 0,
             fmt::format("--heads {} is not divisible by --tp {}", g.heads, c.tp));
+    const int64_t kv_heads = g.kv_heads > 0 ? g.kv_heads : g.heads; // llama's; 0: heads
+    require(c.model != "llama" || kv_heads % c.tp == 0,
+            fmt::format("--kv-heads {} is not divisible by --tp {}", kv_heads, c.tp));
     require(g.layers >= c.pp,
             fmt::format("--layers {} is fewer than --pp {}: every stage needs a layer", g.layers, c.pp));
     require(!g.tie_head || c.pp == 1,
@@ -122,7 +125,7 @@ void validate(TrainConfig& c) {
   require(contains(strategy_names(), c.strategy),
           fmt::format("unknown strategy '{}' (choose single, ddp or dp)", c.strategy));
   require(contains(model_names(), c.model),
-          fmt::format("unknown model '{}' (choose cnn, lenet or gpt)", c.model));
+          fmt::format("unknown model '{}' (choose cnn, lenet, gpt or llama)", c.model));
   require(c.strategy != "single" || c.gpus == 1,
           fmt::format("--strategy single runs on one GPU; use --gpus 1, not {}", c.gpus));
   require(c.device == "cpu" || c.device.rfind("cuda", 0) == 0,
@@ -160,7 +163,7 @@ void validate(TrainConfig& c) {
   require(c.synthetic_train >= 1 && c.synthetic_test >= 1,
           fmt::format("--synthetic-train and --synthetic-test must be positive, got {} and {}",
                       c.synthetic_train, c.synthetic_test));
-  if (c.data.empty()) c.data = c.model == "gpt" ? kDefaultText : kDefaultData;
+  if (c.data.empty()) c.data = is_transformer(c.model) ? kDefaultText : kDefaultData;
   validate_layout(c);
   if (c.gpu_mem == "auto") {
     c.gpu_mem_bytes = 0;

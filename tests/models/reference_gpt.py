@@ -2,7 +2,7 @@
 # order, same init (reseed, then normal(0, 0.02) weights, zero biases, LayerNorm 1/0 in
 # named_parameters() order). Prints the parameter count, then every logit for fixed tokens,
 # one per line, so the C++ test can compare.
-# usage: reference_gpt.py LAYERS HIDDEN HEADS SEQ_LEN VOCAB TIE SEED BATCH T
+# usage: reference_gpt.py LAYERS HIDDEN HEADS SEQ_LEN VOCAB TIE SEED BATCH T [FFN (default 4*HIDDEN)]
 import math
 import sys
 
@@ -44,22 +44,22 @@ class Attention(nn.Module):
 
 
 class Mlp(nn.Module):
-    def __init__(self, hidden):
+    def __init__(self, hidden, ffn):
         super().__init__()
-        self.fc = nn.Linear(hidden, 4 * hidden)
-        self.proj = nn.Linear(4 * hidden, hidden)
+        self.fc = nn.Linear(hidden, ffn)
+        self.proj = nn.Linear(ffn, hidden)
 
     def forward(self, x):
         return self.proj(F.gelu(self.fc(x)))
 
 
 class Block(nn.Module):
-    def __init__(self, hidden, heads):
+    def __init__(self, hidden, heads, ffn):
         super().__init__()
         self.ln1 = nn.LayerNorm(hidden)
         self.attn = Attention(hidden, heads)
         self.ln2 = nn.LayerNorm(hidden)
-        self.mlp = Mlp(hidden)
+        self.mlp = Mlp(hidden, ffn)
 
     def forward(self, x):
         x = x + self.attn(self.ln1(x))
@@ -75,13 +75,13 @@ class TiedHead(nn.Module):
         return F.linear(x, self.embed[0].wte)
 
 
-def build(layers, hidden, heads, seq_len, vocab, tie, seed):
+def build(layers, hidden, heads, seq_len, vocab, tie, seed, ffn):
     torch.manual_seed(seed)
     model = nn.Sequential()
     embed = Embedding(vocab, hidden, seq_len)
     model.add_module("embed", embed)
     for l in range(layers):
-        model.add_module(f"block{l}", Block(hidden, heads))
+        model.add_module(f"block{l}", Block(hidden, heads, ffn))
     model.add_module("ln_f", nn.LayerNorm(hidden))
     model.add_module("head", TiedHead(embed) if tie else nn.Linear(hidden, vocab, bias=False))
     torch.manual_seed(seed)
@@ -99,7 +99,8 @@ def build(layers, hidden, heads, seq_len, vocab, tie, seed):
 
 def main():
     layers, hidden, heads, seq_len, vocab, tie, seed, batch, t = map(int, sys.argv[1:10])
-    model = build(layers, hidden, heads, seq_len, vocab, bool(tie), seed)
+    ffn = int(sys.argv[10]) if len(sys.argv) > 10 else 4 * hidden
+    model = build(layers, hidden, heads, seq_len, vocab, bool(tie), seed, ffn)
     tokens = torch.tensor([[(7 * b + 13 * i + 3) % vocab for i in range(t)] for b in range(batch)])
     with torch.no_grad():
         logits = model(tokens)

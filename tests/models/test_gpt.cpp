@@ -48,7 +48,7 @@ std::vector<double> python_reference(const GptOptions& o, int seed, int64_t batc
                           std::to_string(o.heads) + " " + std::to_string(o.seq_len) + " " +
                           std::to_string(o.vocab) + " " + std::to_string(o.tie_head ? 1 : 0) + " " +
                           std::to_string(seed) + " " + std::to_string(batch) + " " +
-                          std::to_string(t);
+                          std::to_string(t) + " " + std::to_string(gpt_ffn_hidden(o));
   std::vector<double> values;
   FILE* pipe = popen(cmd.c_str(), "r");
   double v;
@@ -104,20 +104,26 @@ int64_t peak_activations(bool recompute, LossAndGrads& result) {
 TEST(GptModel, LogitsAndParameterCountMatchPyTorch) {
   if (!python_torch_available())
     GTEST_SKIP() << "/usr/bin/python3 cannot import torch (python3-torch)";
-  for (bool tie : {false, true}) {
-    const GptOptions o = small_gpt(tie);
+  for (int variant : {0, 1, 2}) { // untied, tied, untied with an MLP width other than 4H
+    const bool tie = variant == 1;
+    GptOptions o = small_gpt(tie);
+    if (variant == 2)
+      o.ffn_hidden = 48;
     const int64_t batch = 2, t = 12; // T < seq_len: positions are a prefix of wpe
     const auto expected = python_reference(o, 3, batch, t);
-    ASSERT_EQ(expected.size(), static_cast<size_t>(1 + batch * t * o.vocab)) << "tie " << tie;
+    ASSERT_EQ(expected.size(), static_cast<size_t>(1 + batch * t * o.vocab))
+        << "variant " << variant;
     auto model = build_model("gpt", ModelOptions{3, 0, o});
-    EXPECT_EQ(count_parameters(*model), static_cast<int64_t>(expected[0])) << "tie " << tie;
+    EXPECT_EQ(count_parameters(*model), static_cast<int64_t>(expected[0])) << "variant " << variant;
+    EXPECT_EQ(gpt_parameter_count(o), static_cast<int64_t>(expected[0])) << "variant " << variant;
     torch::NoGradGuard no_grad;
     const torch::Tensor logits = model->forward(fixed_tokens(batch, t, o.vocab)).reshape(-1);
     const torch::Tensor reference =
         torch::tensor(std::vector<double>(expected.begin() + 1, expected.end()));
     const double max_diff = (logits.to(torch::kFloat64) - reference).abs().max().item<double>();
-    EXPECT_LT(max_diff, 1e-5) << "tie " << tie;
-    std::cout << "gpt logits vs PyTorch (tie " << tie << "): max |diff| = " << max_diff << "\n";
+    EXPECT_LT(max_diff, 1e-5) << "variant " << variant;
+    std::cout << "gpt logits vs PyTorch (variant " << variant << "): max |diff| = " << max_diff
+              << "\n";
   }
 }
 

@@ -1,0 +1,138 @@
+# PyTorch's own build of meshsim's Llama (src/models/llama.cpp), written the way Hugging
+# Face's LlamaForCausalLM computes (RMSNorm, rotate_half rotary embedding, repeat_kv for
+# grouped-query attention, SwiGLU, untied head): same modules, same parameter order, same
+# init (reseed, then RMSNorm weights 1 and every other weight normal(0, 0.02) in
+# named_parameters() order, drawn in float32). It then runs in float64 on fixed tokens and
+# prints the parameter count, the loss, every logit and every parameter's gradient (in
+# parameters() order), one number per line, so the C++ test can compare.
+# usage: reference_llama.py LAYERS HIDDEN HEADS KV_HEADS FFN SEQ_LEN VOCAB THETA SEED BATCH T
+import math
+import sys
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+class Embedding(nn.Module):
+    def __init__(self, vocab, hidden):
+        super().__init__()
+        self.wte = nn.Parameter(torch.empty(vocab, hidden))
+
+    def forward(self, tokens):
+        return F.embedding(tokens, self.wte)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, width, eps=1e-5):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(width))
+        self.eps = eps
+
+    def forward(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def rotary(x, theta):
+    t, d = x.shape[-2], x.shape[-1]
+    inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=x.dtype) / d))
+    freqs = torch.outer(torch.arange(t, dtype=x.dtype), inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return x * emb.cos() + rotate_half(x) * emb.sin()
+
+
+class Attention(nn.Module):
+    def __init__(self, hidden, heads, kv_heads, theta):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, hidden // heads
+        self.theta = theta
+        self.q = nn.Linear(hidden, heads * self.head_dim, bias=False)
+        self.k = nn.Linear(hidden, kv_heads * self.head_dim, bias=False)
+        self.v = nn.Linear(hidden, kv_heads * self.head_dim, bias=False)
+        self.o = nn.Linear(heads * self.head_dim, hidden, bias=False)
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        d = self.head_dim
+        q = self.q(x).view(b, t, self.heads, d).transpose(1, 2)
+        k = self.k(x).view(b, t, self.kv_heads, d).transpose(1, 2)
+        v = self.v(x).view(b, t, self.kv_heads, d).transpose(1, 2)
+        q, k = rotary(q, self.theta), rotary(k, self.theta)
+        # Hugging Face's repeat_kv: kv head j serves query heads j*rep .. (j+1)*rep - 1.
+        rep = self.heads // self.kv_heads
+        k = k[:, :, None].expand(b, self.kv_heads, rep, t, d).reshape(b, self.heads, t, d)
+        v = v[:, :, None].expand(b, self.kv_heads, rep, t, d).reshape(b, self.heads, t, d)
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(d)
+        future = torch.ones(t, t, dtype=torch.bool).triu(1)
+        att = torch.softmax(att.masked_fill(future, float("-inf")), -1)
+        y = (att @ v).transpose(1, 2).contiguous().view(b, t, self.heads * d)
+        return self.o(y)
+
+
+class Mlp(nn.Module):
+    def __init__(self, hidden, ffn):
+        super().__init__()
+        self.gate = nn.Linear(hidden, ffn, bias=False)
+        self.up = nn.Linear(hidden, ffn, bias=False)
+        self.down = nn.Linear(ffn, hidden, bias=False)
+
+    def forward(self, x):
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+class Block(nn.Module):
+    def __init__(self, hidden, heads, kv_heads, ffn, theta):
+        super().__init__()
+        self.attn_norm = RMSNorm(hidden)
+        self.attn = Attention(hidden, heads, kv_heads, theta)
+        self.mlp_norm = RMSNorm(hidden)
+        self.mlp = Mlp(hidden, ffn)
+
+    def forward(self, x):
+        x = x + self.attn(self.attn_norm(x))
+        return x + self.mlp(self.mlp_norm(x))
+
+
+def build(layers, hidden, heads, kv_heads, ffn, vocab, theta, seed):
+    torch.manual_seed(seed)
+    model = nn.Sequential()
+    model.add_module("embed", Embedding(vocab, hidden))
+    for l in range(layers):
+        model.add_module(f"block{l}", Block(hidden, heads, kv_heads, ffn, theta))
+    model.add_module("norm_f", RMSNorm(hidden))
+    model.add_module("head", nn.Linear(hidden, vocab, bias=False))
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.split(".")[-2].endswith("norm") or name.startswith("norm_f."):
+                p.fill_(1.0)
+            else:
+                p.normal_(0.0, 0.02)
+    return model
+
+
+def main():
+    layers, hidden, heads, kv_heads, ffn, seq_len, vocab = map(int, sys.argv[1:8])
+    theta = float(sys.argv[8])
+    seed, batch, t = map(int, sys.argv[9:12])
+    model = build(layers, hidden, heads, kv_heads, ffn, vocab, theta, seed).double()
+    tokens = torch.tensor([[(7 * b + 13 * i + 3) % vocab for i in range(t)] for b in range(batch)])
+    targets = torch.tensor([[(5 * b + 11 * i + 1) % vocab for i in range(t)] for b in range(batch)])
+    logits = model(tokens)
+    loss = F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
+    loss.backward()
+    print(sum(p.numel() for p in model.parameters()))
+    print(repr(loss.item()))
+    for v in logits.detach().reshape(-1).tolist():
+        print(repr(v))
+    for p in model.parameters():
+        for v in p.grad.reshape(-1).tolist():
+            print(repr(v))
+
+
+main()

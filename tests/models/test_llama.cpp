@@ -1,0 +1,242 @@
+// The Llama against PyTorch itself (same seed and init; float64 logits, loss and every
+// gradient), its parameter count against the closed formula and against published counts,
+// Meta's MLP-width rule, grouped-query attention, activation checkpointing, and training.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "data/text.h"
+#include "models/llama.h"
+#include "parallel/strategy.h"
+
+using namespace meshsim;
+
+namespace {
+
+bool python_torch_available() {
+  return std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
+}
+
+GptOptions small_llama(int64_t kv_heads) {
+  GptOptions o;
+  o.layers = 2;
+  o.hidden = 32;
+  o.heads = 4;
+  o.kv_heads = kv_heads;
+  o.seq_len = 16;
+  o.vocab = 64;
+  return o;
+}
+
+// The same fixed tokens and targets reference_llama.py uses.
+torch::Tensor fixed(int64_t batch, int64_t t, int64_t vocab, int64_t a, int64_t c, int64_t d) {
+  torch::Tensor out = torch::empty({batch, t}, torch::kLong);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t i = 0; i < t; ++i)
+      out[b][i] = (a * b + c * i + d) % vocab;
+  return out;
+}
+
+// Runs reference_llama.py: parameter count, loss, every logit, every gradient.
+std::vector<double> python_reference(const GptOptions& o, int seed, int64_t batch, int64_t t) {
+  const std::string cmd =
+      "/usr/bin/python3 " MESHSIM_SOURCE_DIR "/tests/models/reference_llama.py " +
+      std::to_string(o.layers) + " " + std::to_string(o.hidden) + " " + std::to_string(o.heads) +
+      " " + std::to_string(llama_kv_heads(o)) + " " + std::to_string(llama_ffn_hidden(o)) + " " +
+      std::to_string(o.seq_len) + " " + std::to_string(o.vocab) + " " +
+      std::to_string(o.rope_theta) + " " + std::to_string(seed) + " " + std::to_string(batch) +
+      " " + std::to_string(t);
+  std::vector<double> values;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  double v;
+  while (pipe && std::fscanf(pipe, "%lf", &v) == 1)
+    values.push_back(v);
+  if (pipe)
+    pclose(pipe);
+  return values;
+}
+
+double relative_error(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a - b).norm().item<double>() / b.norm().item<double>();
+}
+
+} // namespace
+
+// Both sides run the same float64 operations, in possibly different summation orders (the
+// kernels differ: ATen's CPU capabilities, MKL). A dot product of length n is exact to
+// n·u relative to its absolute terms, u = 1.1e-16; the longest here are 256 (the MLP's
+// width), so 2.8e-14 per operation. Forward is ~30 such operations deep (two blocks of
+// norm, q/k/v, scores, softmax, AV, o, gate/up, down, then norm_f and the head), backward
+// twice that: ~2e-12 relative at worst. 1e-10 keeps a margin of 50 and is still eight orders
+// below a real mistake (a wrong rotary half or kv grouping moves logits by percent).
+constexpr double kFloat64ModelTolerance = 1e-10;
+
+TEST(LlamaModel, LogitsLossAndGradientsMatchPyTorch) {
+  if (!python_torch_available())
+    GTEST_SKIP() << "/usr/bin/python3 cannot import torch (python3-torch)";
+  for (int64_t kv : {int64_t{0}, int64_t{2}, int64_t{1}}) { // multi-head, grouped, multi-query
+    GptOptions o = small_llama(kv);
+    o.rope_theta = kv == 1 ? 500000 : 10000;
+    const int64_t batch = 2, t = 12; // T < seq_len
+    const auto expected = python_reference(o, 3, batch, t);
+    ModelOptions mo{3, 0, o, torch::kFloat64};
+    auto model = build_model("llama", mo);
+    const auto params = unique_parameters(*model);
+    int64_t grad_values = 0;
+    for (const auto& p : params)
+      grad_values += p.numel();
+    ASSERT_EQ(expected.size(), static_cast<size_t>(2 + batch * t * o.vocab + grad_values))
+        << "kv " << kv;
+    EXPECT_EQ(count_parameters(*model), static_cast<int64_t>(expected[0])) << "kv " << kv;
+
+    const torch::Tensor logits = model->forward(fixed(batch, t, o.vocab, 7, 13, 3));
+    const torch::Tensor loss = loss_fn(logits, fixed(batch, t, o.vocab, 5, 11, 1));
+    loss.backward();
+    const auto reference = [&](size_t offset, int64_t n) {
+      return torch::tensor(std::vector<double>(expected.begin() + static_cast<long>(offset),
+                                               expected.begin() + static_cast<long>(offset + n)),
+                           torch::kFloat64);
+    };
+    EXPECT_NEAR(loss.item<double>(), expected[1], kFloat64ModelTolerance * expected[1]);
+    const double logit_error =
+        relative_error(logits.detach().reshape(-1), reference(2, logits.numel()));
+    EXPECT_LT(logit_error, kFloat64ModelTolerance) << "kv " << kv;
+    size_t offset = 2 + static_cast<size_t>(logits.numel());
+    double grad_error = 0;
+    for (const auto& p : params) {
+      const double e = relative_error(p.grad().reshape(-1), reference(offset, p.numel()));
+      EXPECT_LT(e, kFloat64ModelTolerance) << "kv " << kv << " parameter of " << p.sizes();
+      grad_error = std::max(grad_error, e);
+      offset += static_cast<size_t>(p.numel());
+    }
+    std::cout << "llama (kv heads " << llama_kv_heads(o) << ") vs PyTorch, float64: loss "
+              << loss.item<double>() << ", logits rel. error " << logit_error
+              << ", worst gradient rel. error " << grad_error << "\n";
+  }
+}
+
+TEST(LlamaModel, ParameterCountIsTheFormula) {
+  for (int64_t kv : {0, 1, 2, 4}) {
+    GptOptions o = small_llama(kv);
+    EXPECT_EQ(count_parameters(*build_llama(o, 0)), llama_parameter_count(o)) << "kv " << kv;
+    o.layers = 3;
+    o.hidden = 48;
+    o.heads = 6;
+    o.kv_heads = kv == 4 ? 3 : kv;
+    o.ffn_hidden = 100;
+    EXPECT_EQ(count_parameters(*build_llama(o, 0)), llama_parameter_count(o)) << "kv " << kv;
+  }
+}
+
+TEST(LlamaModel, PublishedParameterCountsOnMeta) {
+  // Shapes and counts from the models' cards (Llama 2 7B: Hugging Face meta-llama/
+  // Llama-2-7b-hf config.json and its safetensors total; Llama 3 8B: meta-llama/
+  // Meta-Llama-3-8B). Built on meta, so nothing is allocated.
+  GptOptions llama2_7b;
+  llama2_7b.layers = 32;
+  llama2_7b.hidden = 4096;
+  llama2_7b.heads = 32;
+  llama2_7b.seq_len = 4096;
+  llama2_7b.vocab = 32000; // ffn 0: Meta's rule gives 11008, the published width
+  GptOptions llama3_8b = llama2_7b;
+  llama3_8b.kv_heads = 8;
+  llama3_8b.ffn_hidden = 14336;
+  llama3_8b.vocab = 128256;
+  llama3_8b.seq_len = 8192;
+  llama3_8b.rope_theta = 500000;
+  const std::vector<std::pair<GptOptions, int64_t>> cases{{llama2_7b, 6'738'415'616},
+                                                          {llama3_8b, 8'030'261'248}};
+  for (const auto& [o, published] : cases) {
+    ModelOptions mo;
+    mo.gpt = o;
+    mo.device = torch::kMeta;
+    mo.dtype = torch::kBFloat16;
+    auto model = build_model("llama", mo);
+    EXPECT_EQ(count_parameters(*model), published);
+    EXPECT_EQ(llama_parameter_count(o), published);
+    for (const auto& p : model->parameters())
+      EXPECT_TRUE(p.is_meta() && p.dtype() == torch::kBFloat16);
+  }
+}
+
+TEST(LlamaModel, MetasMlpWidthRule) {
+  // 256·ceil(int(8H/3) / 256): Llama 1/2 7B (H 4096) 11008, 13B (H 5120) 13824, 65B (H 8192)
+  // 22016, as published; the tiny default (H 64) 256.
+  const std::vector<std::pair<int64_t, int64_t>> cases{
+      {4096, 11008}, {5120, 13824}, {8192, 22016}, {64, 256}};
+  for (const auto& [hidden, ffn] : cases) {
+    GptOptions o;
+    o.hidden = hidden;
+    EXPECT_EQ(llama_ffn_hidden(o), ffn) << "hidden " << hidden;
+  }
+  GptOptions o;
+  o.ffn_hidden = 100;
+  EXPECT_EQ(llama_ffn_hidden(o), 100);
+}
+
+TEST(LlamaModel, ChildrenSlotsAndBadOptions) {
+  auto model = build_model("llama", ModelOptions{0, 0, small_llama(2)});
+  std::vector<std::string> children;
+  for (const auto& item : model->named_children())
+    children.push_back(item.key());
+  EXPECT_EQ(children, (std::vector<std::string>{"embed", "block0", "block1", "norm_f", "head"}));
+  const auto modules = model->named_modules();
+  for (const std::string name : {"block0.attn.q", "block0.attn.k", "block0.attn.v", "block0.attn.o",
+                                 "block1.mlp.gate", "block1.mlp.up", "block1.mlp.down", "head"})
+    EXPECT_TRUE(modules[name]->as<torch::nn::LinearImpl>() != nullptr) << name;
+  // Grouped-query attention: k and v have kv_heads · head_dim outputs.
+  const auto params = model->named_parameters();
+  EXPECT_EQ(params["block0.attn.k.weight"].sizes(), (std::vector<int64_t>{16, 32}));
+  EXPECT_EQ(params["block0.attn.q.weight"].sizes(), (std::vector<int64_t>{32, 32}));
+  for (const auto& p : model->named_parameters())
+    EXPECT_EQ(p.key().find("bias"), std::string::npos) << p.key();
+  EXPECT_THROW(model->forward(torch::zeros({1, 17}, torch::kLong)), std::invalid_argument);
+
+  const auto bad = [](auto change) {
+    GptOptions o = small_llama(2);
+    change(o);
+    return o;
+  };
+  EXPECT_THROW(build_llama(bad([](GptOptions& o) { o.kv_heads = 3; }), 0), std::invalid_argument);
+  EXPECT_THROW(build_llama(bad([](GptOptions& o) { o.heads = 5; }), 0), std::invalid_argument);
+  EXPECT_THROW(build_llama(bad([](GptOptions& o) { o.heads = 32; }), 0), // head_dim 1: odd
+               std::invalid_argument);
+  EXPECT_THROW(build_llama(bad([](GptOptions& o) { o.tie_head = true; }), 0),
+               std::invalid_argument);
+  EXPECT_THROW(build_llama(bad([](GptOptions& o) { o.rope_theta = 0; }), 0), std::invalid_argument);
+}
+
+TEST(LlamaModel, RecomputeGivesTheSameLossAndGradients) {
+  const Dataset data = synthetic_text(4, 0, 16, 64, 5).train;
+  std::vector<std::vector<torch::Tensor>> grads(2);
+  std::vector<double> losses(2);
+  for (int on : {0, 1}) {
+    auto model = build_model("llama", ModelOptions{1, 0, small_llama(2), torch::kFloat64});
+    set_recompute(model, on == 1);
+    torch::Tensor loss = loss_fn(model->forward(data.images), data.labels);
+    loss.backward();
+    losses[on] = loss.item<double>();
+    for (const auto& p : unique_parameters(*model))
+      grads[on].push_back(p.grad().clone());
+  }
+  // The recompute runs the very same float64 operations again: identical results.
+  EXPECT_EQ(losses[0], losses[1]);
+  for (size_t i = 0; i < grads[0].size(); ++i)
+    EXPECT_TRUE(torch::equal(grads[0][i], grads[1][i])) << "parameter " << i;
+}
+
+TEST(LlamaModel, LossFallsOnSyntheticText) {
+  const Dataset data = synthetic_text(32, 0, 16, 64, 2).train;
+  auto model = build_model("llama", ModelOptions{0, 0, small_llama(2)});
+  torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(3e-3));
+  double first = 0, last = 0;
+  for (int step = 0; step < 30; ++step) {
+    adam.zero_grad();
+    torch::Tensor loss = loss_fn(model->forward(data.images), data.labels);
+    loss.backward();
+    adam.step();
+    (step == 0 ? first : last) = loss.item<double>();
+  }
+  EXPECT_LT(last, 0.8 * first) << "first " << first << " last " << last;
+}

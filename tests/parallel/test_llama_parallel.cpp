@@ -1,0 +1,139 @@
+// The Llama under every strategy against single-device training of the same global batches
+// (DDP, ZeRO 3, tensor parallel 2, pipeline 2 with 1F1B, and a dp × tp × pp mesh): loss per
+// step and final gathered parameters within kFloat64Tolerance relative (derived in
+// strategy_harness.h), SGD with momentum over 10 steps, float64 for both runs. The model
+// uses grouped-query attention (4 query heads, 2 kv heads), so tensor parallel 2 gives each
+// member one kv head and the two query heads that read it.
+#include <gtest/gtest.h>
+
+#include "data/text.h"
+#include "models/llama.h"
+#include "parallel/tensor_parallel.h"
+#include "strategy_harness.h"
+
+using namespace meshsim;
+using namespace meshsim::testing;
+
+namespace {
+
+constexpr int kSteps = 10;
+constexpr double kTolerance = kFloat64Tolerance; // float64: see strategy_harness.h
+constexpr int64_t kGlobalBatch = 16;
+
+StrategyOptions llama_sgd() {
+  StrategyOptions o;
+  o.model = "llama";
+  o.seed = 11;
+  o.gpt.layers = 4;
+  o.gpt.hidden = 32;
+  o.gpt.heads = 4;
+  o.gpt.kv_heads = 2;
+  o.gpt.ffn_hidden = 64;
+  o.gpt.seq_len = 16;
+  o.gpt.vocab = 64;
+  o.optimizer.name = "sgd";
+  o.optimizer.lr = 0.05;
+  o.optimizer.momentum = 0.9;
+  o.bucket_mb = 0.02; // several buckets (float64)
+  o.dtype = torch::kFloat64;
+  return o;
+}
+
+const Dataset& text() {
+  static const Dataset data = synthetic_text(512, 16, 16, 64, 3).train;
+  return data;
+}
+
+HarnessRun run(int world, const std::string& strategy, const StrategyOptions& options) {
+  MeshOptions m;
+  m.world_size = world;
+  m.capacity_bytes = int64_t{1} << 30;
+  static std::vector<std::unique_ptr<DeviceMesh>> meshes; // outlive the returned run
+  meshes.push_back(std::make_unique<DeviceMesh>(m));
+  torch::manual_seed(5); // the same permutation of the data for every run
+  return run_strategy(*meshes.back(), strategy, options, text(), kGlobalBatch, kSteps);
+}
+
+const HarnessRun& reference() {
+  static const HarnessRun ref = run(1, "single", llama_sgd());
+  return ref;
+}
+
+void expect_matches_single(int world, const StrategyOptions& options, const std::string& what) {
+  const HarnessRun& ref = reference();
+  const HarnessRun got = run(world, "ddp", options);
+  ASSERT_EQ(got.losses.size(), ref.losses.size()) << what;
+  for (int k = 0; k < kSteps; ++k)
+    EXPECT_NEAR(got.losses[k], ref.losses[k], kTolerance * std::abs(ref.losses[k]))
+        << what << " step " << k + 1;
+  EXPECT_LT(ref.losses.back(), ref.losses.front() - 0.05) << "the reference did not learn";
+  ASSERT_EQ(got.parameters.size(), ref.parameters.size()) << what;
+  double worst = 0;
+  for (size_t i = 0; i < ref.parameters.size(); ++i) {
+    ASSERT_EQ(got.parameters[i].sizes(), ref.parameters[i].sizes()) << what << " parameter " << i;
+    const double e = relative_error(got.parameters[i], ref.parameters[i]);
+    EXPECT_LT(e, kTolerance) << what << " parameter " << i;
+    worst = std::max(worst, e);
+  }
+  std::cout << "llama " << what << ": final loss " << got.losses.back() << " (single "
+            << ref.losses.back() << "), worst parameter rel. error " << worst << "\n";
+}
+
+StrategyOptions with(int tp, int pp, int zero, int micro_batches = 1, bool recompute = false) {
+  StrategyOptions o = llama_sgd();
+  o.tp = tp;
+  o.pp = pp;
+  o.zero = zero;
+  o.schedule = "1f1b";
+  o.micro_batches = micro_batches;
+  o.recompute = recompute;
+  return o;
+}
+
+} // namespace
+
+TEST(LlamaEquivalence, Ddp) {
+  expect_matches_single(2, with(1, 1, 0), "ddp on 2");
+}
+TEST(LlamaEquivalence, Zero3) {
+  expect_matches_single(4, with(1, 1, 3), "zero3 on 4");
+}
+TEST(LlamaEquivalence, TensorParallel2) {
+  expect_matches_single(2, with(2, 1, 0), "tp2");
+}
+TEST(LlamaEquivalence, Pipeline2OneFOneB) {
+  expect_matches_single(2, with(1, 2, 0, 4), "pp2 1f1b, 4 micro-batches");
+}
+TEST(LlamaEquivalence, ThreeDimensionalMesh) {
+  expect_matches_single(8, with(2, 2, 1, 2), "dp2 tp2 pp2 zero1 1f1b");
+  expect_matches_single(8, with(2, 2, 1, 2, true), "dp2 tp2 pp2 zero1 1f1b recompute");
+}
+
+TEST(LlamaTensorParallel, PlanShardsWholeHeadsAndRefusesSplitKvHeads) {
+  MeshOptions m;
+  m.world_size = 4;
+  m.capacity_bytes = int64_t{1} << 30;
+  DeviceMesh mesh(m);
+  run_ranks(mesh, [&](RankContext& ctx) {
+    ModelOptions mo;
+    mo.gpt = llama_sgd().gpt; // heads 4, kv heads 2, head_dim 8
+    auto model = build_model("llama", mo);
+    // 4 members would split 2 kv heads: refused before anything changes.
+    EXPECT_THROW(parallelize_tensor(model, tensor_parallel_plan("llama"), ctx.comm, Group::world(4),
+                                    ctx.rank),
+                 std::invalid_argument);
+    EXPECT_EQ(model->named_parameters()["block0.attn.k.weight"].size(0), 16);
+    if (ctx.rank >= 2)
+      return;
+    parallelize_tensor(model, tensor_parallel_plan("llama"), ctx.comm, Group{{0, 1}}, ctx.rank);
+    const auto p = model->named_parameters();
+    EXPECT_EQ(p["block0.attn.q.weight"].sizes(), (std::vector<int64_t>{16, 32})); // 2 heads
+    EXPECT_EQ(p["block0.attn.k.weight"].sizes(), (std::vector<int64_t>{8, 32}));  // 1 kv head
+    EXPECT_EQ(p["block0.attn.v.weight"].sizes(), (std::vector<int64_t>{8, 32}));
+    EXPECT_EQ(p["block0.attn.o.weight"].sizes(), (std::vector<int64_t>{32, 16}));
+    EXPECT_EQ(p["block0.mlp.gate.weight"].sizes(), (std::vector<int64_t>{32, 32}));
+    EXPECT_EQ(p["block0.mlp.up.weight"].sizes(), (std::vector<int64_t>{32, 32}));
+    EXPECT_EQ(p["block0.mlp.down.weight"].sizes(), (std::vector<int64_t>{32, 32}));
+  });
+  EXPECT_THROW(tensor_parallel_plan("cnn"), std::invalid_argument);
+}
