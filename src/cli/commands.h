@@ -44,6 +44,13 @@ void write_run_reports(const std::filesystem::path& dir, const TrainConfig& conf
                        const std::vector<Recorder>& recorders,
                        const std::vector<MemorySample>& memory, nlohmann::json& summary);
 
+/// `meshsim models [--json]` (models_command.cpp): the model presets and their sizes.
+struct ModelsArgs {
+  bool json = false;
+};
+void add_models_flags(CLI::App& app, ModelsArgs& args);
+int run_models(const ModelsArgs& args);
+
 /// `meshsim bench comm --cluster SPEC` (bench_command.cpp).
 struct BenchCommArgs {
   std::string cluster, intra, inter;

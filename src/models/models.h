@@ -14,6 +14,9 @@ namespace meshsim {
 struct GptOptions {
   int64_t layers = 2, hidden = 64, heads = 4, seq_len = 64, vocab = 256;
   bool tie_head = false; // the head uses the embedding's wte weight (listed once)
+  int64_t kv_heads = 0;      // key/value heads (llama, grouped-query attention); 0: heads
+  int64_t ffn_hidden = 0;    // the MLP's inner width; 0: the family's default
+  double rope_theta = 10000; // llama's rotary base
 };
 
 struct ModelOptions {
