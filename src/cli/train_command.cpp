@@ -155,7 +155,7 @@ int run_train(TrainConfig config) {
   }
   // The model is built on this host (to count it, then on every rank): a real-size preset is
   // refused before anything is allocated when its float32 weights alone could not fit.
-  if (config.model == "gpt" || config.model == "llama") {
+  if (is_transformer(config.model)) {
     const int64_t parameters = preset_parameter_count(config.model, config.gpt);
     const int64_t weight_bytes = 4 * parameters;
     const int64_t host = host_memory_for_gpus();
@@ -171,7 +171,7 @@ int run_train(TrainConfig config) {
 
   DataSplit data;
   try {
-    if (config.model == "gpt")
+    if (is_transformer(config.model))
       data = config.data == "synthetic"
                  ? synthetic_text(config.synthetic_train, config.synthetic_test, config.gpt.seq_len,
                                   config.gpt.vocab, config.seed)

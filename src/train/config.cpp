@@ -88,10 +88,6 @@ const std::vector<ShapeField>& shape_fields() {
   return fields;
 }
 
-bool is_transformer(const std::string& model) {
-  return model == "gpt" || model == "llama";
-}
-
 void validate_layout(TrainConfig& c) {
   // Caught here because tp × pp would overflow an int in ParallelDims for sizes past --gpus.
   require(c.tp < 1 || c.pp < 1 || (c.tp <= c.gpus && c.pp <= c.gpus),
@@ -171,6 +167,10 @@ void parse_fault(TrainConfig& c) {
 }
 
 } // namespace
+
+bool is_transformer(const std::string& model) {
+  return model == "gpt" || model == "llama";
+}
 
 const std::vector<std::string>& shape_flag_names() {
   static const std::vector<std::string> names = [] {

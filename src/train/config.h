@@ -64,6 +64,9 @@ struct TrainConfig {
   std::string inter;
 };
 
+/// gpt and llama: transformers on token data (text or synthetic), shaped by GptOptions.
+bool is_transformer(const std::string& model);
+
 /// Which of the flags that name a model were given on the command line: a preset applies its
 /// shape only when named there (a preset read from --config is a label of the file's shape).
 struct ModelFlagsGiven {
