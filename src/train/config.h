@@ -91,6 +91,12 @@ void apply_preset(TrainConfig& config, const ModelFlagsGiven& given);
 /// within kMaxParameters. Throws std::invalid_argument with a one-line message naming the flag.
 void validate_shape(const std::string& family, const GptOptions& shape);
 
+/// The three preset names nearest to `name` (edit distance), for messages about a typo.
+std::string nearest_preset_names(const std::string& name);
+
+/// "unknown preset 'NAME' (nearest: ...; `meshsim models` lists them all)".
+std::string unknown_preset_message(const std::string& name);
+
 /// The largest model meshsim accepts: 16 bytes of model state per parameter (fp32 Adam, or
 /// mixed precision's 2 + 2 + 12) must stay far inside int64 bytes, and a thousand times the
 /// largest preset (1.0e12) leaves room for any real model.
