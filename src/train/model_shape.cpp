@@ -100,8 +100,14 @@ void apply_preset(TrainConfig& c, const ModelFlagsGiven& given) {
                         c.preset));
     c.preset = c.model;
   }
-  if (!given.preset && !model_is_preset)
+  if (!given.preset && !model_is_preset) {
+    // A preset from --config labels the file's shape; --model of another family leaves that
+    // shape behind, and the label with it.
+    const ModelPreset* label = find_preset(c.preset);
+    if (given.model && label && label->family != c.model)
+      c.preset.clear();
     return;
+  }
   const ModelPreset* p = find_preset(c.preset);
   require(p != nullptr, unknown_preset_message(c.preset));
   require(!given.model || model_is_preset || c.model == p->family,

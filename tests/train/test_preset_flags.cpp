@@ -129,6 +129,11 @@ TEST(PresetFlags, NothingHappensWithoutAPresetOnTheCommandLine) {
   apply_preset(c, family_only);
   EXPECT_EQ(c.gpt.layers, 1);
   EXPECT_EQ(c.preset, "gpt2");
+  // --model of another family drops the file's label (its shape no longer applies).
+  c.model = "cnn";
+  apply_preset(c, family_only);
+  EXPECT_EQ(c.preset, "");
+  EXPECT_NO_THROW(validate(c));
 }
 
 TEST(PresetFlags, InconsistentFlagsAreRefused) {
