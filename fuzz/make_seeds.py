@@ -70,9 +70,9 @@ config = {
     "gpus": 4, "strategy": "ddp", "model": "cnn", "data": "/usr/share/datasets/fashion-mnist",
     "device": "cpu", "epochs": 1, "max_steps": 0, "batch_size": 64, "global_batch_size": 256,
     "tp": 1, "pp": 1, "dp": 4, "zero": 0, "schedule": "1f1b", "micro_batches": 1,
-    "recompute": "none",
-    "gpt": {"layers": 2, "hidden": 64, "heads": 4, "seq_len": 64, "vocab": 256,
-            "tie_head": False},
+    "recompute": "none", "preset": "",
+    "gpt": {"layers": 2, "hidden": 64, "heads": 4, "kv_heads": 0, "ffn_hidden": 0,
+            "seq_len": 64, "vocab": 256, "tie_head": False, "rope_theta": 10000.0},
     "seed": 0, "log_every": 10, "optimizer": "adam", "lr": 0.001, "momentum": 0.9,
     "gpu_mem": "auto", "bucket_mb": 25.0, "comm_timeout_s": 60.0, "checkpoint_every": 0,
     "keep_checkpoints": 0, "resume": "", "synthetic_train": 4096, "synthetic_test": 1024,
@@ -83,6 +83,11 @@ gpt = dict(config, model="gpt", gpus=8, tp=2, pp=2, dp=2, zero=1, micro_batches=
            global_batch_size=128, data="synthetic", gpu_mem="512MiB", cluster="2x4xh100")
 put("fuzz_config", "gpt-mesh.json", json.dumps(gpt, indent=2))
 put("fuzz_config", "partial.json", json.dumps({"model": "gpt", "gpus": 2, "optimizer": "sgd"}))
+preset = dict(config, model="gpt", preset="gpt2", data="synthetic", gpus=1, strategy="single",
+              dp=1, global_batch_size=64,
+              gpt={"layers": 1, "hidden": 32, "heads": 2, "kv_heads": 0, "ffn_hidden": 100,
+                   "seq_len": 32, "vocab": 256, "tie_head": True, "rope_theta": 500000.0})
+put("fuzz_config", "preset.json", json.dumps(preset, indent=2))
 
 part = b"\x50\x4b\x03\x04 a part's bytes"
 manifest = {"format": "meshsim checkpoint 1", "step": 42, "world_size": 2, "kind": "per-rank",

@@ -55,6 +55,13 @@ struct PlanArgs {
 void add_plan_flags(CLI::App& app, TrainConfig& config, PlanArgs& args);
 int run_plan(TrainConfig config, const PlanArgs& args);
 
+/// `meshsim models [--json]` (models_command.cpp): the model presets and their sizes.
+struct ModelsArgs {
+  bool json = false;
+};
+void add_models_flags(CLI::App& app, ModelsArgs& args);
+int run_models(const ModelsArgs& args);
+
 /// `meshsim bench comm --cluster SPEC` (bench_command.cpp).
 struct BenchCommArgs {
   std::string cluster, intra, inter;

@@ -1,6 +1,6 @@
 // meshsim's command line: `meshsim train` runs a simulation and writes its run folder;
 // `meshsim plan` answers the same question for a target cluster without running it;
-// `meshsim info` says what this build can do.
+// `meshsim info` says what this build can do; `meshsim models` lists the model presets.
 //
 // Exit codes: 0 ok, 2 usage or configuration, 3 data, 4 a virtual GPU ran out of memory,
 // 5 a collective timed out or a rank failed, 1 anything else.
@@ -39,6 +39,9 @@ int main(int argc, char** argv) {
   meshsim::PredictArgs predict_args;
   auto* predict = app.add_subcommand("predict", "re-predict a recorded run on a target cluster");
   meshsim::add_predict_flags(*predict, predict_args);
+  meshsim::ModelsArgs models_args;
+  auto* models = app.add_subcommand("models", "list the model presets with their parameter counts");
+  meshsim::add_models_flags(*models, models_args);
   meshsim::BenchCommArgs bench_args;
   auto* bench = app.add_subcommand("bench", "benchmarks");
   bench->require_subcommand(1);
@@ -66,6 +69,7 @@ int main(int argc, char** argv) {
     return meshsim::run_plan(plan_config, plan_args);
   }
   if (predict->parsed()) return meshsim::run_predict(predict_args);
+  if (models->parsed()) return meshsim::run_models(models_args);
   if (bench_comm->parsed()) return meshsim::run_bench_comm(bench_args);
   return meshsim::run_train(config);
 }

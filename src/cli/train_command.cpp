@@ -17,11 +17,13 @@
 #include "comm/communicator.h"
 #include "data/dataset.h"
 #include "data/text.h"
-#include "mesh/parallel_dims.h"
 #include "memory/allocator.h"
+#include "memory/virtual_gpu.h"
 #include "mesh/device_mesh.h"
+#include "mesh/parallel_dims.h"
 #include "mesh/rank_runner.h"
 #include "models/models.h"
+#include "models/presets.h"
 #include "report/atomic_file.h"
 #include "report/run_folder.h"
 #include "train/checkpoint.h"
@@ -152,6 +154,21 @@ int run_train(TrainConfig config) {
     fmt::print(stderr, "meshsim: {}\n", e.what());
     return kExitUsage;
   }
+  // The model is built on this host (to count it, then on every rank): a real-size preset is
+  // refused before anything is allocated when its float32 weights alone could not fit.
+  if (is_transformer(config.model)) {
+    const int64_t parameters = preset_parameter_count(config.model, config.gpt);
+    const int64_t weight_bytes = 4 * parameters;
+    const int64_t host = host_memory_for_gpus();
+    if (weight_bytes > host) {
+      fmt::print(stderr,
+                 "meshsim: {} has {} parameters: its float32 weights ({}) exceed this machine's "
+                 "{} available; `meshsim plan` predicts such a model without building it\n",
+                 config.preset.empty() ? config.model : config.preset, parameters,
+                 format_bytes(weight_bytes), format_bytes(host));
+      return kExitUsage;
+    }
+  }
 
   DataSplit data;
   try {
@@ -236,8 +253,10 @@ int run_train(TrainConfig config) {
              "meshsim: {} on {} virtual GPUs{} ({} each, {} device, {} threads per rank), model {} "
              "({} parameters), data {} ({} train / {} test), run folder {}\n",
              config.strategy, config.gpus, layout, format_bytes(mesh.gpu(0).capacity()),
-             config.device, threads_per_rank(config.gpus), config.model, parameters, config.data,
-             data.train.size(), data.test.size(), run->dir().string());
+             config.device, threads_per_rank(config.gpus),
+             config.preset.empty() ? config.model
+                                   : config.model + " (preset " + config.preset + ")",
+             parameters, config.data, data.train.size(), data.test.size(), run->dir().string());
 
   nlohmann::json summary = {{"world_size", config.gpus},
                             {"strategy", config.strategy},

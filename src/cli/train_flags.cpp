@@ -31,7 +31,11 @@ CLI::Validator whole_number(long long min) {
 void add_train_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--gpus", c.gpus, "number of virtual GPUs")->capture_default_str();
   app.add_option("--strategy", c.strategy, "single | ddp | dp")->capture_default_str();
-  app.add_option("--model", c.model, "cnn | lenet | gpt")->capture_default_str();
+  app.add_option("--model", c.model, "cnn | lenet | gpt | llama, or a preset (meshsim models)")
+      ->capture_default_str();
+  app.add_option(
+      "--preset", c.preset,
+      "start from this model's published shape (meshsim models); shape flags override it");
   app.add_option("--data", c.data,
                  "IDX folder (MNIST/Fashion-MNIST, .gz or raw) for cnn/lenet, any text file for gpt, "
                  "or 'synthetic' (default: " + std::string(kDefaultData) + ", or " + kDefaultText +
@@ -49,12 +53,23 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--global-batch-size", c.global_batch_size,
                  "samples per step over all replicas (overrides --batch-size)")
       ->check(whole_number(/*min=*/1));
-  app.add_option("--layers", c.gpt.layers, "gpt: transformer blocks")->capture_default_str();
-  app.add_option("--hidden", c.gpt.hidden, "gpt: hidden size")->capture_default_str();
-  app.add_option("--heads", c.gpt.heads, "gpt: attention heads")->capture_default_str();
-  app.add_option("--seq-len", c.gpt.seq_len, "gpt: tokens per sample")->capture_default_str();
-  app.add_option("--vocab", c.gpt.vocab, "gpt: vocabulary (256 for byte-level text)")->capture_default_str();
-  app.add_flag("--tie-head", c.gpt.tie_head, "gpt: the LM head shares the token embedding");
+  app.add_option("--layers", c.gpt.layers, "gpt/llama: transformer blocks")->capture_default_str();
+  app.add_option("--hidden", c.gpt.hidden, "gpt/llama: hidden size")->capture_default_str();
+  app.add_option("--heads", c.gpt.heads, "gpt/llama: attention heads")->capture_default_str();
+  app.add_option("--kv-heads", c.gpt.kv_heads,
+                 "llama: key/value heads (grouped-query attention; default: --heads)")
+      ->check(whole_number(/*min=*/1));
+  app.add_option(
+         "--ffn-hidden", c.gpt.ffn_hidden,
+         "gpt/llama: the MLP's inner width (default: 4 × hidden for gpt, Meta's rule for llama)")
+      ->check(whole_number(/*min=*/1));
+  app.add_option("--seq-len", c.gpt.seq_len, "gpt/llama: tokens per sample")->capture_default_str();
+  app.add_option("--vocab", c.gpt.vocab, "gpt/llama: vocabulary (256 for byte-level text)")
+      ->capture_default_str();
+  app.add_flag("--tie-head,!--no-tie-head", c.gpt.tie_head,
+               "gpt: the LM head shares the token embedding (--no-tie-head: its own weight)");
+  app.add_option("--rope-theta", c.gpt.rope_theta, "llama: the rotary embedding's base")
+      ->capture_default_str();
   app.add_option("--device", c.device, "physical device (cpu)")->capture_default_str();
   app.add_option("--epochs", c.epochs)->capture_default_str()
       ->check(whole_number(/*min=*/1));
@@ -101,6 +116,18 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--inter", c.inter, "with --cluster: link between nodes (hdr, ndr, 100gbe)");
   app.callback([&c, &app] {
     if (c.optimizer.name == "sgd" && app.count("--lr") == 0) c.optimizer.lr = 0.01;
+    // A preset sets the shape first; each shape flag given then overrides its field.
+    ModelFlagsGiven given;
+    given.model = app.count("--model") > 0;
+    given.preset = app.count("--preset") > 0;
+    for (const std::string& flag : shape_flag_names())
+      if (app.count(flag) > 0)
+        given.shape.push_back(flag);
+    try {
+      apply_preset(c, given);
+    } catch (const std::invalid_argument& e) {
+      throw CLI::ValidationError(e.what());
+    }
   });
 }
 

@@ -15,6 +15,7 @@
 #include "mesh/parallel_dims.h"
 #include "models/llama.h"
 #include "models/models.h"
+#include "models/presets.h"
 #include "report/atomic_file.h"
 #include "report/crc32c.h"
 #include "report/printable.h"
@@ -206,19 +207,18 @@ CheckpointIdentity checkpoint_identity(const TrainConfig& config) {
   CheckpointIdentity id;
   id.kind = uses_mesh_layout(config) ? kPerRankCheckpoint : kWholeCheckpoint;
   id.model = config.model;
-  if (config.model == "gpt") {
+  if (is_transformer(config.model)) {
     const GptOptions& g = config.gpt;
+    // The fields a gpt of the default MLP width leaves out keep older manifests' identity.
+    std::string more;
+    if (config.model == "llama")
+      more = fmt::format(", {} kv heads, MLP {}, rope theta {}", preset_kv_heads(g),
+                         preset_ffn_hidden(config.model, g), g.rope_theta);
+    else if (g.ffn_hidden > 0)
+      more = fmt::format(", MLP {}", g.ffn_hidden);
     id.model = fmt::format(
-        "gpt ({} layers, hidden {}, {} heads, {} tokens, vocabulary {}, {} head)", g.layers,
-        g.hidden, g.heads, g.seq_len, g.vocab, g.tie_head ? "tied" : "untied");
-    if (g.ffn_hidden > 0)
-      id.model.insert(id.model.size() - 1, fmt::format(", mlp width {}", g.ffn_hidden));
-  } else if (config.model == "llama") {
-    const GptOptions& g = config.gpt;
-    id.model = fmt::format("llama ({} layers, hidden {}, {} heads, {} kv heads, mlp width {}, {} "
-                           "tokens, vocabulary {}, rope theta {})",
-                           g.layers, g.hidden, g.heads, llama_kv_heads(g), llama_ffn_hidden(g),
-                           g.seq_len, g.vocab, g.rope_theta);
+        "{} ({} layers, hidden {}, {} heads, {} tokens, vocabulary {}, {} head{})", config.model,
+        g.layers, g.hidden, g.heads, g.seq_len, g.vocab, g.tie_head ? "tied" : "untied", more);
   }
   id.optimizer = config.optimizer.name;
   // What decides the shapes of a rank's part; micro-batches, schedule and recompute do not.

@@ -15,6 +15,7 @@
 #include "memory/category.h"
 #include "mesh/parallel_dims.h"
 #include "models/models.h"
+#include "models/presets.h"
 #include "parallel/pipeline.h"
 #include "parallel/schedule.h"
 #include "parallel/strategy.h"
@@ -54,15 +55,11 @@ void validate_layout(TrainConfig& c) {
 
   if (is_transformer(c.model)) {
     const auto& g = c.gpt;
-    require(g.layers >= 1 && g.hidden >= 1 && g.heads >= 1 && g.seq_len >= 1 && g.vocab >= 1,
-            "--layers, --hidden, --heads, --seq-len and --vocab must be positive");
-    require(g.hidden % g.heads == 0,
-            fmt::format("--hidden {} is not divisible by --heads {}", g.hidden, g.heads));
+    validate_shape(c.model, g);
     require(g.heads % c.tp == 0,
             fmt::format("--heads {} is not divisible by --tp {}", g.heads, c.tp));
-    const int64_t kv_heads = g.kv_heads > 0 ? g.kv_heads : g.heads; // llama's; 0: heads
-    require(c.model != "llama" || kv_heads % c.tp == 0,
-            fmt::format("--kv-heads {} is not divisible by --tp {}", kv_heads, c.tp));
+    require(preset_kv_heads(g) % c.tp == 0,
+            fmt::format("--kv-heads {} is not divisible by --tp {}", preset_kv_heads(g), c.tp));
     require(g.layers >= c.pp,
             fmt::format("--layers {} is fewer than --pp {}: every stage needs a layer", g.layers, c.pp));
     require(!g.tie_head || c.pp == 1,
@@ -124,8 +121,20 @@ void validate(TrainConfig& c) {
           fmt::format("--gpus must be between 1 and {}, got {}", kMaxGpus, c.gpus));
   require(contains(strategy_names(), c.strategy),
           fmt::format("unknown strategy '{}' (choose single, ddp or dp)", c.strategy));
-  require(contains(model_names(), c.model),
-          fmt::format("unknown model '{}' (choose cnn, lenet, gpt or llama)", c.model));
+  if (!contains(model_names(), c.model)) {
+    std::string names;
+    for (const std::string& n : model_names())
+      names += n + ", ";
+    throw std::invalid_argument(fmt::format(
+        "unknown model '{}' (choose {}or a preset: nearest {}; `meshsim models` lists them)",
+        c.model, names, nearest_preset_names(c.model)));
+  }
+  if (!c.preset.empty()) {
+    const ModelPreset* p = find_preset(c.preset);
+    require(p != nullptr, unknown_preset_message(c.preset));
+    require(p->family == c.model,
+            fmt::format("preset {} is a {} model, not {}", p->name, p->family, c.model));
+  }
   require(c.strategy != "single" || c.gpus == 1,
           fmt::format("--strategy single runs on one GPU; use --gpus 1, not {}", c.gpus));
   require(c.device == "cpu" || c.device.rfind("cuda", 0) == 0,
@@ -163,7 +172,8 @@ void validate(TrainConfig& c) {
   require(c.synthetic_train >= 1 && c.synthetic_test >= 1,
           fmt::format("--synthetic-train and --synthetic-test must be positive, got {} and {}",
                       c.synthetic_train, c.synthetic_test));
-  if (c.data.empty()) c.data = is_transformer(c.model) ? kDefaultText : kDefaultData;
+  if (c.data.empty())
+    c.data = is_transformer(c.model) ? kDefaultText : kDefaultData;
   validate_layout(c);
   if (c.gpu_mem == "auto") {
     c.gpu_mem_bytes = 0;
@@ -202,13 +212,17 @@ nlohmann::json to_json(const TrainConfig& c) {
           {"schedule", c.schedule},
           {"micro_batches", c.micro_batches},
           {"recompute", c.recompute},
+          {"preset", c.preset},
           {"gpt",
            {{"layers", c.gpt.layers},
             {"hidden", c.gpt.hidden},
             {"heads", c.gpt.heads},
+            {"kv_heads", c.gpt.kv_heads},
+            {"ffn_hidden", c.gpt.ffn_hidden},
             {"seq_len", c.gpt.seq_len},
             {"vocab", c.gpt.vocab},
-            {"tie_head", c.gpt.tie_head}}},
+            {"tie_head", c.gpt.tie_head},
+            {"rope_theta", c.gpt.rope_theta}}},
           {"seed", c.seed},
           {"log_every", c.log_every},
           {"optimizer", c.optimizer.name},
@@ -302,8 +316,11 @@ TrainConfig config_from_json(const json& doc) {
   TrainConfig c;
   GptOptions& g = c.gpt;
   const std::map<std::string, Setter> gpt_setters = {
-      {"layers", to(g.layers)},   {"hidden", to(g.hidden)}, {"heads", to(g.heads)},
-      {"seq_len", to(g.seq_len)}, {"vocab", to(g.vocab)},   {"tie_head", to(g.tie_head)},
+      {"layers", to(g.layers)},         {"hidden", to(g.hidden)},
+      {"heads", to(g.heads)},           {"kv_heads", to(g.kv_heads)},
+      {"ffn_hidden", to(g.ffn_hidden)}, {"seq_len", to(g.seq_len)},
+      {"vocab", to(g.vocab)},           {"tie_head", to(g.tie_head)},
+      {"rope_theta", to(g.rope_theta)},
   };
   // Derived keys: to_json computes them from the others, so they are checked and dropped.
   const auto derived = [](const json& v, const std::string& k) { integer<int64_t>(v, k); };
@@ -311,6 +328,7 @@ TrainConfig config_from_json(const json& doc) {
       {"gpus", to(c.gpus)},
       {"strategy", to(c.strategy)},
       {"model", to(c.model)},
+      {"preset", to(c.preset)},
       {"data", to(c.data)},
       {"device", to(c.device)},
       {"epochs", to(c.epochs)},

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -27,7 +28,9 @@ struct TrainConfig {
   std::string strategy = "ddp";
   std::string model = "cnn";
   std::string data;           // an IDX folder, a text file (gpt), or "synthetic"; "" = the model's default
-  GptOptions gpt;             // --layers --hidden --heads --seq-len --vocab --tie-head
+  std::string preset;         // --preset NAME (or a preset name as --model): the shape started from
+  GptOptions gpt;             // --layers --hidden --heads --kv-heads --ffn-hidden --seq-len --vocab
+                              // --tie-head --rope-theta (gpt and llama)
   int tp = 1, pp = 1;         // dp = gpus / (tp · pp)
   int zero = 0;
   std::string schedule = "1f1b";
@@ -60,6 +63,44 @@ struct TrainConfig {
   std::string intra;    // --intra / --inter: link overrides for --cluster
   std::string inter;
 };
+
+/// gpt and llama: transformers on token data (text or synthetic), shaped by GptOptions.
+bool is_transformer(const std::string& model);
+
+/// Which of the flags that name a model were given on the command line: a preset applies its
+/// shape only when named there (a preset read from --config is a label of the file's shape).
+struct ModelFlagsGiven {
+  bool model = false;  // --model
+  bool preset = false; // --preset
+  /// The shape flags given, by name ("--layers", ...): they override the preset's values.
+  std::vector<std::string> shape;
+};
+
+/// The flags that set a field of the shape (GptOptions), each of which overrides a preset.
+const std::vector<std::string>& shape_flag_names();
+
+/// Applies --preset, or a preset named by --model, to `config`: model becomes the preset's
+/// family ("gpt" or "llama") and every field of the shape takes the preset's value unless its
+/// flag was given. Does nothing when neither flag names a preset. Throws std::invalid_argument
+/// (one line) for an unknown preset, two different presets, or --model of another family.
+void apply_preset(TrainConfig& config, const ModelFlagsGiven& given);
+
+/// Checks a transformer's shape for `family` ("gpt" or "llama"): every size positive (kv_heads
+/// and ffn_hidden may be 0, the family's default), heads divide hidden, kv heads divide heads
+/// (gpt has no grouped-query attention), a finite positive rope theta, and a parameter count
+/// within kMaxParameters. Throws std::invalid_argument with a one-line message naming the flag.
+void validate_shape(const std::string& family, const GptOptions& shape);
+
+/// The three preset names nearest to `name` (edit distance), for messages about a typo.
+std::string nearest_preset_names(const std::string& name);
+
+/// "unknown preset 'NAME' (nearest: ...; `meshsim models` lists them all)".
+std::string unknown_preset_message(const std::string& name);
+
+/// The largest model meshsim accepts: 16 bytes of model state per parameter (fp32 Adam, or
+/// mixed precision's 2 + 2 + 12) must stay far inside int64 bytes, and a thousand times the
+/// largest preset (1.0e12) leaves room for any real model.
+constexpr double kMaxParameters = 1e15;
 
 /// Whether the run needs the hybrid dp × tp × pp engine (any of --tp --pp --zero
 /// --micro-batches --recompute).

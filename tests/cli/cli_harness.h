@@ -19,8 +19,10 @@ struct CliResult {
   std::string output;  // stdout and stderr
 };
 
-inline CliResult run_meshsim(const std::string& args) {
-  const std::string cmd = std::string(MESHSIM_BINARY) + " " + args + " --no-progress 2>&1";
+// Runs `meshsim ARGS` exactly as given (run_meshsim adds --no-progress, which only `train`
+// takes).
+inline CliResult run_meshsim_exactly(const std::string& args) {
+  const std::string cmd = std::string(MESHSIM_BINARY) + " " + args + " 2>&1";
   CliResult r;
   FILE* pipe = popen(cmd.c_str(), "r");
   if (!pipe) return r;
@@ -30,6 +32,10 @@ inline CliResult run_meshsim(const std::string& args) {
   const int status = pclose(pipe);
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+inline CliResult run_meshsim(const std::string& args) {
+  return run_meshsim_exactly(args + " --no-progress");
 }
 
 inline std::filesystem::path fresh_dir(const std::string& name) {

@@ -7,6 +7,7 @@
 #include "../cli/cli_harness.h"
 #include "data/dataset.h"
 #include "report/crc32c.h"
+#include "train/checkpoint.h"
 #include "train/checkpoint_manifest.h"
 
 using namespace meshsim;
@@ -162,6 +163,25 @@ TEST(CheckpointIntegrity, AnotherOptimizerOrModelIsRefused) {
       << r.output;
   EXPECT_FALSE(fs::exists(out));
   fs::remove_all(run);
+}
+
+// The shape flags that presets brought (MLP width, kv heads, rope theta) are part of the
+// identity a resume checks; a gpt of the default width keeps the identity it always had.
+TEST(CheckpointIntegrity, IdentityNamesEveryShapeField) {
+  TrainConfig gpt;
+  gpt.model = "gpt";
+  EXPECT_EQ(checkpoint_identity(gpt).model,
+            "gpt (2 layers, hidden 64, 4 heads, 64 tokens, vocabulary 256, untied head)");
+  gpt.gpt.ffn_hidden = 100;
+  EXPECT_EQ(checkpoint_identity(gpt).model,
+            "gpt (2 layers, hidden 64, 4 heads, 64 tokens, vocabulary 256, untied head, MLP 100)");
+  TrainConfig llama;
+  llama.model = "llama";
+  llama.gpt.kv_heads = 2;
+  llama.gpt.rope_theta = 500000;
+  EXPECT_EQ(checkpoint_identity(llama).model,
+            "llama (2 layers, hidden 64, 4 heads, 64 tokens, vocabulary 256, untied head, 2 kv "
+            "heads, MLP 256, rope theta 500000)");
 }
 
 TEST(CheckpointIntegrity, KeepCheckpointsKeepsTheNewest) {

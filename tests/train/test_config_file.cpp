@@ -71,6 +71,45 @@ TEST(ConfigFile, RoundTripIsIdentical) {
   EXPECT_EQ(to_json(back).dump(), saved.dump());
 }
 
+// The preset's name and the whole resolved shape (kv heads, MLP width, rope theta included)
+// survive config.json, and validate accepts them again.
+TEST(ConfigFile, RoundTripKeepsThePresetAndTheShape) {
+  TrainConfig c;
+  c.model = "gpt";
+  c.preset = "gpt2";
+  c.data = "synthetic";
+  c.gpt.layers = 1;
+  c.gpt.hidden = 48;
+  c.gpt.heads = 6;
+  c.gpt.kv_heads = 6;
+  c.gpt.ffn_hidden = 100;
+  c.gpt.seq_len = 16;
+  c.gpt.vocab = 300;
+  c.gpt.tie_head = true;
+  c.gpt.rope_theta = 123456.5;
+  validate(c);
+  const json saved = to_json(c);
+  EXPECT_EQ(saved["preset"], "gpt2");
+  EXPECT_EQ(saved["gpt"]["kv_heads"], 6);
+  EXPECT_EQ(saved["gpt"]["ffn_hidden"], 100);
+  EXPECT_EQ(saved["gpt"]["rope_theta"], 123456.5);
+  EXPECT_EQ(round_trip(c).dump(), saved.dump());
+  TrainConfig back = config_from_json(saved);
+  EXPECT_EQ(back.preset, "gpt2");
+  EXPECT_EQ(back.gpt.ffn_hidden, 100);
+  EXPECT_EQ(back.gpt.rope_theta, 123456.5);
+  validate(back);
+  EXPECT_EQ(to_json(back).dump(), saved.dump());
+  EXPECT_EQ(error_of([] {
+              config_from_json(json{{"preset", 7}});
+            }),
+            "config.json: \"preset\" must be a string, got number");
+  EXPECT_EQ(error_of([] {
+              config_from_json(json{{"gpt", {{"rope_theta", "big"}}}});
+            }),
+            "config.json: \"gpt.rope_theta\" must be a number, got string");
+}
+
 TEST(ConfigFile, DerivedKeysAreIgnoredAndMissingKeysKeepDefaults) {
   const TrainConfig c =
       config_from_json(json{{"gpus", 2}, {"dp", 99}, {"global_batch_size", 1}, {"out", "runs/x"}});
