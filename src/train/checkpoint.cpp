@@ -190,7 +190,7 @@ void check_identity(const CheckpointManifest& m, const CheckpointIdentity& expec
   if (got.optimizer != expected.optimizer)
     throw std::invalid_argument(
         fmt::format("its optimizer state is {}'s; this run uses --optimizer {}", got.optimizer,
-                    expected.optimizer));
+                    expected.optimizer)); // "adam with bf16 mixed precision": --precision too
   if (got.layout != expected.layout)
     throw std::invalid_argument(
         fmt::format("it was written by {}; this run is {}", got.layout, expected.layout));
@@ -212,6 +212,9 @@ CheckpointIdentity checkpoint_identity(const TrainConfig& config) {
         g.hidden, g.heads, g.seq_len, g.vocab, g.tie_head ? "tied" : "untied");
   }
   id.optimizer = config.optimizer.name;
+  // Mixed precision adds fp32 master weights (and fp16 a loss scale) to the state.
+  if (config.precision != "fp32")
+    id.optimizer += " with " + config.precision + " mixed precision";
   // What decides the shapes of a rank's part; micro-batches, schedule and recompute do not.
   if (id.kind == kPerRankCheckpoint)
     id.layout = fmt::format("{} GPUs as {}, zero {}, buckets of {} MiB", config.gpus,

@@ -106,6 +106,7 @@ TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& 
   options.schedule = config.schedule;
   options.micro_batches = config.micro_batches;
   options.recompute = config.recompute == "full";
+  options.precision = config.precision;
 
   TrainResult result;
   result.eval_peak_bytes.assign(world, 0);
