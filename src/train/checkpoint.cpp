@@ -187,10 +187,21 @@ void check_identity(const CheckpointManifest& m, const CheckpointIdentity& expec
   if (got.model != expected.model)
     throw std::invalid_argument(
         fmt::format("it holds the model {}; this run trains {}", got.model, expected.model));
-  if (got.optimizer != expected.optimizer)
+  if (got.optimizer != expected.optimizer) {
+    // "adam" or "adam with bf16 mixed precision" (checkpoint_identity): name, then precision.
+    auto name = [](const std::string& id) { return id.substr(0, id.find(' ')); };
+    auto precision = [](const std::string& id) {
+      const auto with = id.find(" with ");
+      return with == std::string::npos ? std::string("fp32") : id.substr(with + 6, 4);
+    };
+    if (name(got.optimizer) != name(expected.optimizer))
+      throw std::invalid_argument(
+          fmt::format("its optimizer state is {}'s; this run uses --optimizer {}",
+                      name(got.optimizer), name(expected.optimizer)));
     throw std::invalid_argument(
-        fmt::format("its optimizer state is {}'s; this run uses --optimizer {}", got.optimizer,
-                    expected.optimizer)); // "adam with bf16 mixed precision": --precision too
+        fmt::format("it was trained with --precision {}; this run uses --precision {}",
+                    precision(got.optimizer), precision(expected.optimizer)));
+  }
   if (got.layout != expected.layout)
     throw std::invalid_argument(
         fmt::format("it was written by {}; this run is {}", got.layout, expected.layout));

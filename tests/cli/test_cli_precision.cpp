@@ -56,3 +56,28 @@ TEST(CliPrecision, Fp16AndUnknownPrecisionsAreUsageErrors) {
     EXPECT_FALSE(fs::exists(out));
   }
 }
+
+// The fp32 master weights (and the moments) are part of the checkpoint: a bf16 run stopped at
+// step 5 and resumed ends exactly where the uninterrupted run does, which rounding the bf16
+// parameters back into fresh masters would not. Another precision cannot resume it.
+TEST(CliPrecision, Bf16ResumeContinuesFromTheMasterWeights) {
+  const std::string run = "train --precision bf16 --gpus 2 --data synthetic --synthetic-train 512 "
+                          "--synthetic-test 64 --batch-size 16 ";
+  const auto whole = fresh_dir("bf16-whole"), half = fresh_dir("bf16-half"),
+             resumed = fresh_dir("bf16-resumed"), other = fresh_dir("bf16-fp32");
+  ASSERT_EQ(run_meshsim(run + "--max-steps 10 --out " + whole.string()).code, 0);
+  ASSERT_EQ(run_meshsim(run + "--max-steps 5 --out " + half.string()).code, 0);
+  const auto r =
+      run_meshsim(run + "--max-steps 10 --resume " + half.string() + " --out " + resumed.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(read_json(resumed / "summary.json")["final_loss"],
+            read_json(whole / "summary.json")["final_loss"]);
+  const auto fp32 = run_meshsim("train --gpus 2 --data synthetic --synthetic-train 512 "
+                                "--synthetic-test 64 --batch-size 16 --max-steps 10 --resume " +
+                                half.string() + " --out " + other.string());
+  EXPECT_EQ(fp32.code, 2) << fp32.output;
+  EXPECT_NE(
+      fp32.output.find("it was trained with --precision bf16; this run uses --precision fp32"),
+      std::string::npos)
+      << fp32.output;
+}
