@@ -50,6 +50,10 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
       ->capture_default_str();
   app.add_option("--recompute", c.recompute, "activation checkpointing per transformer block: none | full")
       ->capture_default_str();
+  app.add_option("--precision", c.precision,
+                 "fp32 | bf16 (16-bit params and grads, fp32 master weights and Adam state) | fp16 "
+                 "(as bf16, with dynamic loss scaling; needs a GPU)")
+      ->capture_default_str();
   app.add_option("--global-batch-size", c.global_batch_size,
                  "samples per step over all replicas (overrides --batch-size)")
       ->check(whole_number(/*min=*/1));

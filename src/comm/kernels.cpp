@@ -8,6 +8,9 @@
 #include <stdexcept>
 #include <string>
 
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
 namespace meshsim {
 namespace {
 
@@ -50,8 +53,13 @@ void reduce_into(c10::ScalarType dtype, const std::vector<void*>& inputs,
   case c10::ScalarType::Double: return reduce_typed<double>(inputs, outputs, lo, hi, op, count);
   case c10::ScalarType::Long: return reduce_typed<int64_t>(inputs, outputs, lo, hi, op, count);
   case c10::ScalarType::Int: return reduce_typed<int32_t>(inputs, outputs, lo, hi, op, count);
+  // Mixed precision's gradients: each addition rounds to the element type, as NCCL's
+  // reductions of 16-bit types do between ring steps.
+  case c10::ScalarType::BFloat16:
+    return reduce_typed<c10::BFloat16>(inputs, outputs, lo, hi, op, count);
+  case c10::ScalarType::Half: return reduce_typed<c10::Half>(inputs, outputs, lo, hi, op, count);
   default:
-    throw std::invalid_argument(std::string("reductions support float, double, int and long, not ") +
+    throw std::invalid_argument(std::string("reductions support float, double, bfloat16, half, int and long, not ") +
                                 c10::toString(dtype));
   }
 }

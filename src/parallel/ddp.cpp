@@ -23,7 +23,8 @@ public:
     const double local_loss = replica_.forward_backward(ctx_, batch, step_number);
     buckets_.all_reduce_average(ctx_.comm, world_);
     ctx_.sample_memory(step_number, "all_reduce");
-    replica_.optimizer_step(ctx_, step_number);
+    replica_.optimizer_step(ctx_, step_number,
+                            gradients_finite(ctx_, *replica_.optimizer, world_));
     return global_mean_loss(local_loss, batch.size());
   }
 

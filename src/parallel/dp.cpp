@@ -57,7 +57,7 @@ public:
     CategoryScope scope(MemoryCategory::Activations);
     replica_.model->train();
     double t = ctx_.now();
-    torch::Tensor outputs = replica_.model->forward(local.inputs);
+    torch::Tensor outputs = replica_.model->forward(model_inputs(local.inputs, replica_.dtype));
     ctx_.record_compute("forward", step_number, t);
     double loss_value = 0;
     torch::Tensor output_grad;
@@ -66,7 +66,10 @@ public:
       for (int r = 1; r < ctx_.world_size; ++r) all.push_back(ctx_.comm.recv(r, kTagOutputs));
       torch::Tensor gathered = torch::cat(all).requires_grad_(true);
       torch::Tensor loss = loss_fn(gathered, global.targets);
-      loss.backward();
+      // fp16: the output gradients every replica receives carry the loss scale.
+      const double scale = replica_.optimizer->loss_scale();
+      if (scale != 1.0) (loss * scale).backward();
+      else loss.backward();
       loss_value = loss.item<double>();
       ctx_.sample_memory(step_number, "forward");
       int64_t offset = 0;
@@ -91,7 +94,10 @@ public:
 
     buckets_.reduce_sum(ctx_.comm, kRoot, world_);
     ctx_.sample_memory(step_number, "reduce");
-    if (replica_.optimizer) replica_.optimizer_step(ctx_, step_number);
+    // Only GPU 0 steps, on the gradients summed onto it: its own check decides an overflow.
+    if (replica_.optimizer)
+      replica_.optimizer_step(ctx_, step_number,
+                              !replica_.optimizer->loss_scaling() || replica_.optimizer->grads_finite());
     return loss_value;
   }
 

@@ -73,7 +73,7 @@ public:
       if (batch.size() > 0) {
         // Exactly M micro-batches (sizes differ by one at most; the trainer drops a last
         // batch smaller than M), each weighted by its size in the loss.
-        inputs = batch.inputs.tensor_split(micro_batches_);
+        inputs = model_inputs(batch.inputs, compute_dtype(options_)).tensor_split(micro_batches_);
         targets = batch.targets.tensor_split(micro_batches_);
       }
       ctx_.record_compute("micro-batches", step_number, t);
@@ -81,15 +81,25 @@ public:
       views.layer = "split";
       views.op = "elementwise";
       attach_work(ctx_.recorder.compute.back(), {views});
-      if (dims_.pp > 1)
-        local_loss = run_pipeline_step(ctx_, pipe_, actions_, inputs, targets, loss_fn, step_number);
-      else
-        local_loss = accumulate(inputs, targets, batch.size(), step_number);
+      // fp16: every backward starts from the loss times the scale (a power of two, so the
+      // loss reported is divided back exactly).
+      const double scale = zero_->optimizer()->loss_scale();
+      if (dims_.pp > 1) {
+        auto scaled_loss = [scale](const torch::Tensor& out, const torch::Tensor& target) {
+          return scale != 1.0 ? loss_fn(out, target) * scale : loss_fn(out, target);
+        };
+        local_loss = run_pipeline_step(ctx_, pipe_, actions_, inputs, targets, scaled_loss,
+                                       step_number) / scale;
+      } else {
+        local_loss = accumulate(inputs, targets, batch.size(), step_number, scale);
+      }
     }
     zero_->finish_gradients(step_number);
     ctx_.sample_memory(step_number, "gradients");
+    // Every rank holds a different part (dp shards, tp and pp parts): all of them agree.
+    const bool finite = gradients_finite(ctx_, *zero_->optimizer(), world_);
     const double t = ctx_.now();
-    zero_->step(step_number);
+    zero_->step(step_number, finite);
     ctx_.record_compute("optimizer", step_number, t);
     attach_work(ctx_.recorder.compute.back(),
                 {optimizer_work(optimizer_numel_, options_.optimizer.name,
@@ -103,7 +113,7 @@ public:
   std::pair<int64_t, int64_t> evaluate(const Batch& batch) override {
     auto model = zero_->module();
     model->eval();
-    torch::Tensor x = batch.inputs;
+    torch::Tensor x = model_inputs(batch.inputs, compute_dtype(options_));
     if (pipe_.prev_rank >= 0) x = ctx_.comm.recv(pipe_.prev_rank, kTagEvalActivations);
     torch::Tensor out = model->forward(x);
     if (pipe_.next_rank >= 0) ctx_.comm.send(out, pipe_.next_rank, kTagEvalActivations);
@@ -142,7 +152,8 @@ private:
     model_options.seed = options_.seed;
     model_options.rank = ctx_.rank;
     model_options.gpt = options_.gpt;
-    model_options.dtype = options_.dtype;
+    model_options.dtype = compute_dtype(options_);
+    ensure_kernels_for(model_options.dtype);
     model_options.device = options_.device;
     torch::nn::Sequential full, stage;
     {
@@ -159,7 +170,8 @@ private:
 
   // One pipeline stage: forward and backward of each micro-batch in turn, gradients summed.
   double accumulate(const std::vector<torch::Tensor>& inputs,
-                    const std::vector<torch::Tensor>& targets, int64_t local_batch, int64_t step) {
+                    const std::vector<torch::Tensor>& targets, int64_t local_batch, int64_t step,
+                    double scale) {
     auto model = zero_->module();
     model->train();
     double loss_sum = 0;
@@ -172,7 +184,8 @@ private:
       attach_work(ctx_.recorder.compute.back(), work);
       ctx_.sample_memory(step, fmt::format("F{}", m));
       t = ctx_.now();
-      loss.backward();
+      if (scale != 1.0) (loss * scale).backward();
+      else loss.backward();
       ctx_.record_compute("backward", step, t);
       attach_work(ctx_.recorder.compute.back(), backward_work(work));
       loss_sum += loss_value(loss);

@@ -14,7 +14,9 @@ Replica::Replica(const StrategyOptions& options, int rank, bool with_optimizer) 
     model_options.seed = options.seed;
     model_options.rank = rank;
     model_options.gpt = options.gpt;
-    model_options.dtype = options.dtype;
+    dtype = compute_dtype(options);
+    ensure_kernels_for(dtype);
+    model_options.dtype = dtype;
     model_options.device = options.device;
     model = build_model(options.model, model_options);
   }
@@ -42,14 +44,18 @@ double Replica::forward_backward(RankContext& ctx, const Batch& batch, int64_t s
   ctx.sample_memory(step, "batch");
   double t = ctx.now();
   std::vector<LayerWork> layers;
-  torch::Tensor x = forward_counting(model, batch.inputs, layers);
+  torch::Tensor x = forward_counting(model, model_inputs(batch.inputs, dtype), layers);
   torch::Tensor loss = loss_fn(x, batch.targets);
   x = torch::Tensor();
   ctx.record_compute("forward", step, t);
   attach_work(ctx.recorder.compute.back(), layers);
   ctx.sample_memory(step, "forward");
   t = ctx.now();
-  loss.backward();
+  const double scale = optimizer ? optimizer->loss_scale() : 1.0;
+  if (scale != 1.0)
+    (loss * scale).backward();
+  else
+    loss.backward();
   ctx.record_compute("backward", step, t);
   attach_work(ctx.recorder.compute.back(), backward_work(layers));
   const double value = loss_value(loss);
@@ -58,15 +64,29 @@ double Replica::forward_backward(RankContext& ctx, const Batch& batch, int64_t s
   return value;
 }
 
-void Replica::optimizer_step(RankContext& ctx, int64_t step) {
+void Replica::optimizer_step(RankContext& ctx, int64_t step, bool grads_finite) {
   const double t = ctx.now();
-  optimizer->step();
+  optimizer->step(grads_finite);
   ctx.record_compute("optimizer", step, t);
   int64_t numel = 0;
   for (const auto& p : params) numel += p.numel();
   const auto& o = optimizer->options();
   attach_work(ctx.recorder.compute.back(), {optimizer_work(numel, o.name, o.momentum != 0)});
   ctx.sample_memory(step, "optimizer");
+}
+
+bool gradients_finite(RankContext& ctx, const Optimizer& optimizer, const Group& group) {
+  if (!optimizer.loss_scaling())
+    return true;
+  torch::NoGradGuard no_grad;
+  CategoryScope scope(MemoryCategory::Communication);
+  const torch::Tensor& like = optimizer.params().front();
+  torch::Tensor overflow =
+      torch::full({1}, optimizer.grads_finite() ? 0.0 : 1.0, like.options().dtype(torch::kFloat32));
+  ctx.comm.all_reduce(overflow, ReduceOp::Max, group);
+  if (overflow.is_meta())
+    return true; // a plan assumes finite gradients
+  return overflow.item<float>() == 0.0f;
 }
 
 } // namespace meshsim

@@ -22,13 +22,22 @@ struct Replica {
   Replica(const StrategyOptions& options, int rank, bool with_optimizer);
 
   /// Forward and backward on `batch`; returns the batch's mean loss. Gradients accumulate
-  /// into the preallocated `.grad`s.
+  /// into the preallocated `.grad`s (multiplied by the optimizer's loss scale, if any).
   double forward_backward(RankContext& ctx, const Batch& batch, int64_t step);
-  void optimizer_step(RankContext& ctx, int64_t step);
+  /// The optimizer's step; `grads_finite` false skips it (fp16 overflow).
+  void optimizer_step(RankContext& ctx, int64_t step, bool grads_finite = true);
 
+  torch::Dtype dtype; // the model's (compute_dtype)
   torch::nn::Sequential model;
   std::vector<torch::Tensor> params;
   std::unique_ptr<Optimizer> optimizer;
 };
+
+/// fp16: whether the gradients are finite on every rank of `group`, agreed through one
+/// all-reduce (max) of an overflow flag, so that all of them step or all skip (ZeRO shards
+/// and model-parallel parts see different gradients). True, with no collective, when the
+/// optimizer does not scale the loss. Every rank of `group` calls it. On the meta device
+/// there are no values to read: true, after the same collective.
+bool gradients_finite(RankContext& ctx, const Optimizer& optimizer, const Group& group);
 
 } // namespace meshsim

@@ -2,7 +2,11 @@
 // every other strategy is tested against.
 #include "parallel/strategy.h"
 
+#include <iostream>
+#include <mutex>
 #include <stdexcept>
+
+#include <ATen/Context.h>
 
 #include "memory/allocator.h"
 #include "parallel/replica.h"
@@ -16,7 +20,10 @@ std::unique_ptr<Strategy> make_hybrid(RankContext& ctx, const StrategyOptions& o
 std::pair<int64_t, int64_t> Strategy::evaluate(const Batch& batch) {
   auto model = eval_model();
   model->eval();
-  const torch::Tensor logits = model->forward(batch.inputs);
+  const auto params = model->parameters();
+  const torch::Tensor inputs =
+      params.empty() ? batch.inputs : model_inputs(batch.inputs, params.front().scalar_type());
+  const torch::Tensor logits = model->forward(inputs);
   model->train();
   return {logits.argmax(-1).eq(batch.targets).sum().item<int64_t>(), batch.targets.numel()};
 }
@@ -31,7 +38,48 @@ bool uses_hybrid(const StrategyOptions& o) {
   return o.tp > 1 || o.pp > 1 || o.zero > 0 || o.micro_batches > 1 || o.recompute;
 }
 
-torch::Tensor loss_fn(const torch::Tensor& logits, const torch::Tensor& targets) {
+torch::Dtype compute_dtype(const StrategyOptions& options) {
+  if (options.precision == "fp32")
+    return options.dtype;
+  if (options.precision != "bf16" && options.precision != "fp16")
+    throw std::invalid_argument("unknown precision '" + options.precision +
+                                "' (choose fp32, bf16 or fp16)");
+  if (options.dtype != torch::kFloat32)
+    throw std::invalid_argument("--precision " + options.precision +
+                                " trains a float32 model in 16 bits, not a " +
+                                std::string(c10::toString(options.dtype)) + " one");
+  return options.precision == "bf16" ? torch::kBFloat16 : torch::kHalf;
+}
+
+void ensure_kernels_for(torch::Dtype dtype) {
+  if (dtype != torch::kBFloat16)
+    return;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    GpuGuard host(nullptr); // a probe on the host, charged to no virtual GPU
+    try {
+      const auto bf16 = torch::TensorOptions().dtype(torch::kBFloat16);
+      torch::Tensor w = torch::ones({4, 4}, bf16).requires_grad_(true);
+      torch::linear(torch::ones({2, 4}, bf16), w, torch::ones({4}, bf16)).sum().backward();
+      torch::Tensor k = torch::ones({2, 1, 3, 3}, bf16).requires_grad_(true);
+      torch::conv2d(torch::ones({1, 1, 6, 6}, bf16), k).sum().backward();
+    } catch (const std::exception&) { // dnnl::error, not a c10::Error
+      at::globalContext().setUserEnabledMkldnn(false);
+      std::cerr << "meshsim: oneDNN has no bf16 kernels on this CPU (no AVX-512): bf16 runs on "
+                   "ATen's own kernels\n";
+    }
+  });
+}
+
+torch::Tensor model_inputs(const torch::Tensor& inputs, torch::Dtype dtype) {
+  if (!inputs.defined() || !inputs.is_floating_point() || inputs.scalar_type() == dtype)
+    return inputs;
+  return inputs.to(dtype);
+}
+
+torch::Tensor loss_fn(const torch::Tensor& logits_in, const torch::Tensor& targets) {
+  const torch::Tensor logits =
+      is_low_precision(logits_in.scalar_type()) ? logits_in.to(torch::kFloat32) : logits_in;
   // Language models give [B,T,V] logits for [B,T] targets: one prediction per token.
   if (logits.dim() == 3)
     return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(2)}),
@@ -53,7 +101,9 @@ public:
   double step(const Batch& batch, int64_t step_number) override {
     replica_.optimizer->zero_grad();
     const double loss = replica_.forward_backward(ctx_, batch, step_number);
-    replica_.optimizer_step(ctx_, step_number);
+    // One device: its own gradients decide an fp16 overflow.
+    const bool finite = !replica_.optimizer->loss_scaling() || replica_.optimizer->grads_finite();
+    replica_.optimizer_step(ctx_, step_number, finite);
     return loss;
   }
   torch::nn::Sequential eval_model() override { return replica_.model; }

@@ -36,9 +36,14 @@ struct StrategyOptions {
   int zero = 0;                 // ZeRO stage on the data-parallel dimension
   std::string schedule = "1f1b";
   int micro_batches = 1;
-  bool recompute = false;       // activation checkpointing per transformer block
-  torch::Dtype dtype = torch::kFloat32;  // parameters and activations (float64 in tests)
-  torch::Device device = torch::kCPU;    // where the model is built: meta for plans
+  bool recompute = false;               // activation checkpointing per transformer block
+  torch::Dtype dtype = torch::kFloat32; // parameters and activations (float64 in tests)
+  /// fp32 | bf16 | fp16. bf16 and fp16 are mixed precision (train/optimizer.h): the model's
+  /// parameters, gradients and activations in 16 bits, fp32 master weights and moments in the
+  /// optimizer. They replace `dtype` and need it to be float32: float64 is for tests of exact
+  /// equivalence, which mixed precision is not.
+  std::string precision = "fp32";
+  torch::Device device = torch::kCPU;   // where the model is built: meta for plans
   OptimizerOptions optimizer;
   double bucket_mb = 25;
 };
@@ -86,6 +91,22 @@ public:
   virtual Optimizer* optimizer() = 0;
 };
 
+/// The dtype the model is built in: `dtype` for fp32, bfloat16 or half for bf16 and fp16.
+/// Throws std::invalid_argument for another precision, or a 16-bit one over a `dtype` other
+/// than float32.
+torch::Dtype compute_dtype(const StrategyOptions& options);
+
+/// Makes bf16 training possible on this CPU, once per process: LibTorch 1.13's oneDNN has
+/// bf16 linear and convolution kernels only with AVX-512 (elsewhere they fail with "could not
+/// create a primitive descriptor iterator"), while ATen's own kernels cover bf16 everywhere;
+/// so where a bf16 linear and convolution fail, oneDNN is turned off for the process (and
+/// the log says so). A no-op for every other dtype.
+void ensure_kernels_for(torch::Dtype dtype);
+
+/// `inputs` in the model's `dtype` when they are floating point (images; token ids stay
+/// int64), as Megatron feeds a 16-bit model: the cast is the first op of the forward.
+torch::Tensor model_inputs(const torch::Tensor& inputs, torch::Dtype dtype);
+
 /// Names accepted by --strategy.
 const std::vector<std::string>& strategy_names();
 
@@ -95,7 +116,8 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name, RankContext& ct
                                         const StrategyOptions& options);
 
 /// Cross-entropy on logits ([B, classes], or [B, T, vocab] with [B, T] targets), the loss
-/// every strategy trains.
+/// every strategy trains. 16-bit logits are cast to fp32 first, as Megatron's cross-entropy
+/// does, so the loss and its softmax are fp32 in every precision.
 torch::Tensor loss_fn(const torch::Tensor& logits, const torch::Tensor& targets);
 
 /// The loss as a number; 0 on the meta device, where a plan has shapes and no values.

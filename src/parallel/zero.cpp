@@ -241,13 +241,13 @@ void ZeroDataParallel::finish_gradients(int64_t step) {
       s.reduce_scatter(*unit);
 }
 
-void ZeroDataParallel::step(int64_t step) {
+void ZeroDataParallel::step(int64_t step, bool grads_finite) {
   State& s = *state_;
   const double t = s.ctx.now();
-  s.optimizer->step();
+  const bool stepped = s.optimizer->step(grads_finite);
   s.ctx.record_compute("optimizer", step, t);
   s.ctx.sample_memory(step, "optimizer");
-  if (s.options.stage == 1 || s.options.stage == 2) {
+  if (stepped && (s.options.stage == 1 || s.options.stage == 2)) {
     for (auto& unit : s.units)
       all_gather_into_full(*unit, s.ctx.comm, s.dp);
     s.ctx.sample_memory(step, "all_gather");

@@ -53,8 +53,9 @@ public:
   /// shard for 2 and 3).
   void finish_gradients(int64_t step);
   /// Optimizer step (on the shard for stages >= 1; then updated parameters all-gathered for
-  /// stages 1 and 2).
-  void step(int64_t step);
+  /// stages 1 and 2). `grads_finite` false (fp16 overflow, agreed by every member) skips it:
+  /// nothing changes and nothing is gathered.
+  void step(int64_t step, bool grads_finite = true);
   /// Collective over dp: the full parameters in module().parameters() order of the unwrapped
   /// model (stage 3 gathers them); allocated under the caller's current GPU/category.
   std::vector<torch::Tensor> full_parameters();

@@ -189,10 +189,21 @@ void check_identity(const CheckpointManifest& m, const CheckpointIdentity& expec
   if (got.model != expected.model)
     throw std::invalid_argument(
         fmt::format("it holds the model {}; this run trains {}", got.model, expected.model));
-  if (got.optimizer != expected.optimizer)
+  if (got.optimizer != expected.optimizer) {
+    // "adam" or "adam with bf16 mixed precision" (checkpoint_identity): name, then precision.
+    auto name = [](const std::string& id) { return id.substr(0, id.find(' ')); };
+    auto precision = [](const std::string& id) {
+      const auto with = id.find(" with ");
+      return with == std::string::npos ? std::string("fp32") : id.substr(with + 6, 4);
+    };
+    if (name(got.optimizer) != name(expected.optimizer))
+      throw std::invalid_argument(
+          fmt::format("its optimizer state is {}'s; this run uses --optimizer {}",
+                      name(got.optimizer), name(expected.optimizer)));
     throw std::invalid_argument(
-        fmt::format("its optimizer state is {}'s; this run uses --optimizer {}", got.optimizer,
-                    expected.optimizer));
+        fmt::format("it was trained with --precision {}; this run uses --precision {}",
+                    precision(got.optimizer), precision(expected.optimizer)));
+  }
   if (got.layout != expected.layout)
     throw std::invalid_argument(
         fmt::format("it was written by {}; this run is {}", got.layout, expected.layout));
@@ -221,6 +232,9 @@ CheckpointIdentity checkpoint_identity(const TrainConfig& config) {
         g.layers, g.hidden, g.heads, g.seq_len, g.vocab, g.tie_head ? "tied" : "untied", more);
   }
   id.optimizer = config.optimizer.name;
+  // Mixed precision adds fp32 master weights (and fp16 a loss scale) to the state.
+  if (config.precision != "fp32")
+    id.optimizer += " with " + config.precision + " mixed precision";
   // What decides the shapes of a rank's part; micro-batches, schedule and recompute do not.
   if (id.kind == kPerRankCheckpoint)
     id.layout = fmt::format("{} GPUs as {}, zero {}, buckets of {} MiB", config.gpus,

@@ -150,6 +150,12 @@ void validate(TrainConfig& c) {
   require(c.epochs >= 1, fmt::format("--epochs must be at least 1, got {}", c.epochs));
   require(c.max_steps >= 0, fmt::format("--max-steps must be 0 (no limit) or more, got {}", c.max_steps));
   require(c.log_every >= 1, fmt::format("--log-every must be at least 1, got {}", c.log_every));
+  require(c.precision == "fp32" || c.precision == "bf16" || c.precision == "fp16",
+          fmt::format("unknown --precision '{}' (choose fp32, bf16 or fp16)", c.precision));
+  // LibTorch 1.13's CPU kernels have no fp16 matmul, convolution or layer norm (addmm,
+  // slow_conv2d and LayerNormKernelImpl are "not implemented for 'Half'"); bf16 has them all.
+  require(c.precision != "fp16" || c.device != "cpu",
+          "--precision fp16 cannot train on the CPU (LibTorch 1.13 has no fp16 CPU matmul); use bf16");
   require(c.optimizer.name == "adam" || c.optimizer.name == "sgd",
           fmt::format("unknown optimizer '{}' (choose adam or sgd)", c.optimizer.name));
   require(std::isfinite(c.optimizer.lr) && c.optimizer.lr > 0,
@@ -213,6 +219,7 @@ nlohmann::json to_json(const TrainConfig& c) {
           {"micro_batches", c.micro_batches},
           {"recompute", c.recompute},
           {"preset", c.preset},
+          {"precision", c.precision},
           {"gpt",
            {{"layers", c.gpt.layers},
             {"hidden", c.gpt.hidden},
@@ -342,6 +349,7 @@ TrainConfig config_from_json(const json& doc) {
       {"schedule", to(c.schedule)},
       {"micro_batches", to(c.micro_batches)},
       {"recompute", to(c.recompute)},
+      {"precision", to(c.precision)},
       {"gpt",
        [&](const json& v, const std::string& k) {
          if (!v.is_object())

@@ -36,6 +36,7 @@ struct TrainConfig {
   std::string schedule = "1f1b";
   int micro_batches = 1;
   std::string recompute = "none";
+  std::string precision = "fp32";  // fp32 | bf16 | fp16 (mixed precision: train/optimizer.h)
   int64_t global_batch_size = 0;  // 0: batch_size × dp (a flag value must be positive)
   std::string device = "cpu";
   int64_t epochs = 1;

@@ -54,6 +54,7 @@ StrategyOptions strategy_options(const TrainConfig& config) {
   options.schedule = config.schedule;
   options.micro_batches = config.micro_batches;
   options.recompute = config.recompute == "full";
+  options.precision = config.precision;
   return options;
 }
 

@@ -45,6 +45,7 @@ TEST(ConfigFile, RoundTripIsIdentical) {
   mesh.pp = 2;
   mesh.zero = 1;
   mesh.micro_batches = 4;
+  mesh.precision = "bf16";
   mesh.global_batch_size = 32;
   mesh.gpt = {3, 48, 6, 32, 300, false};
   mesh.data = "synthetic";
