@@ -6,8 +6,8 @@
 #include "cli/commands.h"
 #include "cost/predict.h"
 #include "memory/category.h"
-#include "models/gpt.h"
 #include "models/models.h"
+#include "models/presets.h"
 #include "report/atomic_file.h"
 #include "report/trace.h"
 #include "train/plan.h"
@@ -15,7 +15,7 @@
 namespace meshsim {
 namespace {
 
-int64_t parameter_count(const TrainConfig& c) { return gpt_parameter_count(c.gpt); }
+int64_t parameter_count(const TrainConfig& c) { return preset_parameter_count(c.model, c.gpt); }
 
 // "175.0B", "124.4M"
 std::string format_count(int64_t n) {
@@ -119,9 +119,17 @@ int run_plan(TrainConfig config, const PlanArgs& args) {
                       config.gpus, kMaxGpus));
     config.data = "synthetic"; // a plan reads no data
     validate(config);
+    const RunClock clock;
+    fmt::print(stderr, "meshsim: planning {} step(s) of {} on the meta device...\n", kPlanSteps,
+               config.model);
     const Plan plan = make_plan(config, kPlanCapacity);
+    fmt::print(stderr, "meshsim: ran {} of {} GPUs (one per symmetry class) in {:.1f} s; replaying "
+                       "the step on {}...\n",
+               plan.ranks.size(), plan.dims.world, clock.now(), cluster.to_string());
+    const double replay_start = clock.now();
     PredictOptions options;
     const Prediction p = predict(plan.recorders, plan.samples_per_step, cluster, options);
+    fmt::print(stderr, "meshsim: replayed in {:.1f} s\n", clock.now() - replay_start);
     const bool fits = max_peak(plan) <= static_cast<int64_t>(cluster.gpu.mem_bytes);
     nlohmann::json doc{{"model", config.model},
                        {"parameters", parameter_count(config)},

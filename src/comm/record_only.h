@@ -5,7 +5,9 @@
 // collective here is therefore recorded (op, group, bytes, sequence number, as the in-process
 // backend records it) and returns at once: outputs get their real shapes and are charged to
 // the caller's GPU, nothing is reduced, nobody is waited for. Point-to-point messages are
-// real (pipeline stages run and exchange activations) and go through the wrapped backend.
+// real (pipeline stages run and exchange activations) and go through the wrapped backend;
+// the message in flight is not charged to the sender (a cluster's send reads the tensor the
+// stage holds anyway), so every rank's bytes depend on its own program alone.
 #pragma once
 
 #include <map>

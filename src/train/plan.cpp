@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -15,14 +16,13 @@
 namespace meshsim {
 namespace {
 
-bool is_transformer(const std::string& model) { return model == "gpt" || model == "llama"; }
-
-// The ranks that differ: a plain DDP replica is rank 0; a mesh's replica is dp index 0.
-std::vector<int> executed_ranks(const TrainConfig& config, const ParallelDims& dims) {
+// The ranks that differ: one per pipeline stage, data-parallel index 0 and tensor-parallel
+// index 0. The other members of a tp group hold shards of equal size (heads and the MLP split
+// evenly) and the same replicated layers, and the other replicas are copies: all are images.
+std::vector<int> executed_ranks(const ParallelDims& dims) {
   std::vector<int> ranks;
-  for (int r = 0; r < dims.world; ++r)
-    if (dims.coord(r).dp == 0)
-      ranks.push_back(r);
+  for (int s = 0; s < dims.pp; ++s)
+    ranks.push_back(dims.rank({0, 0, s}));
   return ranks;
 }
 
@@ -42,28 +42,35 @@ Batch meta_batch(const TrainConfig& config) {
 std::vector<Recorder> replicate_replicas(const std::vector<Recorder>& executed,
                                          const ParallelDims& dims) {
   std::vector<Recorder> out(static_cast<size_t>(dims.world));
-  auto spans_replicas = [&](const std::vector<int>& group) {
-    return std::any_of(group.begin(), group.end(),
-                       [&](int g) { return dims.coord(g).dp != 0; });
-  };
   for (int d = 0; d < dims.dp; ++d) {
-    auto rename = [&](int rank) {
-      ParallelCoord c = dims.coord(rank);
-      c.dp = d;
-      return dims.rank(c);
-    };
-    for (int r = 0; r < dims.world; ++r) {
-      if (dims.coord(r).dp != 0)
-        continue;
-      Recorder copy = executed[static_cast<size_t>(r)];
-      for (CollectiveRecord& c : copy.collectives) {
-        if (c.peer >= 0)
-          c.peer = rename(c.peer);
-        if (!spans_replicas(c.group))
+    for (int t = 0; t < dims.tp; ++t) {
+      // A member's image in replica d at tp index t: the coordinates its group spans are kept
+      // (a dp group stays the dp group, a tp group the tp group), the others become (d, t).
+      auto rename = [&](const std::vector<int>& group, int rank) {
+        bool spans_dp = false, spans_tp = false;
+        for (int g : group) {
+          spans_dp = spans_dp || dims.coord(g).dp != dims.coord(group.front()).dp;
+          spans_tp = spans_tp || dims.coord(g).tp != dims.coord(group.front()).tp;
+        }
+        ParallelCoord c = dims.coord(rank);
+        if (!spans_dp)
+          c.dp = d;
+        if (!spans_tp)
+          c.tp = t;
+        return dims.rank(c);
+      };
+      for (int s = 0; s < dims.pp; ++s) {
+        const int original = dims.rank({0, 0, s});
+        Recorder copy = executed[static_cast<size_t>(original)];
+        for (CollectiveRecord& c : copy.collectives) {
+          const std::vector<int> group = c.group;
+          if (c.peer >= 0)
+            c.peer = rename({c.peer}, c.peer);
           for (int& g : c.group)
-            g = rename(g);
+            g = rename(group, g);
+        }
+        out[static_cast<size_t>(dims.rank({d, t, s}))] = std::move(copy);
       }
-      out[static_cast<size_t>(rename(r))] = std::move(copy);
     }
   }
   return out;
@@ -80,6 +87,11 @@ Plan make_plan(const TrainConfig& config, int64_t capacity_bytes) {
         "meshsim plan runs --strategy ddp and its layouts (--tp --pp --zero), not {}",
         config.strategy));
 
+  for (const auto& [what, size, parts] :
+       {std::tuple{"--heads", config.gpt.heads, config.tp},
+        std::tuple{"--kv-heads", config.gpt.kv_heads > 0 ? config.gpt.kv_heads : config.gpt.heads, config.tp}})
+    if (size % parts != 0)
+      throw std::invalid_argument(fmt::format("{} {} is not divisible by --tp {}", what, size, parts));
   Plan plan;
   plan.dims = ParallelDims::make(config.gpus, config.tp, config.pp);
   plan.steps = kPlanSteps;
@@ -97,7 +109,7 @@ Plan make_plan(const TrainConfig& config, int64_t capacity_bytes) {
 
   StrategyOptions options = strategy_options(config);
   options.device = torch::kMeta;
-  const std::vector<int> ranks = executed_ranks(config, plan.dims);
+  const std::vector<int> ranks = executed_ranks(plan.dims);
   std::vector<int64_t> state(static_cast<size_t>(config.gpus), 0);
   const std::vector<Recorder> recorders = run_ranks(
       mesh,

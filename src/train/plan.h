@@ -1,11 +1,12 @@
 // Plans: a training step of a configuration run on the meta device, without its data or its
 // memory, through the same strategy code that trains for real.
 //
-// The ranks that differ run (one data-parallel replica: its tp × pp ranks, or rank 0 for
-// plain DDP); every byte they "allocate" is charged to their virtual GPU by the accounting
-// allocator exactly as on CPU; collectives record their sizes and move nothing
-// (comm/record_only.h). The other replicas are their images: their records are the executed
-// ranks' records with the ranks renamed (replicate_replicas), so the cost model replays every GPU.
+// The ranks that differ run: one per pipeline stage (data-parallel and tensor-parallel index
+// 0). Every byte they "allocate" is charged to their virtual GPU by the accounting allocator
+// exactly as on CPU; collectives record their sizes and move nothing (comm/record_only.h).
+// The other GPUs are their images (tp members hold equal shards, replicas are copies): their
+// records are the executed ranks' records with the ranks renamed (replicate_replicas), so the
+// cost model replays every GPU.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +19,7 @@
 
 namespace meshsim {
 
-/// One executed rank: a pipeline stage's member of tensor-parallel group index `coord.tp`.
+/// One executed rank: the first GPU of a pipeline stage, standing for all dp × tp of them.
 struct PlannedRank {
   int rank = 0;
   ParallelCoord coord;
@@ -44,9 +45,10 @@ constexpr int64_t kPlanSteps = 2;
 /// kernels have no meta version, DataParallel), and OutOfMemory when a GPU goes over capacity.
 Plan make_plan(const TrainConfig& config, int64_t capacity_bytes);
 
-/// The records of the executed ranks (dp index 0) copied to every other data-parallel
-/// replica: rank (0, t, p) becomes (d, t, p); a group or peer within the replica is renamed
-/// the same way, a group that spans replicas (data-parallel, world) is kept.
+/// The records of the executed ranks (dp and tp index 0, every stage) copied to every GPU:
+/// rank (0, 0, p) becomes (d, t, p). In a copied group, the coordinates the group spans are
+/// kept (a dp group stays that stage's dp group at tp index t, a tp group becomes replica d's
+/// tp group, the world stays the world); a pipeline peer becomes (d, t, its stage).
 std::vector<Recorder> replicate_replicas(const std::vector<Recorder>& executed,
                                          const ParallelDims& dims);
 

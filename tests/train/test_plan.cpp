@@ -3,6 +3,8 @@
 // ranks' records under their own ranks.
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "data/text.h"
 #include "memory/allocator.h"
 #include "mesh/device_mesh.h"
@@ -13,7 +15,7 @@ namespace meshsim {
 namespace {
 
 TEST(ReplicateReplicas, RenamesRanksWithinAReplicaAndKeepsGroupsAcrossThem) {
-  // dp 2 × tp 2 × pp 2: replica 0 is ranks 0, 1 (stage 0) and 4, 5 (stage 1).
+  // dp 2 × tp 2 × pp 2: a plan runs rank 0 (stage 0) and rank 4 (stage 1).
   const ParallelDims dims = ParallelDims::make(8, 2, 2);
   std::vector<Recorder> executed(8);
   CollectiveRecord tp;
@@ -39,6 +41,13 @@ TEST(ReplicateReplicas, RenamesRanksWithinAReplicaAndKeepsGroupsAcrossThem) {
   EXPECT_EQ(r2.collectives[2].group, (std::vector<int>{2, 6}));
   ASSERT_EQ(r2.compute.size(), 1u);
   EXPECT_EQ(all[0].collectives[0].group, (std::vector<int>{0, 1}));
+  // Rank 1 is (dp 0, tp 1, pp 0): the same tp group, its own dp group, its own next stage.
+  const Recorder& r1 = all[1];
+  EXPECT_EQ(r1.collectives[0].group, (std::vector<int>{0, 1}));
+  EXPECT_EQ(r1.collectives[1].group, (std::vector<int>{1, 3}));
+  EXPECT_EQ(r1.collectives[2].peer, 5);
+  // Stage 1's GPUs had nothing recorded.
+  EXPECT_TRUE(all[5].collectives.empty());
 }
 
 struct Layout {
@@ -49,7 +58,17 @@ struct Layout {
 class PlanMatchesTraining : public ::testing::TestWithParam<Layout> {};
 
 // The same configuration planned on meta tensors and trained on CPU: every executed rank's
-// peak bytes of every category are equal (no tolerance: both count the same tensors).
+// peak bytes of every category are equal (both count the same tensors), with two exceptions
+// whose size is known:
+//  - `other`: the CPU kernels of the optimizer step convert a Python-number operand (Adam's
+//    bias correction) to the parameters' dtype in a 0-dim tensor of their own; meta kernels
+//    never materialize it. At most one lives at a time, so the CPU run holds at most one
+//    element (4 bytes in float32) more.
+//  - `communication` with pipeline stages: the in-process backend charges its copy of a
+//    message to the sender until the receiver copies it out, so a CPU run holds whatever
+//    its threads' timing left in flight; a plan charges none (comm/record_only.h): the CPU
+//    run holds at least the plan's bytes, and at most the messages of one step more (each
+//    micro-batch's activation, or its gradient, is sent once a step).
 TEST_P(PlanMatchesTraining, PeakBytesByCategoryPerGpu) {
   const Layout l = GetParam();
   TrainConfig c;
@@ -66,7 +85,6 @@ TEST_P(PlanMatchesTraining, PeakBytesByCategoryPerGpu) {
   c.synthetic_test = 16;
   c.eval_limit = 16;
   c.progress = false;
-  c.gpt.vocab = 256;
   validate(c);
 
   const Plan plan = make_plan(c, int64_t{1} << 40);
@@ -79,15 +97,35 @@ TEST_P(PlanMatchesTraining, PeakBytesByCategoryPerGpu) {
       synthetic_text(c.synthetic_train, c.synthetic_test, c.gpt.seq_len, c.gpt.vocab, c.seed);
   train(c, mesh, data, nullptr);
 
-  ASSERT_FALSE(plan.ranks.empty());
-  for (const PlannedRank& p : plan.ranks) {
-    const MemoryStats real = mesh.gpu(p.rank).stats();
-    for (int k = 0; k < kNumCategories; ++k)
-      EXPECT_EQ(p.stats.peak_by_category[static_cast<size_t>(k)],
-                real.peak_by_category[static_cast<size_t>(k)])
-          << l.name << ": gpu" << p.rank << " "
-          << category_name(static_cast<MemoryCategory>(k));
-    EXPECT_EQ(p.stats.peak, real.peak) << l.name << ": gpu" << p.rank;
+  // One activation message between stages: a micro-batch of [B/M, T, H] in float32 (a tp
+  // member sends its own copy).
+  const int64_t message = c.batch_size / c.micro_batches * c.gpt.seq_len * c.gpt.hidden * 4;
+  const auto at = [](const MemoryStats& s, MemoryCategory k) {
+    return s.peak_by_category[static_cast<size_t>(k)];
+  };
+  // Every GPU of the CPU run against the plan's rank for its stage: the GPUs a plan does not
+  // run are, as it assumes, images of the one it ran.
+  ASSERT_EQ(plan.ranks.size(), static_cast<size_t>(c.pp));
+  const ParallelDims dims = ParallelDims::make(c.gpus, c.tp, c.pp);
+  for (int r = 0; r < c.gpus; ++r) {
+    const PlannedRank& p = plan.ranks[static_cast<size_t>(dims.coord(r).pp)];
+    const MemoryStats real = mesh.gpu(r).stats();
+    const std::string where = std::string(l.name) + ": gpu" + std::to_string(r) + " ";
+    for (int k = 0; k < kNumCategories; ++k) {
+      const auto cat = static_cast<MemoryCategory>(k);
+      if (cat == MemoryCategory::Other || (cat == MemoryCategory::Communication && c.pp > 1))
+        continue;
+      EXPECT_EQ(at(p.stats, cat), at(real, cat)) << where << category_name(cat);
+    }
+    const int64_t other = at(real, MemoryCategory::Other) - at(p.stats, MemoryCategory::Other);
+    EXPECT_GE(other, 0) << where << "other";
+    EXPECT_LE(other, 4) << where << "other";
+    if (c.pp > 1) {
+      const int64_t ahead = at(real, MemoryCategory::Communication) -
+                            at(p.stats, MemoryCategory::Communication);
+      EXPECT_GE(ahead, 0) << where << "communication";
+      EXPECT_LE(ahead, c.micro_batches * message) << where << "communication";
+    }
   }
 }
 
