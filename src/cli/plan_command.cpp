@@ -72,9 +72,9 @@ nlohmann::json stages_json(const Plan& plan) {
 
 void print_plan(const TrainConfig& c, const Plan& plan, const ClusterSpec& cluster,
                 const Prediction& p, bool fits) {
-  fmt::print("meshsim plan: {} ({} parameters) on {}: {}, zero {}, global batch {}\n", c.model,
-             format_count(parameter_count(c)), cluster.to_string(), plan.dims.describe(),
-             c.zero, plan.samples_per_step);
+  fmt::print("meshsim plan: {} ({} parameters) on {}: {}, zero {}, {}, global batch {}\n",
+             c.preset.empty() ? c.model : c.preset, format_count(parameter_count(c)),
+             cluster.to_string(), plan.dims.describe(), c.zero, c.precision, plan.samples_per_step);
   fmt::print("{:<6} {:<4} {:>11} {:>12} {:>11} {:>11} {:>11} {:>12} {:>14} {:>10}\n", "stage",
              "tp", "peak", "model state", "parameters", "gradients", "optimizer", "activations",
              "communication", "other");
@@ -128,10 +128,13 @@ int run_plan(TrainConfig config, const PlanArgs& args) {
                plan.ranks.size(), plan.dims.world, clock.now(), cluster.to_string());
     const double replay_start = clock.now();
     PredictOptions options;
+    options.dtype = parse_dtype(config.precision); // the math of the planned run
     const Prediction p = predict(plan.recorders, plan.samples_per_step, cluster, options);
     fmt::print(stderr, "meshsim: replayed in {:.1f} s\n", clock.now() - replay_start);
     const bool fits = max_peak(plan) <= static_cast<int64_t>(cluster.gpu.mem_bytes);
     nlohmann::json doc{{"model", config.model},
+                       {"preset", config.preset},
+                       {"precision", config.precision},
                        {"parameters", parameter_count(config)},
                        {"cluster", cluster.to_string()},
                        {"layout", {{"dp", plan.dims.dp}, {"tp", plan.dims.tp}, {"pp", plan.dims.pp},

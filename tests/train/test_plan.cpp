@@ -53,6 +53,8 @@ TEST(ReplicateReplicas, RenamesRanksWithinAReplicaAndKeepsGroupsAcrossThem) {
 struct Layout {
   const char* name;
   int gpus, tp, pp, zero, micro_batches;
+  const char* model = "gpt";
+  const char* precision = "fp32";
 };
 
 class PlanMatchesTraining : public ::testing::TestWithParam<Layout> {};
@@ -61,9 +63,9 @@ class PlanMatchesTraining : public ::testing::TestWithParam<Layout> {};
 // peak bytes of every category are equal (both count the same tensors), with two exceptions
 // whose size is known:
 //  - `other`: the CPU kernels of the optimizer step convert a Python-number operand (Adam's
-//    bias correction) to the parameters' dtype in a 0-dim tensor of their own; meta kernels
-//    never materialize it. At most one lives at a time, so the CPU run holds at most one
-//    element (4 bytes in float32) more.
+//    bias correction) to the dtype of the tensor it updates, float32 (the parameters, or the
+//    master weights of mixed precision), in a 0-dim tensor of their own; meta kernels never
+//    materialize it. At most one lives at a time, so the CPU run holds at most 4 bytes more.
 //  - `communication` with pipeline stages: the in-process backend charges its copy of a
 //    message to the sender until the receiver copies it out, so a CPU run holds whatever
 //    its threads' timing left in flight; a plan charges none (comm/record_only.h): the CPU
@@ -72,7 +74,8 @@ class PlanMatchesTraining : public ::testing::TestWithParam<Layout> {};
 TEST_P(PlanMatchesTraining, PeakBytesByCategoryPerGpu) {
   const Layout l = GetParam();
   TrainConfig c;
-  c.model = "gpt";
+  c.model = l.model;
+  c.precision = l.precision;
   c.data = "synthetic";
   c.gpus = l.gpus;
   c.tp = l.tp;
@@ -97,9 +100,11 @@ TEST_P(PlanMatchesTraining, PeakBytesByCategoryPerGpu) {
       synthetic_text(c.synthetic_train, c.synthetic_test, c.gpt.seq_len, c.gpt.vocab, c.seed);
   train(c, mesh, data, nullptr);
 
-  // One activation message between stages: a micro-batch of [B/M, T, H] in float32 (a tp
-  // member sends its own copy).
-  const int64_t message = c.batch_size / c.micro_batches * c.gpt.seq_len * c.gpt.hidden * 4;
+  // One activation message between stages: a micro-batch of [B/M, T, H] in the compute dtype
+  // (a tp member sends its own copy).
+  const int64_t element = c.precision == "fp32" ? 4 : 2;
+  const int64_t message =
+      c.batch_size / c.micro_batches * c.gpt.seq_len * c.gpt.hidden * element;
   const auto at = [](const MemoryStats& s, MemoryCategory k) {
     return s.peak_by_category[static_cast<size_t>(k)];
   };
@@ -134,7 +139,9 @@ INSTANTIATE_TEST_SUITE_P(Layouts, PlanMatchesTraining,
                                            Layout{"zero3", 4, 1, 1, 3, 1},
                                            Layout{"tp2", 4, 2, 1, 0, 1},
                                            Layout{"pp2_1f1b", 4, 1, 2, 0, 4},
-                                           Layout{"mesh_2x2x2_zero1", 8, 2, 2, 1, 2}),
+                                           Layout{"mesh_2x2x2_zero1", 8, 2, 2, 1, 2},
+                                           Layout{"bf16_zero3", 4, 1, 1, 3, 1, "gpt", "bf16"},
+                                           Layout{"llama_mesh_2x2x2", 8, 2, 2, 1, 2, "llama"}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 } // namespace
