@@ -119,6 +119,7 @@ int run_plan(TrainConfig config, const PlanArgs& args) {
                       config.gpus, kMaxGpus));
     config.data = "synthetic"; // a plan reads no data
     validate(config);
+    check_plannable(config);
     const RunClock clock;
     fmt::print(stderr, "meshsim: planning {} step(s) of {} on the meta device...\n", kPlanSteps,
                config.model);

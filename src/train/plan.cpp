@@ -76,7 +76,7 @@ std::vector<Recorder> replicate_replicas(const std::vector<Recorder>& executed,
   return out;
 }
 
-Plan make_plan(const TrainConfig& config, int64_t capacity_bytes) {
+void check_plannable(const TrainConfig& config) {
   if (!is_transformer(config.model))
     throw std::invalid_argument(fmt::format(
         "meshsim plan runs transformer models (gpt, llama): LibTorch 1.13 has no meta kernel "
@@ -92,6 +92,10 @@ Plan make_plan(const TrainConfig& config, int64_t capacity_bytes) {
         std::tuple{"--kv-heads", config.gpt.kv_heads > 0 ? config.gpt.kv_heads : config.gpt.heads, config.tp}})
     if (size % parts != 0)
       throw std::invalid_argument(fmt::format("{} {} is not divisible by --tp {}", what, size, parts));
+}
+
+Plan make_plan(const TrainConfig& config, int64_t capacity_bytes) {
+  check_plannable(config);
   Plan plan;
   plan.dims = ParallelDims::make(config.gpus, config.tp, config.pp);
   plan.steps = kPlanSteps;

@@ -40,6 +40,10 @@ struct Plan {
 /// replayed (cost/predict.h's representative step is the second-to-last).
 constexpr int64_t kPlanSteps = 2;
 
+/// Throws std::invalid_argument (one line) for a configuration a plan cannot run: a model
+/// whose kernels have no meta version, DataParallel, a split that is not even.
+void check_plannable(const TrainConfig& config);
+
 /// Runs `config` (validated) on the meta device with `capacity_bytes` per GPU. Throws
 /// std::invalid_argument (one line) for a configuration a plan cannot run (a model whose
 /// kernels have no meta version, DataParallel), and OutOfMemory when a GPU goes over capacity.

@@ -1,0 +1,67 @@
+// `meshsim plan` from the command line: the --json contract and --out folder, real-size
+// presets planned in well under a second, and one line with exit 2 for each bad input.
+#include <gtest/gtest.h>
+
+#include "cli_harness.h"
+#include "models/presets.h"
+
+namespace meshsim {
+namespace {
+
+using testing::fresh_dir;
+using testing::read_json;
+using testing::run_meshsim;
+
+TEST(CliPlan, JsonHasEveryFieldAndTheOutFolderHoldsPlanAndTrace) {
+  const auto dir = fresh_dir("plan-json");
+  const auto r = run_meshsim("plan --model gpt --cluster 4xa100-80 --pp 2 --micro-batches 4 "
+                             "--batch-size 8 --json --out " + dir.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  const nlohmann::json plan = read_json(dir / "plan.json");
+  for (const char* key : {"step_seconds", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "fits",
+                          "stages"})
+    EXPECT_TRUE(plan.contains(key)) << key;
+  ASSERT_EQ(plan["stages"].size(), 2u); // one entry per stage: its tp ranks are alike
+  for (const auto& s : plan["stages"]) {
+    int64_t sum = 0;
+    for (const auto& [name, bytes] : s["peak_by_category"].items())
+      sum += bytes.get<int64_t>();
+    // A peak is at most the sum of the categories' own peaks, and at least the largest one.
+    EXPECT_LE(s["peak_bytes"].get<int64_t>(), sum);
+    EXPECT_GT(s["model_state_bytes"].get<int64_t>(), 0);
+  }
+  EXPECT_TRUE(plan["fits"].get<bool>());
+  EXPECT_GT(plan["step_seconds"].get<double>(), 0);
+  EXPECT_TRUE(std::filesystem::exists(dir / "trace.json"));
+}
+
+TEST(CliPlan, ARealSizePresetIsPlannedOnTheMetaDevice) {
+  // Llama 3 8B with ZeRO 3 over 8 GPUs: the model state per GPU between steps is the ZeRO
+  // paper's 16Ψ/N in bf16 (Ψ divides by 8, so no padding), a number no CPU could hold.
+  const auto r = run_meshsim("plan --preset llama3-8b --cluster 8xh100 --zero 3 --precision bf16 "
+                             "--batch-size 1 --seq-len 2048 --json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto json = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+  const int64_t psi = preset_parameter_count("llama", find_preset("llama3-8b")->shape);
+  ASSERT_EQ(psi % 8, 0);
+  EXPECT_EQ(json["stages"][0]["model_state_bytes"].get<int64_t>(), 16 * psi / 8);
+}
+
+TEST(CliPlan, BadInputIsOneLineAndExit2) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"plan --model gpt --cluster 8xh100 --tp 3", "not divisible"},
+      {"plan --preset gpt-9b --cluster 8xh100", "unknown preset"},
+      {"plan --model cnn --cluster 8xh100", "no meta kernel"},
+      {"plan --model gpt", "needs --cluster"},
+      {"plan --model gpt --cluster 8xh100 --gpus 4", "differs from --cluster"},
+  };
+  for (const auto& [args, expected] : cases) {
+    const auto r = run_meshsim(args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find(expected), std::string::npos) << args << "\n" << r.output;
+    EXPECT_LE(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << "\n" << r.output;
+  }
+}
+
+} // namespace
+} // namespace meshsim
