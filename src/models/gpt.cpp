@@ -97,11 +97,17 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   q = split(q);
   k = split(k);
   v = split(v);
-  torch::Tensor att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(head_dim_)));
-  const torch::Tensor future = torch::ones({t, t}, x.options().dtype(torch::kBool)).triu(1);
-  att = torch::softmax(att.masked_fill(future, -std::numeric_limits<float>::infinity()), -1);
-  torch::Tensor y = torch::matmul(att, v).transpose(1, 2).contiguous().view({b, t, features});
+  torch::Tensor y = causal_attention(q, k, v).transpose(1, 2).contiguous().view({b, t, features});
   return out_.forward(y);
+}
+
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v) {
+  const int64_t t = q.size(2), head_dim = q.size(3);
+  torch::Tensor att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(head_dim)));
+  const torch::Tensor future = torch::ones({t, t}, q.options().dtype(torch::kBool)).triu(1);
+  att = torch::softmax(att.masked_fill(future, -std::numeric_limits<float>::infinity()), -1);
+  return torch::matmul(att, v);
 }
 
 nn::AnyModule& CausalSelfAttentionImpl::slot(const std::string& name) {

@@ -55,6 +55,12 @@ private:
 };
 TORCH_MODULE(CausalSelfAttention);
 
+/// The attention core both transformers share: softmax(q kᵀ / √d + causal mask) v, on
+/// [B, heads, T, d] tensors (k and v with as many heads as q). The [B, heads, T, T] scores and
+/// their softmax are kept for backward: the memory a fused (flash) kernel would not hold.
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v);
+
 /// fc (H -> F), exact GELU, proj (F -> H); F is 4H unless GptOptions::ffn_hidden says.
 class GptMlpImpl : public torch::nn::Module, public LinearSlots {
 public:

@@ -104,10 +104,7 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x) {
     k = repeat(k);
     v = repeat(v);
   }
-  torch::Tensor att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(head_dim_)));
-  const torch::Tensor future = torch::ones({t, t}, x.options().dtype(torch::kBool)).triu(1);
-  att = torch::softmax(att.masked_fill(future, -std::numeric_limits<float>::infinity()), -1);
-  torch::Tensor y = torch::matmul(att, v).transpose(1, 2).contiguous().view({b, t, q_features});
+  torch::Tensor y = causal_attention(q, k, v).transpose(1, 2).contiguous().view({b, t, q_features});
   return o_.forward(y);
 }
 

@@ -13,7 +13,6 @@
 #include "data/dataset.h"
 #include "memory/allocator.h"
 #include "mesh/parallel_dims.h"
-#include "models/llama.h"
 #include "models/models.h"
 #include "models/presets.h"
 #include "report/atomic_file.h"

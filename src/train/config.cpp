@@ -62,6 +62,9 @@ void validate_layout(TrainConfig& c) {
             fmt::format("--kv-heads {} is not divisible by --tp {}", preset_kv_heads(g), c.tp));
     require(g.layers >= c.pp,
             fmt::format("--layers {} is fewer than --pp {}: every stage needs a layer", g.layers, c.pp));
+    require(!g.tie_head || c.zero < 3,
+            "--tie-head with --zero 3 is not supported yet: stage 3 frees the gathered embedding "
+            "weight that the tied head reads; use --no-tie-head");
     require(!g.tie_head || c.pp == 1,
             "--tie-head needs --pp 1: the embedding and the head would be on different stages");
     require(c.data == "synthetic" || g.vocab >= 256,

@@ -135,7 +135,7 @@ Plan make_plan(const TrainConfig& config, int64_t capacity_bytes) {
     p.model_state_bytes = state[static_cast<size_t>(r)];
     plan.ranks.push_back(p);
   }
-  plan.recorders = replicate_replicas(recorders, plan.dims);
+  plan.recorders = recorders;
   return plan;
 }
 

@@ -30,7 +30,9 @@ struct PlannedRank {
 struct Plan {
   ParallelDims dims;
   std::vector<PlannedRank> ranks;  // the executed ranks, in rank order
-  std::vector<Recorder> recorders; // every GPU of the world, replicas included
+  /// Per GPU of the world; only the executed ones hold records (replicate_replicas fills
+  /// the others: with many GPUs that is most of a plan's memory, so only a prediction does it).
+  std::vector<Recorder> recorders;
   int64_t steps = 0;               // planned steps
   int64_t samples_per_step = 0;    // global batch
   int64_t tokens_per_step = 0;     // global batch × sequence length

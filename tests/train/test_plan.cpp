@@ -9,6 +9,7 @@
 #include "memory/allocator.h"
 #include "mesh/device_mesh.h"
 #include "train/plan.h"
+#include "models/presets.h"
 #include "train/trainer.h"
 
 namespace meshsim {
@@ -143,6 +144,101 @@ INSTANTIATE_TEST_SUITE_P(Layouts, PlanMatchesTraining,
                                            Layout{"bf16_zero3", 4, 1, 1, 3, 1, "gpt", "bf16"},
                                            Layout{"llama_mesh_2x2x2", 8, 2, 2, 1, 2, "llama"}),
                          [](const auto& info) { return std::string(info.param.name); });
+
+} // namespace
+} // namespace meshsim
+
+namespace meshsim {
+namespace {
+
+// The activation bytes of one transformer layer, as a plan counts them: the peak with L + 1
+// layers less the peak with L (one GPU, so nothing else changes). Korthikanti et al. 2022
+// count sbh(34 + 5as/h) bytes per layer in 16-bit training with dropout. meshsim's GPT has
+// no dropout, which removes the two sbh-byte dropout masks (attention output and MLP
+// output) and, in the attention core, the as²b-byte dropout mask and the 2as²b-byte dropout
+// output: 32sbh + 2as²b. It keeps two things the paper leaves out: the causal mask
+// masked_fill saves for backward, s² bytes of bool, and the mean and rstd of its two
+// LayerNorms, 4 tensors of sb bf16 values, 8sb bytes. With full recompute a layer keeps
+// only its input, 2sbh bytes, the paper's number. With tensor parallel t the paper's
+// sbh(10 + 24/t + 5as/(ht)) loses the same dropout terms, the replicated masks (2sbh) among
+// them: 8sbh + 24sbh/t + 2as²b/t, plus the same causal mask and LayerNorm statistics, which
+// every member keeps whole.
+int64_t activation_bytes_per_layer(const std::string& recompute, int tp = 1) {
+  auto peak = [&](int64_t layers) {
+    TrainConfig c;
+    c.model = "gpt";
+    c.data = "synthetic";
+    c.gpus = tp;
+    c.tp = tp;
+    c.precision = "bf16";
+    c.recompute = recompute;
+    c.batch_size = 2;
+    c.gpt.layers = layers;
+    c.gpt.hidden = 256;
+    c.gpt.heads = 8;
+    c.gpt.seq_len = 512;
+    c.gpt.vocab = 1024;
+    validate(c);
+    const Plan plan = make_plan(c, int64_t{1} << 40);
+    return plan.ranks.front()
+        .stats.peak_by_category[static_cast<size_t>(MemoryCategory::Activations)];
+  };
+  return peak(3) - peak(2);
+}
+
+TEST(PlanActivations, PerLayerBytesAreKorthikantisFormulaWithoutDropout) {
+  const int64_t s = 512, b = 2, h = 256, a = 8;
+  EXPECT_EQ(activation_bytes_per_layer("none"), 32 * s * b * h + 2 * a * s * s * b + s * s + 8 * s * b);
+}
+
+TEST(PlanActivations, TensorParallelPerLayerBytesAreKorthikantisFormulaWithoutDropout) {
+  const int64_t s = 512, b = 2, h = 256, a = 8, t = 2;
+  EXPECT_EQ(activation_bytes_per_layer("none", 2),
+            8 * s * b * h + 24 * s * b * h / t + 2 * a * s * s * b / t + s * s + 8 * s * b);
+}
+
+TEST(PlanActivations, FullRecomputeKeepsTwoSbhPerLayer) {
+  const int64_t s = 512, b = 2, h = 256;
+  EXPECT_EQ(activation_bytes_per_layer("full"), 2 * s * b * h);
+}
+
+} // namespace
+} // namespace meshsim
+
+namespace meshsim {
+namespace {
+
+// The ZeRO paper's Table 1 (Rajbhandari et al. 2020): model-state bytes per GPU with mixed
+// precision and Adam are 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N and 16Ψ/N for stages 0-3 (for Ψ = 7.5B
+// at N = 64: 120, 31.4, 16.6 and 1.88 GB). Planned for Narayanan et al.'s 7.5B GPT with an
+// untied head (stage 3 does not take a tied one yet), whose every flat unit divides by 64 and
+// by 1,024, so no padding enters: the formulas hold to the byte.
+TEST(PlanZeroPaper, ModelStateBytesPerGpuAreTheFourFormulas) {
+  const ModelPreset* preset = find_preset("gpt-7.5b");
+  ASSERT_NE(preset, nullptr);
+  for (int n : {64, 1024}) {
+    for (int stage = 0; stage <= 3; ++stage) {
+      TrainConfig c;
+      c.model = "gpt";
+      c.data = "synthetic";
+      c.gpt = preset->shape;
+      c.gpt.tie_head = false;
+      c.gpt.seq_len = 16; // activations do not enter model state; keep the plan quick
+      c.gpus = n;
+      c.zero = stage;
+      c.precision = "bf16";
+      c.batch_size = 1;
+      validate(c);
+      const int64_t psi = preset_parameter_count("gpt", c.gpt);
+      const int64_t expected[] = {16 * psi, 4 * psi + 12 * psi / n, 2 * psi + 14 * psi / n,
+                                  16 * psi / n};
+      ASSERT_EQ(psi % n, 0);
+      const Plan plan = make_plan(c, int64_t{1} << 50);
+      EXPECT_EQ(plan.ranks.front().model_state_bytes, expected[stage])
+          << "N = " << n << ", stage " << stage;
+    }
+  }
+}
 
 } // namespace
 } // namespace meshsim
