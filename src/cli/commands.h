@@ -55,6 +55,9 @@ struct PlanArgs {
 void add_plan_flags(CLI::App& app, TrainConfig& config, PlanArgs& args);
 int run_plan(TrainConfig config, const PlanArgs& args);
 
+/// 124439808 -> "124.4M", 174615846912 -> "174.6B": the rounding the papers use.
+std::string short_count(int64_t n);
+
 /// `meshsim models [--json]` (models_command.cpp): the model presets and their sizes.
 struct ModelsArgs {
   bool json = false;

@@ -10,7 +10,6 @@
 #include "models/presets.h"
 
 namespace meshsim {
-namespace {
 
 // 124439808 -> "124.4M", 174615846912 -> "174.6B": the rounding the papers use.
 std::string short_count(int64_t n) {
@@ -20,6 +19,8 @@ std::string short_count(int64_t n) {
       return fmt::format("{:.1f}{}", static_cast<double>(n) / scale, suffix);
   return std::to_string(n);
 }
+
+namespace {
 
 // 174615846912 -> "174,615,846,912".
 std::string grouped(int64_t n) {

@@ -17,15 +17,6 @@ namespace {
 
 int64_t parameter_count(const TrainConfig& c) { return preset_parameter_count(c.model, c.gpt); }
 
-// "175.0B", "124.4M"
-std::string format_count(int64_t n) {
-  const double v = static_cast<double>(n);
-  if (v >= 1e9) return fmt::format("{:.1f}B", v / 1e9);
-  if (v >= 1e6) return fmt::format("{:.1f}M", v / 1e6);
-  if (v >= 1e3) return fmt::format("{:.1f}K", v / 1e3);
-  return std::to_string(n);
-}
-
 int64_t max_peak(const Plan& plan) {
   int64_t peak = 0;
   for (const auto& r : plan.ranks)
@@ -70,17 +61,20 @@ nlohmann::json stages_json(const Plan& plan) {
   return stages;
 }
 
-void print_plan(const TrainConfig& c, const Plan& plan, const ClusterSpec& cluster,
-                const Prediction& p, bool fits) {
+// The table: `doc` (what --json prints) for a person.
+void print_plan(const nlohmann::json& doc, const TrainConfig& c, const Plan& plan) {
+  auto bytes = [](const nlohmann::json& v) { return format_bytes(v.get<int64_t>()); };
   fmt::print("meshsim plan: {} ({} parameters) on {}: {}, zero {}, {}, global batch {}\n",
-             c.preset.empty() ? c.model : c.preset, format_count(parameter_count(c)),
-             cluster.to_string(), plan.dims.describe(), c.zero, c.precision, plan.samples_per_step);
+             c.preset.empty() ? c.model : c.preset, short_count(doc["parameters"].get<int64_t>()),
+             doc["cluster"].get<std::string>(), plan.dims.describe(), c.zero, c.precision,
+             plan.samples_per_step);
   fmt::print("{:<6} {:<4} {:>11} {:>12} {:>11} {:>11} {:>11} {:>12} {:>14} {:>10}\n", "stage",
              "tp", "peak", "model state", "parameters", "gradients", "optimizer", "activations",
              "communication", "other");
-  auto bytes = [](const nlohmann::json& v) { return format_bytes(v.get<int64_t>()); };
-  for (const auto& e : stages_json(plan)) {
+  int64_t peak = 0;
+  for (const auto& e : doc["stages"]) {
     const auto& cat = e["peak_by_category"];
+    peak = std::max(peak, e["peak_bytes"].get<int64_t>());
     fmt::print("{:<6} {:<4} {:>11} {:>12} {:>11} {:>11} {:>11} {:>12} {:>14} {:>10}\n",
                e["stage"].get<int>(), e.contains("tp_rank") ? fmt::format("{}", e["tp_rank"].get<int>()) : "all",
                bytes(e["peak_bytes"]), bytes(e["model_state_bytes"]), bytes(cat["parameters"]),
@@ -88,10 +82,10 @@ void print_plan(const TrainConfig& c, const Plan& plan, const ClusterSpec& clust
                bytes(cat["communication"]), bytes(cat["other"]));
   }
   fmt::print("predicted step {:.3f} s, {:.0f} tokens/s per GPU, {:.1f} TFLOP/s per GPU, MFU {:.1f}%\n",
-             p.step_time_s, p.samples_per_s * c.gpt.seq_len / plan.dims.world, p.tflops_per_gpu,
-             100 * p.mfu);
-  fmt::print("fits: {} (peak {} of {} per GPU)\n", fits ? "yes" : "no",
-             format_bytes(max_peak(plan)), format_bytes(static_cast<int64_t>(cluster.gpu.mem_bytes)));
+             doc["step_seconds"].get<double>(), doc["tokens_per_s_per_gpu"].get<double>(),
+             doc["tflops_per_gpu"].get<double>(), 100 * doc["mfu"].get<double>());
+  fmt::print("fits: {} (peak {} of {} per GPU)\n", doc["fits"].get<bool>() ? "yes" : "no",
+             format_bytes(peak), bytes(doc["gpu_memory_bytes"]));
 }
 
 } // namespace
@@ -160,7 +154,7 @@ int run_plan(TrainConfig config, const PlanArgs& args) {
     if (args.json)
       fmt::print("{}\n", doc.dump(2));
     else
-      print_plan(config, plan, cluster, p, fits);
+      print_plan(doc, config, plan);
     return kExitOk;
   } catch (const std::invalid_argument& e) {
     fmt::print(stderr, "meshsim: {}\n", one_line(e));

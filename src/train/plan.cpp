@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <stdexcept>
-#include <tuple>
 
 #include <fmt/format.h>
 
@@ -86,12 +85,6 @@ void check_plannable(const TrainConfig& config) {
     throw std::invalid_argument(fmt::format(
         "meshsim plan runs --strategy ddp and its layouts (--tp --pp --zero), not {}",
         config.strategy));
-
-  for (const auto& [what, size, parts] :
-       {std::tuple{"--heads", config.gpt.heads, config.tp},
-        std::tuple{"--kv-heads", config.gpt.kv_heads > 0 ? config.gpt.kv_heads : config.gpt.heads, config.tp}})
-    if (size % parts != 0)
-      throw std::invalid_argument(fmt::format("{} {} is not divisible by --tp {}", what, size, parts));
 }
 
 Plan make_plan(const TrainConfig& config, int64_t capacity_bytes) {

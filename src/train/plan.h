@@ -43,7 +43,7 @@ struct Plan {
 constexpr int64_t kPlanSteps = 2;
 
 /// Throws std::invalid_argument (one line) for a configuration a plan cannot run: a model
-/// whose kernels have no meta version, DataParallel, a split that is not even.
+/// whose kernels have no meta version, or DataParallel.
 void check_plannable(const TrainConfig& config);
 
 /// Runs `config` (validated) on the meta device with `capacity_bytes` per GPU. Throws
