@@ -18,16 +18,20 @@ def cnn():
         nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
 
 
-def worker(rank, world, steps, batch, port, result):
+def worker(rank, world, steps, batch, port, result, device):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(0)
-    model = nn.parallel.DistributedDataParallel(cnn())
+    if device == "cuda":  # every process on the one card; Gloo moves CUDA tensors via the host
+        model = nn.parallel.DistributedDataParallel(cnn().cuda(), device_ids=[0])
+    else:
+        model = nn.parallel.DistributedDataParallel(cnn())
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     g = torch.Generator().manual_seed(rank)
     x = torch.randn(batch, 1, 28, 28, generator=g)
     y = torch.randint(0, 10, (batch,), generator=g)
+    x, y = x.to(device), y.to(device)
     loss_fn = nn.CrossEntropyLoss()
 
     def step():
@@ -36,10 +40,14 @@ def worker(rank, world, steps, batch, port, result):
         opt.step()
 
     step()  # warm-up
+    if device == "cuda":
+        torch.cuda.synchronize()
     dist.barrier()
     start = time.perf_counter()
     for _ in range(steps):
         step()
+    if device == "cuda":
+        torch.cuda.synchronize()
     dist.barrier()
     if rank == 0:
         result.value = time.perf_counter() - start
@@ -52,9 +60,10 @@ def main():
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--global-batch", type=int, default=256)
     p.add_argument("--port", type=int, default=29533)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     a = p.parse_args()
     result = mp.get_context("spawn").Value("d", 0.0)
-    mp.start_processes(worker, args=(a.world, a.steps, a.global_batch // a.world, a.port, result),
+    mp.start_processes(worker, args=(a.world, a.steps, a.global_batch // a.world, a.port, result, a.device),
                        nprocs=a.world, start_method="spawn")
     print(f"{result.value:.3f}")
 

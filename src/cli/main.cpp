@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   meshsim::TrainConfig config;
   auto* train = app.add_subcommand("train", "train a model on N virtual GPUs");
+  config.device = "auto"; // the command line trains on the GPU when there is one
   meshsim::add_train_flags(*train, config);
   // The file is read before parsing so that the flags given override it; the option is
   // registered only so that CLI11 accepts it.

@@ -102,6 +102,8 @@ nlohmann::json gpu_json(const VirtualGpu& gpu, const TrainResult* result) {
                         {"peak_bytes", s.peak},
                         {"peak_by_category", by_category},
                         {"allocations", s.allocations}};
+  if (gpu.on_card()) // what the GPU's pool took from the card, as memory_reserved counts it
+    out["peak_reserved_bytes"] = s.peak_reserved;
   if (result && gpu.rank() < static_cast<int>(result->eval_peak_bytes.size())) {
     out["eval_peak_bytes"] = result->eval_peak_bytes[gpu.rank()];
     out["model_state_bytes"] = result->model_state_bytes[gpu.rank()];
@@ -346,10 +348,23 @@ int run_train(TrainConfig config) {
   return code;
 }
 
+// The physical device: whether this build has the CUDA path, and the card it sees.
+void print_cuda_info() {
+  fmt::print("CUDA path: {}\n", cuda_built() ? "built" : "compiled out");
+  const CudaStatus card = cuda_status();
+  if (!card.usable) {
+    fmt::print("GPU: none ({})\n", card.reason);
+    return;
+  }
+  fmt::print("GPU: {} (compute capability {}.{}, {} multiprocessors), {} total, {} free\n",
+             card.name, card.capability_major, card.capability_minor, card.multiprocessors,
+             format_bytes(card.total_bytes), format_bytes(card.free_bytes));
+}
+
 int run_info() {
-  fmt::print("meshsim 0.1.0\nLibTorch {}\nCUDA: {}\n{}", TORCH_VERSION,
-             torch::cuda::is_available() ? "available" : "not available in this build",
-             at::get_parallel_info());
+  fmt::print("meshsim 0.1.0\nLibTorch {}\n", TORCH_VERSION);
+  print_cuda_info();
+  fmt::print("{}", at::get_parallel_info());
   return kExitOk;
 }
 

@@ -74,7 +74,9 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
                "gpt: the LM head shares the token embedding (--no-tie-head: its own weight)");
   app.add_option("--rope-theta", c.gpt.rope_theta, "llama: the rotary embedding's base")
       ->capture_default_str();
-  app.add_option("--device", c.device, "physical device (cpu)")->capture_default_str();
+  app.add_option("--device", c.device,
+                 "physical device: cpu, cuda (virtual GPUs carved out of CUDA card 0), or auto "
+                 "(cuda when a usable GPU is present)")->capture_default_str();
   app.add_option("--epochs", c.epochs)->capture_default_str()
       ->check(whole_number(/*min=*/1));
   app.add_option("--max-steps", c.max_steps, "stop after this many steps (0: no limit)")

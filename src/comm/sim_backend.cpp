@@ -10,6 +10,9 @@
 
 #include "comm/kernels.h"
 #include "memory/allocator.h"
+#if MESHSIM_CUDA
+#include "comm/cuda_kernels.h"
+#endif
 
 namespace meshsim {
 
@@ -23,6 +26,10 @@ struct SimWorld::Slot {
   std::vector<bool> present;
   int arrived = 0;
   int departed = 0;
+  // On a CUDA card: each member's buffers are ready after its `ready` event, and its work
+  // on the others' buffers is done after its `done` event (mesh/physical_device.h).
+  bool on_card = false;
+  std::vector<DeviceEvent> ready, done;
 };
 
 namespace {
@@ -36,6 +43,69 @@ std::pair<int64_t, int64_t> slice_of(int64_t numel, int n, int index) {
   const int64_t base = numel / n, extra = numel % n;
   const int64_t lo = index * base + std::min<int64_t>(index, extra);
   return {lo, lo + base + (index < extra ? 1 : 0)};
+}
+
+void* at_offset(void* p, int64_t bytes) { return static_cast<char*>(p) + bytes; }
+
+#if MESHSIM_CUDA
+CudaDtype cuda_dtype(c10::ScalarType dtype) {
+  switch (dtype) {
+  case c10::ScalarType::Float: return CudaDtype::Float;
+  case c10::ScalarType::Double: return CudaDtype::Double;
+  case c10::ScalarType::Long: return CudaDtype::Long;
+  case c10::ScalarType::Int: return CudaDtype::Int;
+  case c10::ScalarType::BFloat16: return CudaDtype::BFloat16;
+  case c10::ScalarType::Half: return CudaDtype::Half;
+  default:
+    throw std::invalid_argument(std::string("reductions support float, double, bfloat16, half, "
+                                            "int and long, not ") + c10::toString(dtype));
+  }
+}
+#endif
+
+// Elements [lo, hi) of every input combined into every output: on the CPU, or on the card
+// in one kernel on the calling rank's stream.
+void combine(const SimWorld::Slot& s, const std::vector<void*>& inputs,
+             const std::vector<void*>& outputs, int64_t lo, int64_t hi, ReduceOp op, int count) {
+  if (outputs.empty() || lo >= hi)
+    return;
+  if (!s.on_card)
+    return reduce_into(s.dtype, inputs, outputs, lo, hi, op, count);
+#if MESHSIM_CUDA
+  if (inputs.size() > kMaxCudaReduceBuffers || outputs.size() > kMaxCudaReduceBuffers)
+    throw std::invalid_argument(fmt::format("collectives on a CUDA card combine at most {} ranks "
+                                            "per group, not {}",
+                                            kMaxCudaReduceBuffers, inputs.size()));
+  const CudaReduce reduce = op == ReduceOp::Avg ? CudaReduce::Avg
+                            : op == ReduceOp::Max ? CudaReduce::Max
+                                                  : CudaReduce::Sum;
+  reduce_into_cuda(cuda_dtype(s.dtype), inputs.data(), static_cast<int>(inputs.size()),
+                   outputs.data(), static_cast<int>(outputs.size()), lo, hi, reduce, count,
+                   current_stream_handle());
+#endif
+}
+
+// Elements [lo, hi) of `src` copied into every output, whatever the dtype: memcpy on the CPU,
+// one kernel moving bytes on the card.
+void copy_to_all(const SimWorld::Slot& s, void* src, const std::vector<void*>& outputs,
+                 int64_t lo, int64_t hi) {
+  if (outputs.empty() || lo >= hi)
+    return;
+  const int64_t item = c10::elementSize(s.dtype);
+  if (!s.on_card) {
+    for (void* out : outputs)
+      std::memcpy(at_offset(out, lo * item), at_offset(src, lo * item), (hi - lo) * item);
+    return;
+  }
+#if MESHSIM_CUDA
+  if (outputs.size() > kMaxCudaReduceBuffers)
+    throw std::invalid_argument(fmt::format("collectives on a CUDA card reach at most {} ranks "
+                                            "per group, not {}",
+                                            kMaxCudaReduceBuffers, outputs.size()));
+  const void* in[] = {src};
+  reduce_into_cuda(CudaDtype::Byte, in, 1, outputs.data(), static_cast<int>(outputs.size()),
+                   lo * item, hi * item, CudaReduce::Sum, 1, current_stream_handle());
+#endif
 }
 
 } // namespace
@@ -53,7 +123,7 @@ public:
     collective("all_reduce", group, buf, buf.data_ptr(), buf.data_ptr(), -1,
                [&](SimWorld::Slot& s, int index) {
                  auto [lo, hi] = slice_of(s.numel, group.size(), index);
-                 reduce_into(s.dtype, s.in, s.out, lo, hi, op, group.size());
+                 combine(s, s.in, s.out, lo, hi, op, group.size());
                });
     if (!buf.is_same(tensor))
       tensor.copy_(buf);
@@ -65,11 +135,11 @@ public:
     collective("broadcast", group, buf, buf.data_ptr(), buf.data_ptr(), root,
                [&](SimWorld::Slot& s, int index) {
                  auto [lo, hi] = slice_of(s.numel, group.size(), index);
-                 const int64_t item = c10::elementSize(s.dtype);
-                 const char* src = static_cast<const char*>(s.in[root_index]) + lo * item;
+                 std::vector<void*> others;
                  for (int j = 0; j < group.size(); ++j)
                    if (j != root_index)
-                     std::memcpy(static_cast<char*>(s.out[j]) + lo * item, src, (hi - lo) * item);
+                     others.push_back(s.out[j]);
+                 copy_to_all(s, s.in[root_index], others, lo, hi);
                });
     if (!buf.is_same(tensor))
       tensor.copy_(buf);
@@ -88,8 +158,10 @@ public:
     collective("all_gather", group, in, in.data_ptr(), out.data_ptr(), -1,
                [&](SimWorld::Slot& s, int index) {
                  const int64_t bytes = s.numel * c10::elementSize(s.dtype);
+                 std::vector<void*> outs;
                  for (int j = 0; j < group.size(); ++j)
-                   std::memcpy(static_cast<char*>(s.out[j]) + index * bytes, s.in[index], bytes);
+                   outs.push_back(at_offset(s.out[j], index * bytes));
+                 copy_to_all(s, s.in[index], outs, 0, s.numel);
                });
     return out;
   }
@@ -113,9 +185,8 @@ public:
                  // Member `index` reduces chunk `index` of every input into its own output.
                  std::vector<void*> in_ptrs(group.size());
                  for (int j = 0; j < group.size(); ++j)
-                   in_ptrs[j] = static_cast<char*>(s.in[j]) + index * chunk * item;
-                 std::vector<void*> out_ptrs{s.out[index]};
-                 reduce_into(s.dtype, in_ptrs, out_ptrs, 0, chunk, op, group.size());
+                   in_ptrs[j] = at_offset(s.in[j], index * chunk * item);
+                 combine(s, in_ptrs, {s.out[index]}, 0, chunk, op, group.size());
                });
     return out;
   }
@@ -126,8 +197,7 @@ public:
     collective("reduce", group, buf, buf.data_ptr(), buf.data_ptr(), root,
                [&](SimWorld::Slot& s, int index) {
                  auto [lo, hi] = slice_of(s.numel, group.size(), index);
-                 std::vector<void*> out_ptrs{s.out[root_index]};
-                 reduce_into(s.dtype, s.in, out_ptrs, lo, hi, op, group.size());
+                 combine(s, s.in, {s.out[root_index]}, lo, hi, op, group.size());
                });
     if (rank_ == root && !buf.is_same(tensor))
       tensor.copy_(buf);
@@ -144,11 +214,16 @@ public:
       CategoryScope scope(MemoryCategory::Communication);
       message = tensor.detach().clone(at::MemoryFormat::Contiguous);
     }
+    std::shared_ptr<DeviceEvent> ready;
+    if (message.is_cuda()) { // the copy exists once the sender's stream has made it
+      ready = std::make_shared<DeviceEvent>();
+      ready->record();
+    }
     {
       std::lock_guard<std::mutex> lock(world_.mutex_);
       if (!world_.abort_reason_.empty())
         throw RankAborted(world_.abort_reason_);
-      world_.mailboxes_[{rank_, dst, tag}].push_back(std::move(message));
+      world_.mailboxes_[{rank_, dst, tag}].push_back({std::move(message), std::move(ready)});
     }
     world_.cv_.notify_all();
     finish_record(rec);
@@ -159,7 +234,7 @@ public:
     CollectiveRecord rec = start_record("recv", {src, rank_}, torch::Tensor());
     rec.peer = src;
     rec.seq = p2p_seq_[{src, -1 - tag}]++;
-    torch::Tensor message;
+    SimWorld::Message message;
     {
       std::unique_lock<std::mutex> lock(world_.mutex_);
       auto& box = world_.mailboxes_[{src, rank_, tag}];
@@ -180,9 +255,13 @@ public:
       message = std::move(box.front());
       box.pop_front();
     }
-    torch::Tensor out = torch::empty_like(message); // charged to this rank's GPU
-    out.copy_(message);
-    message = torch::Tensor(); // frees the sender's copy
+    if (message.ready)
+      message.ready->block_current_stream();
+    torch::Tensor out = torch::empty_like(message.tensor); // charged to this rank's GPU
+    out.copy_(message.tensor);
+    // Frees the sender's copy; on a card, only once this stream's copy out of it has run.
+    hold_for_current_stream(message.tensor);
+    message = SimWorld::Message();
     rec.bytes = out.numel() * out.element_size();
     finish_record(rec);
     return out;
@@ -239,6 +318,10 @@ private:
     rec.seq = seq;
     const int64_t numel = meta.defined() ? meta.numel() : 0;
     const auto dtype = meta.defined() ? meta.scalar_type() : c10::ScalarType::Float;
+    const bool on_card = meta.defined() && meta.is_cuda();
+    DeviceEvent ready; // this member's buffers exist once its stream reaches here
+    if (on_card)
+      ready.record();
 
     std::shared_ptr<SimWorld::Slot> slot;
     {
@@ -255,16 +338,24 @@ private:
         entry->in.assign(n, nullptr);
         entry->out.assign(n, nullptr);
         entry->present.assign(n, false);
+        entry->on_card = on_card;
+        if (on_card) {
+          entry->ready.resize(n);
+          entry->done.resize(n);
+        }
       } else if (entry->op != op || entry->numel != numel || entry->dtype != dtype ||
-                 entry->root != root) {
+                 entry->root != root || entry->on_card != on_card) {
         throw CollectiveMismatch(fmt::format(
-            "collective #{} on group [{}]: rank {} called {} but another rank called {}", seq, key,
-            rank_, describe(op, numel, dtype), describe(entry->op, entry->numel, entry->dtype)));
+            "collective #{} on group [{}]: rank {} called {}{} but another rank called {}{}", seq,
+            key, rank_, describe(op, numel, dtype), on_card ? " on the card" : "",
+            describe(entry->op, entry->numel, entry->dtype), entry->on_card ? " on the card" : ""));
       }
       slot = entry;
       slot->in[index] = in;
       slot->out[index] = out;
       slot->present[index] = true;
+      if (on_card)
+        slot->ready[index] = std::move(ready);
       if (++slot->arrived == n)
         world_.cv_.notify_all();
       world_.waits_[rank_] = SimWorld::Wait{slot, group.ranks, -1};
@@ -287,10 +378,20 @@ private:
       }
     }
 
+    if (on_card) // read the others' buffers only after their streams have produced them
+      for (int j = 0; j < n; ++j)
+        if (j != index)
+          slot->ready[j].block_current_stream();
+
     work(*slot, index);
 
+    DeviceEvent done; // recorded before departing, under the lock others read it under
+    if (on_card)
+      done.record();
     {
       std::unique_lock<std::mutex> lock(world_.mutex_);
+      if (on_card)
+        slot->done[index] = std::move(done);
       if (++slot->departed == n) {
         world_.slots_.erase({key, seq});
         world_.cv_.notify_all();
@@ -305,6 +406,10 @@ private:
         throw CollectiveTimeout(
             fmt::format("{} #{} on group [{}]: members did not finish in time", op, seq, key));
     }
+    if (on_card) // our buffers are ours again once every member's work on them has run
+      for (int j = 0; j < n; ++j)
+        if (j != index)
+          slot->done[j].block_current_stream();
     finish_record(rec);
   }
 

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "mesh/physical_device.h"
 #include "mesh/recorder.h"
 
 namespace meshsim {
@@ -63,7 +64,12 @@ private:
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::map<std::pair<std::string, int64_t>, std::shared_ptr<Slot>> slots_;
-  std::map<std::tuple<int, int, int>, std::deque<torch::Tensor>> mailboxes_; // (src, dst, tag)
+  // A message waiting for its receiver; on a CUDA card, with the event after which it exists.
+  struct Message {
+    torch::Tensor tensor;
+    std::shared_ptr<DeviceEvent> ready;
+  };
+  std::map<std::tuple<int, int, int>, std::deque<Message>> mailboxes_; // (src, dst, tag)
   std::string abort_reason_;
   std::vector<Wait> waits_; // per rank
 };

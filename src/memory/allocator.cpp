@@ -54,7 +54,9 @@ public:
 
 private:
   static c10::DataPtr allocate_block(size_t n) {
-    VirtualGpu* gpu = t_gpu;
+    // A virtual GPU on a CUDA card is charged by the card's allocator (memory/cuda_allocator.h);
+    // its rank's CPU tensors are host memory.
+    VirtualGpu* gpu = t_gpu != nullptr && !t_gpu->on_card() ? t_gpu : nullptr;
     const auto bytes = static_cast<int64_t>(n);
     if (gpu != nullptr)
       gpu->charge(bytes, t_category); // throws OutOfMemory before anything is allocated

@@ -72,12 +72,54 @@ void VirtualGpu::release(int64_t bytes, MemoryCategory category) {
   current_by_category_[static_cast<size_t>(category)].fetch_sub(bytes, std::memory_order_relaxed);
 }
 
+void VirtualGpu::add(int64_t bytes, MemoryCategory category) {
+  const int64_t now = current_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  raise_to(peak_, now);
+  const auto c = static_cast<size_t>(category);
+  raise_to(peak_by_category_[c],
+           current_by_category_[c].fetch_add(bytes, std::memory_order_relaxed) + bytes);
+  allocations_.fetch_add(1, std::memory_order_relaxed);
+}
+
+bool VirtualGpu::try_reserve(int64_t bytes) {
+  const int64_t now = reserved_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  if (now <= capacity_) {
+    raise_to(peak_reserved_, now);
+    return true;
+  }
+  reserved_.fetch_sub(bytes, std::memory_order_relaxed);
+  const MemoryStats s = stats();
+  std::string message = fmt::format(
+      "out of memory on {}: its pool needed another {} segment; reserved {}, allocated {} ({}); "
+      "capacity {}",
+      name(), format_bytes(bytes), format_bytes(s.reserved), format_bytes(s.current),
+      describe_use(s, /*skip_empty=*/true), format_bytes(capacity_));
+  std::lock_guard<std::mutex> lock(oom_mutex_);
+  refusal_ = std::move(message);
+  return false;
+}
+
+void VirtualGpu::unreserve(int64_t bytes) { reserved_.fetch_sub(bytes, std::memory_order_relaxed); }
+
+void VirtualGpu::device_out_of_memory(const std::string& device_message) {
+  std::lock_guard<std::mutex> lock(oom_mutex_);
+  if (!oom_message_.empty())
+    return;
+  if (!refusal_.empty())
+    oom_message_ = refusal_;
+  else
+    oom_message_ = fmt::format("out of memory on {}: the card itself is full: {}", name(),
+                               device_message.substr(0, device_message.find('\n')));
+}
+
 MemoryStats VirtualGpu::stats() const {
   MemoryStats s;
   s.capacity = capacity_;
   s.current = current_.load(std::memory_order_relaxed);
   s.peak = peak_.load(std::memory_order_relaxed);
   s.allocations = allocations_.load(std::memory_order_relaxed);
+  s.reserved = reserved_.load(std::memory_order_relaxed);
+  s.peak_reserved = peak_reserved_.load(std::memory_order_relaxed);
   for (int c = 0; c < kNumCategories; ++c) {
     s.current_by_category[c] = current_by_category_[c].load(std::memory_order_relaxed);
     s.peak_by_category[c] = peak_by_category_[c].load(std::memory_order_relaxed);
@@ -87,6 +129,7 @@ MemoryStats VirtualGpu::stats() const {
 
 void VirtualGpu::reset_peaks() {
   peak_.store(current_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  peak_reserved_.store(reserved_.load(std::memory_order_relaxed), std::memory_order_relaxed);
   for (int c = 0; c < kNumCategories; ++c)
     peak_by_category_[c].store(current_by_category_[c].load(std::memory_order_relaxed),
                                std::memory_order_relaxed);

@@ -26,6 +26,10 @@ struct MemoryStats {
   int64_t current = 0;
   int64_t peak = 0;
   int64_t allocations = 0;
+  /// On CUDA: the bytes the virtual GPU's memory pool has taken from the card (the caching
+  /// allocator's segments, as torch.cuda.memory_reserved counts them); 0 elsewhere.
+  int64_t reserved = 0;
+  int64_t peak_reserved = 0;
   std::array<int64_t, kNumCategories> current_by_category{};
   std::array<int64_t, kNumCategories> peak_by_category{};
 };
@@ -63,6 +67,10 @@ public:
   VirtualGpu& operator=(const VirtualGpu&) = delete;
 
   int rank() const { return rank_; }
+  /// The GPU is carved out of a CUDA card: its memory is the card's, and host tensors its
+  /// rank makes (batches before the copy, loss values) are host memory, not its own.
+  void mark_on_card() { on_card_ = true; }
+  bool on_card() const { return on_card_; }
   int64_t capacity() const { return capacity_; }
   std::string name() const { return "gpu" + std::to_string(rank_); }
 
@@ -71,6 +79,19 @@ public:
   void charge(int64_t bytes, MemoryCategory category);
   /// Returns bytes previously charged to `category`.
   void release(int64_t bytes, MemoryCategory category);
+
+  /// Charges `bytes` with no capacity check: on CUDA an allocation is already inside a
+  /// segment the GPU reserved, and the capacity applies to the segments (try_reserve).
+  void add(int64_t bytes, MemoryCategory category);
+  /// A segment of `bytes` taken from the card for this GPU's pool; false (and nothing taken)
+  /// when it would pass the capacity. The refusal is remembered for the OOM message.
+  bool try_reserve(int64_t bytes);
+  void unreserve(int64_t bytes);
+  int64_t reserved_bytes() const { return reserved_.load(std::memory_order_relaxed); }
+  /// The device's own out-of-memory error reached this GPU's rank: the run ends with this GPU
+  /// out of memory, described by its last refused segment, or by `device_message` if the card
+  /// itself was full first.
+  void device_out_of_memory(const std::string& device_message);
 
   int64_t current_bytes() const { return current_.load(std::memory_order_relaxed); }
   int64_t peak_bytes() const { return peak_.load(std::memory_order_relaxed); }
@@ -92,13 +113,17 @@ private:
   const int rank_;
   const int64_t capacity_;
   HostBudget* host_;
+  bool on_card_ = false;
   std::atomic<int64_t> current_{0};
   std::atomic<int64_t> peak_{0};
   std::atomic<int64_t> allocations_{0};
+  std::atomic<int64_t> reserved_{0};
+  std::atomic<int64_t> peak_reserved_{0};
   std::array<std::atomic<int64_t>, kNumCategories> current_by_category_{};
   std::array<std::atomic<int64_t>, kNumCategories> peak_by_category_{};
   mutable std::mutex oom_mutex_;
   std::string oom_message_;
+  std::string refusal_; // the last segment try_reserve refused
 };
 
 } // namespace meshsim

@@ -11,8 +11,14 @@ namespace meshsim {
 int64_t auto_capacity(const std::string& device, int world_size) {
   if (device == "meta")
     throw std::invalid_argument("a plan's GPUs need an explicit capacity (the target GPU's memory)");
+  if (device == "cuda") {
+    const CudaStatus card = cuda_status();
+    if (!card.usable)
+      throw std::invalid_argument("--device cuda: " + card.reason);
+    return card.free_bytes / std::max(1, world_size);
+  }
   if (device != "cpu")
-    throw std::invalid_argument("--gpu-mem auto is only known for the cpu device here");
+    throw std::invalid_argument("--gpu-mem auto is not known for device '" + device + "'");
   return host_memory_for_gpus() / std::max(1, world_size);
 }
 
@@ -25,8 +31,22 @@ DeviceMesh::DeviceMesh(const MeshOptions& options)
   const bool meta = options_.device == "meta";
   if (meta)
     register_meta_kernels();
+  // Meta tensors take no memory, and a card's virtual GPUs live in the card: only CPU
+  // virtual GPUs share the host's budget.
+  const bool on_host = options_.device == "cpu";
   for (int r = 0; r < options_.world_size; ++r)
-    gpus_.push_back(std::make_unique<VirtualGpu>(r, options_.capacity_bytes, meta ? nullptr : &host_));
+    gpus_.push_back(
+        std::make_unique<VirtualGpu>(r, options_.capacity_bytes, on_host ? &host_ : nullptr));
+  if (on_card()) {
+    streams_.reserve(gpus_.size());
+    for (auto& g : gpus_) {
+      g->mark_on_card();
+      streams_.push_back(RankStream::create());
+      pools_.push_back(std::make_unique<CudaPool>(*g, streams_.back().handle()));
+    }
+  } else {
+    streams_.resize(gpus_.size());
+  }
 }
 
 std::unique_ptr<Communicator> DeviceMesh::make_communicator(int rank) {

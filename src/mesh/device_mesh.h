@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "comm/sim_backend.h"
+#include "memory/cuda_allocator.h"
 #include "memory/virtual_gpu.h"
+#include "mesh/physical_device.h"
 #include "mesh/recorder.h"
 
 namespace meshsim {
@@ -15,15 +17,18 @@ namespace meshsim {
 struct MeshOptions {
   int world_size = 4;
   int64_t capacity_bytes = 0; // per virtual GPU; 0 = auto (host memory split evenly)
-  /// "cpu", or "meta" for plans: tensors have shapes and no storage, the GPUs are charged what
-  /// they would hold (not the host), and collectives only record (comm/record_only.h).
+  /// "cpu"; "cuda": the virtual GPUs are carved out of CUDA card 0, each with its own stream
+  /// and memory pool (memory/cuda_allocator.h); or "meta" for plans: tensors have shapes and
+  /// no storage, the GPUs are charged what they would hold (not the host), and collectives
+  /// only record (comm/record_only.h).
   std::string device = "cpu";
   std::chrono::milliseconds comm_timeout{60000};
   bool timeline = true; // sample_memory() keeps memory.csv rows (off for plans of many GPUs)
 };
 
-/// The memory the host can give (host_memory_for_gpus: available less a headroom) split
-/// evenly over `world_size` virtual GPUs.
+/// The memory the physical device can give split evenly over `world_size` virtual GPUs: on
+/// the CPU what the host can give (host_memory_for_gpus: available less a headroom), on CUDA
+/// the card's free memory.
 int64_t auto_capacity(const std::string& device, int world_size);
 
 class DeviceMesh {
@@ -32,6 +37,11 @@ public:
 
   int world_size() const { return options_.world_size; }
   const std::string& device() const { return options_.device; }
+  bool on_card() const { return options_.device == "cuda"; }
+  /// Rank `rank`'s CUDA stream (invalid off the card).
+  const RankStream& stream(int rank) const { return streams_.at(rank); }
+  /// Rank `rank`'s memory pool on the card (null off the card).
+  const CudaPool* pool(int rank) const { return pools_.empty() ? nullptr : pools_.at(rank).get(); }
   VirtualGpu& gpu(int rank) { return *gpus_.at(rank); }
   const VirtualGpu& gpu(int rank) const { return *gpus_.at(rank); }
   SimWorld& comm_world() { return world_; }
@@ -48,6 +58,8 @@ private:
   RunClock clock_;
   HostBudget host_; // all GPUs together live in the host's memory
   std::vector<std::unique_ptr<VirtualGpu>> gpus_;
+  std::vector<RankStream> streams_;
+  std::vector<std::unique_ptr<CudaPool>> pools_; // after gpus_: detached before they go
   SimWorld world_;
   MemoryTimeline timeline_;
 };

@@ -53,10 +53,15 @@ std::vector<Recorder> run_ranks(DeviceMesh& mesh, const std::function<void(RankC
       try {
         at::set_num_threads(intra_threads);
         GpuGuard guard(&mesh.gpu(r));
+        RankDeviceScope device(mesh.stream(r)); // on a card: its stream, its own backward
         RankContext ctx{r, n, mesh.gpu(r), *comms[r], recorders[r], mesh};
         fn(ctx);
       } catch (const RankLeft& e) {
         fmt::print(stderr, "meshsim: {}\n", e.what());
+      } catch (const c10::OutOfMemoryError& e) { // the card's allocator ran out for this GPU
+        mesh.gpu(r).device_out_of_memory(e.what());
+        errors[r] = std::current_exception();
+        mesh.comm_world().abort(fmt::format("rank {} failed: {}", r, mesh.gpu(r).oom_message()));
       } catch (const std::exception& e) {
         errors[r] = std::current_exception();
         mesh.comm_world().abort(fmt::format("rank {} failed: {}", r, e.what()));

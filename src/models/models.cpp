@@ -80,7 +80,12 @@ torch::Tensor RankDropoutImpl::forward(const torch::Tensor& x) {
   torch::Tensor keep;
   {
     torch::NoGradGuard no_grad;
-    keep = torch::empty(shape, x.options()).bernoulli_(1 - p_, generator_).div_(1 - p_);
+    // Drawn on the CPU from the rank's own generator whatever the device, so a CUDA run
+    // drops exactly what the CPU run drops.
+    keep = torch::empty(shape, x.options().device(torch::kCPU))
+               .bernoulli_(1 - p_, generator_)
+               .div_(1 - p_)
+               .to(x.device());
   }
   return x * keep;
 }
@@ -121,9 +126,9 @@ torch::nn::Sequential build_model(const std::string& name, const ModelOptions& o
   std::lock_guard<std::mutex> lock(generator_mutex);
   torch::manual_seed(options.seed);
   const bool meta = options.device.is_meta();
-  if (!options.device.is_cpu() && (name == "cnn" || name == "lenet"))
-    throw std::invalid_argument("model '" + name + "' can only be built on the cpu, not " +
-                                options.device.str());
+  if (meta && (name == "cnn" || name == "lenet"))
+    throw std::invalid_argument("model '" + name + "' cannot be built on the meta device (its "
+                                "convolutions have no meta kernels here)");
   // On meta the parameters are created in their final dtype (nothing is drawn); elsewhere
   // they are drawn in float32 on the CPU, as PyTorch draws them, and converted after.
   const auto tensors = meta ? torch::TensorOptions().device(options.device).dtype(options.dtype)

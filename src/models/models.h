@@ -28,8 +28,8 @@ struct ModelOptions {
   /// converted, so a float64 model starts from the float32 one's weights, widened.
   torch::Dtype dtype = torch::kFloat32;
   /// Where the parameters live. kMeta (for plans): created there directly in `dtype`, shapes
-  /// only, nothing drawn and no host memory. Another device: built on the CPU as above, then
-  /// moved. Only the transformers (gpt, llama) can be built off the CPU.
+  /// only, nothing drawn and no host memory; only the transformers (gpt, llama) can. Another
+  /// device (CUDA): built on the CPU as above, then moved, so the weights equal the CPU's.
   torch::Device device = torch::kCPU;
 };
 
@@ -42,7 +42,7 @@ bool is_transformer(const std::string& name);
 
 /// Builds the model in PyTorch's layer order after torch::manual_seed(seed), so its initial
 /// weights equal PyTorch's for the same seed. Throws std::invalid_argument for unknown names
-/// and for cnn or lenet on a device other than the CPU.
+/// and for cnn or lenet on the meta device.
 torch::nn::Sequential build_model(const std::string& name, const ModelOptions& options);
 
 /// parameters() with each tensor listed once (LibTorch 1.13's parameters() does not dedupe

@@ -18,6 +18,11 @@ struct Batch {
   torch::Tensor inputs;
   torch::Tensor targets;
   int64_t size() const { return inputs.defined() ? inputs.size(0) : 0; }
+  /// The batch on `device` (a part that is not there stays undefined).
+  Batch to(const torch::Device& device) const {
+    return {inputs.defined() ? inputs.to(device) : inputs,
+            targets.defined() ? targets.to(device) : targets};
+  }
 };
 
 /// Which slice of the data a rank trains on: `index` of `replicas` equal shards, as

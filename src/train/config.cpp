@@ -13,6 +13,7 @@
 
 #include "cost/hardware.h"
 #include "memory/category.h"
+#include "mesh/physical_device.h"
 #include "mesh/parallel_dims.h"
 #include "models/models.h"
 #include "models/presets.h"
@@ -140,10 +141,13 @@ void validate(TrainConfig& c) {
   }
   require(c.strategy != "single" || c.gpus == 1,
           fmt::format("--strategy single runs on one GPU; use --gpus 1, not {}", c.gpus));
-  require(c.device == "cpu" || c.device.rfind("cuda", 0) == 0,
-          fmt::format("unknown device '{}' (choose cpu or cuda)", c.device));
-  require(c.device == "cpu",
-          "--device cuda: this build of meshsim attributes memory on the CPU device only");
+  require(c.device == "cpu" || c.device == "cuda" || c.device == "cuda:0" || c.device == "auto",
+          fmt::format("unknown device '{}' (choose cpu, cuda or auto)", c.device));
+  c.device = resolve_device(c.device);
+  if (c.device == "cuda") {
+    const CudaStatus card = cuda_status();
+    require(card.usable, "--device cuda: " + card.reason);
+  }
   // The caps keep batch × dp (× micro-batches) far from int64 overflow.
   require(c.batch_size >= 1 && c.batch_size <= kMaxBatchSize,
           fmt::format("--batch-size must be between 1 and {}, got {}", kMaxBatchSize, c.batch_size));

@@ -33,6 +33,8 @@ Evaluation evaluate(RankContext& ctx, Strategy& strategy, DataShard shard, const
       rows = {0}; // a stand-in: runs the same collectives, counts nothing
     Batch b;
     std::tie(b.inputs, b.targets) = gather_batch(test, rows);
+    if (ctx.mesh.on_card())
+      b = b.to(torch::Device(torch::kCUDA, 0));
     const auto [c, m] = strategy.evaluate(b);
     if (!real)
       continue;

@@ -55,6 +55,8 @@ StrategyOptions strategy_options(const TrainConfig& config) {
   options.micro_batches = config.micro_batches;
   options.recompute = config.recompute == "full";
   options.precision = config.precision;
+  if (config.device == "cuda")
+    options.device = torch::Device(torch::kCUDA, 0);
   return options;
 }
 
@@ -174,6 +176,8 @@ TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& 
           const auto first = indices.begin() + s * batch;
           const auto last = indices.begin() + std::min<int64_t>((s + 1) * batch, indices.size());
           std::tie(b.inputs, b.targets) = gather_batch(data.train, {first, last});
+          if (ctx.mesh.on_card())
+            b = b.to(torch::Device(torch::kCUDA, 0));
         }
         if (ctx.rank == config.fault_rank && step + 1 == config.fault_step)
           throw RankLeft(

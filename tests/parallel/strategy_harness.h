@@ -69,6 +69,8 @@ inline HarnessRun run_strategy(DeviceMesh& mesh, const std::string& strategy,
       }
       if (!idx.empty())
         std::tie(b.inputs, b.targets) = gather_batch(data, idx);
+      if (ctx.mesh.on_card())
+        b = b.to(torch::Device(torch::kCUDA, 0));
       const double loss = s->step(b, k + 1);
       if (ctx.rank == 0)
         out.losses.push_back(loss);
