@@ -350,6 +350,7 @@ int run_info() {
   fmt::print("meshsim 0.1.0\nLibTorch {}\nCUDA: {}\n{}", TORCH_VERSION,
              torch::cuda::is_available() ? "available" : "not available in this build",
              at::get_parallel_info());
+  print_nvml_info();
   return kExitOk;
 }
 

@@ -12,14 +12,18 @@
 
 namespace meshsim {
 
+class Nvml;
+
 struct MeshOptions {
   int world_size = 4;
   int64_t capacity_bytes = 0; // per virtual GPU; 0 = auto (host memory split evenly)
   /// "cpu", or "meta" for plans: tensors have shapes and no storage, the GPUs are charged what
-  /// they would hold (not the host), and collectives only record (comm/record_only.h).
+  /// they would hold (not the host), and collectives only record (comm/record_only.h). On a
+  /// "cuda" device each memory sample also reads the card through NVML (mesh/nvml.h).
   std::string device = "cpu";
   std::chrono::milliseconds comm_timeout{60000};
   bool timeline = true; // sample_memory() keeps memory.csv rows (off for plans of many GPUs)
+  Nvml* nvml = nullptr; // where a CUDA run reads the card; null: Nvml::instance()
 };
 
 /// The memory the host can give (host_memory_for_gpus: available less a headroom) split
@@ -40,7 +44,7 @@ public:
   MemoryTimeline& timeline() { return timeline_; }
   const RunClock& clock() const { return clock_; }
 
-  /// Appends one memory.csv row: every GPU's live bytes now.
+  /// Appends one memory.csv row: every GPU's live bytes now, and on CUDA the card's NVML reading.
   void sample_memory(int64_t step, const std::string& phase);
 
 private:
@@ -50,6 +54,8 @@ private:
   std::vector<std::unique_ptr<VirtualGpu>> gpus_;
   SimWorld world_;
   MemoryTimeline timeline_;
+  Nvml* nvml_ = nullptr; // set with nvml_index_ on a CUDA run whose card NVML can read
+  int nvml_index_ = -1;  // that card's NVML index; -1: no card columns (not CUDA, no NVML)
 };
 
 } // namespace meshsim
