@@ -365,6 +365,7 @@ int run_info() {
   fmt::print("meshsim 0.1.0\nLibTorch {}\n", TORCH_VERSION);
   print_cuda_info();
   fmt::print("{}", at::get_parallel_info());
+  print_nvml_info();
   return kExitOk;
 }
 

@@ -1,12 +1,32 @@
 // DeviceMesh construction and the physical-device memory query behind `--gpu-mem auto`.
 #include "mesh/device_mesh.h"
 
+#include <cstdlib>
 #include <stdexcept>
+
+#include <fmt/format.h>
 
 #include "comm/record_only.h"
 #include "mesh/meta_device.h"
+#include "mesh/nvml.h"
 
 namespace meshsim {
+namespace {
+
+/// NVML's index of the card a CUDA run is on, or -1 with a one-line note saying why memory.csv
+/// will have no card columns.
+int nvml_card(Nvml& nvml, const std::string& device) {
+  std::string why = nvml.reason();
+  if (nvml.available()) {
+    const auto index = nvml_index_of_cuda_device(device, std::getenv("CUDA_VISIBLE_DEVICES"), &why);
+    if (index && nvml.sample(*index, &why))
+      return *index;
+  }
+  fmt::print(stderr, "meshsim: memory.csv has no card columns: {}\n", why);
+  return -1;
+}
+
+} // namespace
 
 int64_t auto_capacity(const std::string& device, int world_size) {
   if (device == "meta")
@@ -47,6 +67,13 @@ DeviceMesh::DeviceMesh(const MeshOptions& options)
   } else {
     streams_.resize(gpus_.size());
   }
+  // Only a CUDA run asks for NVML: a CPU run never opens the library or pays for a sample.
+  if (options_.timeline && options_.device.rfind("cuda", 0) == 0) {
+    Nvml& nvml = options_.nvml ? *options_.nvml : Nvml::instance();
+    nvml_index_ = nvml_card(nvml, options_.device);
+    if (nvml_index_ >= 0)
+      nvml_ = &nvml;
+  }
 }
 
 std::unique_ptr<Communicator> DeviceMesh::make_communicator(int rank) {
@@ -66,6 +93,12 @@ void DeviceMesh::sample_memory(int64_t step, const std::string& phase) {
   s.bytes.reserve(gpus_.size());
   for (const auto& g : gpus_)
     s.bytes.push_back(g->current_bytes());
+  if (nvml_ != nullptr) {
+    if (const auto card = nvml_->sample(nvml_index_)) {
+      s.phys_used_bytes = card->used_bytes;
+      s.phys_util_pct = card->util_pct;
+    }
+  }
   timeline_.add(std::move(s));
 }
 

@@ -14,16 +14,20 @@
 
 namespace meshsim {
 
+class Nvml;
+
 struct MeshOptions {
   int world_size = 4;
   int64_t capacity_bytes = 0; // per virtual GPU; 0 = auto (host memory split evenly)
   /// "cpu"; "cuda": the virtual GPUs are carved out of CUDA card 0, each with its own stream
-  /// and memory pool (memory/cuda_allocator.h); or "meta" for plans: tensors have shapes and
-  /// no storage, the GPUs are charged what they would hold (not the host), and collectives
-  /// only record (comm/record_only.h).
+  /// and memory pool (memory/cuda_allocator.h), and each memory sample also reads the card
+  /// through NVML (mesh/nvml.h); or "meta" for plans: tensors have shapes and no storage, the
+  /// GPUs are charged what they would hold (not the host), and collectives only record
+  /// (comm/record_only.h).
   std::string device = "cpu";
   std::chrono::milliseconds comm_timeout{60000};
   bool timeline = true; // sample_memory() keeps memory.csv rows (off for plans of many GPUs)
+  Nvml* nvml = nullptr; // where a CUDA run reads the card; null: Nvml::instance()
 };
 
 /// The memory the physical device can give split evenly over `world_size` virtual GPUs: on
@@ -50,7 +54,7 @@ public:
   MemoryTimeline& timeline() { return timeline_; }
   const RunClock& clock() const { return clock_; }
 
-  /// Appends one memory.csv row: every GPU's live bytes now.
+  /// Appends one memory.csv row: every GPU's live bytes now, and on CUDA the card's NVML reading.
   void sample_memory(int64_t step, const std::string& phase);
 
 private:
@@ -62,6 +66,8 @@ private:
   std::vector<std::unique_ptr<CudaPool>> pools_; // after gpus_: detached before they go
   SimWorld world_;
   MemoryTimeline timeline_;
+  Nvml* nvml_ = nullptr; // set with nvml_index_ on a CUDA run whose card NVML can read
+  int nvml_index_ = -1;  // that card's NVML index; -1: no card columns (not CUDA, no NVML)
 };
 
 } // namespace meshsim

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,12 +63,15 @@ struct Recorder {
   std::vector<ComputeRecord> compute;
 };
 
-/// One row of memory.csv: the live bytes of every GPU at one instant.
+/// One row of memory.csv: the live bytes of every GPU at one instant, and the physical card's
+/// NVML reading at that instant (CUDA runs where NVML is available; absent otherwise).
 struct MemorySample {
   double time_s = 0;
   int64_t step = 0;
   std::string phase;
   std::vector<int64_t> bytes;  // one per GPU
+  std::optional<int64_t> phys_used_bytes = std::nullopt;  // the card's used memory
+  std::optional<int> phys_util_pct = std::nullopt;        // the card's utilisation, percent
 };
 
 /// Samples shared by all ranks, appended under a mutex.

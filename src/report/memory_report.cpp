@@ -73,7 +73,7 @@ std::string last_line(const std::string& text) {
 std::string memory_csv(const std::vector<MemorySample>& samples, int num_gpus) {
   std::string out = "time_s,step,phase";
   for (int g = 0; g < num_gpus; ++g) out += ",gpu" + std::to_string(g) + "_mib";
-  out += '\n';
+  out += ",phys_used_mib,phys_util_pct\n";
   for (const auto& s : samples) {
     if (static_cast<int>(s.bytes.size()) != num_gpus) {
       throw std::invalid_argument("memory sample at t=" + format("%.6f", s.time_s) + " has " +
@@ -82,6 +82,8 @@ std::string memory_csv(const std::vector<MemorySample>& samples, int num_gpus) {
     }
     out += format("%.6f", s.time_s) + "," + std::to_string(s.step) + "," + csv_field(s.phase);
     for (int64_t b : s.bytes) out += "," + format("%.3f", b / kMiB);
+    out += "," + (s.phys_used_bytes ? format("%.3f", *s.phys_used_bytes / kMiB) : std::string());
+    out += "," + (s.phys_util_pct ? std::to_string(*s.phys_util_pct) : std::string());
     out += '\n';
   }
   return out;
@@ -102,9 +104,14 @@ std::string memory_plot_script(const std::vector<MemorySample>& samples,
                    [](const MemorySample* a, const MemorySample* b) { return a->time_s < b->time_s; });
   size_t num_gpus = 0;
   int64_t peak = 0;
+  bool card = false;  // some sample has the card's NVML reading: draw it beside the GPUs
   for (const auto* s : sorted) {
     num_gpus = std::max(num_gpus, s->bytes.size());
     for (int64_t b : s->bytes) peak = std::max(peak, b);
+    if (s->phys_used_bytes) {
+      card = true;
+      peak = std::max(peak, *s->phys_used_bytes);
+    }
   }
   const double peak_mib = std::max(peak / kMiB, 1e-3);
 
@@ -127,7 +134,8 @@ std::string memory_plot_script(const std::vector<MemorySample>& samples,
   // The key sits under the x label in a margin sized for its rows (gnuplot's own "below"
   // placement overlaps the x label); a wide mesh needs more rows, so the image grows.
   const size_t key_entries =
-      num_gpus + (all_equal ? 1 : std::count_if(caps.begin(), caps.end(), [](int64_t c) { return c > 0; }));
+      num_gpus + (card ? 1 : 0) +
+      (all_equal ? 1 : std::count_if(caps.begin(), caps.end(), [](int64_t c) { return c > 0; }));
   const size_t key_rows = (key_entries + 2) / 3;
   const int height = 720 + 24 * static_cast<int>(key_rows > 3 ? key_rows - 3 : 0);
 
@@ -157,6 +165,8 @@ std::string memory_plot_script(const std::vector<MemorySample>& samples,
     for (size_t g = 0; g < num_gpus; ++g) {
       s += g < m->bytes.size() ? format(" %.3f", m->bytes[g] / kMiB) : std::string(" NaN");
     }
+    if (card)
+      s += m->phys_used_bytes ? format(" %.3f", *m->phys_used_bytes / kMiB) : std::string(" NaN");
     s += '\n';
   }
   s += "EOD\n";
@@ -166,6 +176,12 @@ std::string memory_plot_script(const std::vector<MemorySample>& samples,
   for (size_t g = 0; g < num_gpus; ++g) {
     plots.push_back("$mem using 1:" + std::to_string(g + 2) + " with " + style + " lt " +
                     std::to_string(g + 1) + " title 'gpu" + std::to_string(g) + "'");
+  }
+  // The physical card holds every virtual GPU plus what they do not count (the CUDA context,
+  // the caching allocator's rounding, other processes): solid black, above them all.
+  if (card) {
+    plots.push_back("$mem using 1:" + std::to_string(num_gpus + 2) + " with " + style +
+                    " lc rgb 'black' title 'card (NVML) used'");
   }
   // A capacity line is a constant function; an off-scale one gets only a key entry, so the
   // reader still learns the limit without the curves being squashed against the x axis.

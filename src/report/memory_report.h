@@ -14,9 +14,10 @@
 
 namespace meshsim {
 
-/// memory.csv text: header `time_s,step,phase,gpu0_mib,gpu1_mib,...`, one row per sample in
-/// the given order, time with 6 decimals, MiB with 3. Throws std::invalid_argument if a
-/// sample does not have exactly num_gpus byte counts.
+/// memory.csv text: header `time_s,step,phase,gpu0_mib,gpu1_mib,...,phys_used_mib,phys_util_pct`,
+/// one row per sample in the given order, time with 6 decimals, MiB with 3, utilisation a whole
+/// percent; the last two cells are the card's NVML reading, empty when the sample has none.
+/// Throws std::invalid_argument if a sample does not have exactly num_gpus byte counts.
 std::string memory_csv(const std::vector<MemorySample>& samples, int num_gpus);
 /// memory_csv, written atomically (write_file_atomic).
 void write_memory_csv(const std::filesystem::path& path, const std::vector<MemorySample>& samples,
@@ -26,6 +27,8 @@ void write_memory_csv(const std::filesystem::path& path, const std::vector<Memor
 /// GPU, time (s) on x, MiB on y, each capacity (> 0) a dashed horizontal line in its GPU's
 /// colour, or one black line labelled "capacity" when all are equal. A capacity more than
 /// 20x above the highest peak is left off the y-range, and its key entry says "(off scale)".
+/// When any sample has the card's NVML reading, the card's used memory is one more line,
+/// "card (NVML) used", on the same axis; otherwise the script is as if NVML did not exist.
 std::string memory_plot_script(const std::vector<MemorySample>& samples,
                                 const std::vector<int64_t>& capacities, const std::string& title,
                                 const std::filesystem::path& output_png);

@@ -48,7 +48,16 @@ TEST(CliRun, RunFolderHasTheContractedFiles) {
   EXPECT_EQ(steps, (std::vector<int>{2, 4, 6}));
 
   const std::string csv = read_text(out / "memory.csv");
-  EXPECT_EQ(csv.substr(0, csv.find('\n')), "time_s,step,phase,gpu0_mib,gpu1_mib");
+  EXPECT_EQ(csv.substr(0, csv.find('\n')),
+            "time_s,step,phase,gpu0_mib,gpu1_mib,phys_used_mib,phys_util_pct");
+  // A CPU run has no card reading: the last two cells of every row are empty.
+  std::istringstream rows(csv.substr(csv.find('\n') + 1));
+  int row_count = 0;
+  while (std::getline(rows, line)) {
+    ++row_count;
+    EXPECT_EQ(line.substr(line.size() - 2), ",,") << line;
+  }
+  EXPECT_GT(row_count, 0);
 
   fs::path events;
   for (const auto& e : fs::directory_iterator(out / "tb")) events = e.path();

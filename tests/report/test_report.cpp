@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <sstream>
 #include <thread>
 
 #include "report/atomic_file.h"
@@ -302,16 +303,33 @@ TEST(ReportMemoryCsv, HeaderAndRows) {
   };
   const fs::path p = tmp.path / "memory.csv";
   write_memory_csv(p, samples, 2);
-  EXPECT_EQ(read_all(p),
-            "time_s,step,phase,gpu0_mib,gpu1_mib\n"
-            "0.500000,3,forward,1.500,0.000\n"
-            "1.250000,4,\"all_reduce, bucket 2\",0.001,10240.000\n");
+  EXPECT_EQ(read_all(p), "time_s,step,phase,gpu0_mib,gpu1_mib,phys_used_mib,phys_util_pct\n"
+                         "0.500000,3,forward,1.500,0.000,,\n"
+                         "1.250000,4,\"all_reduce, bucket 2\",0.001,10240.000,,\n");
   EXPECT_EQ(names_in(tmp.path), std::vector<std::string>{"memory.csv"});
+}
+
+TEST(ReportMemoryCsv, CardReadingInTheLastTwoColumns) {
+  // A CUDA run's rows carry NVML's reading of the card; one without utilisation (a MIG
+  // instance) leaves that cell empty, and a failed reading leaves both.
+  std::vector<MemorySample> samples = {
+      {0.5, 3, "forward", {1048576, 2097152}},
+      {0.75, 3, "backward", {1048576, 0}},
+      {1.0, 4, "optimizer", {0, 0}},
+  };
+  samples[0].phys_used_bytes = 1536LL * 1048576 + 524288;
+  samples[0].phys_util_pct = 42;
+  samples[1].phys_used_bytes = 80LL << 30;
+  EXPECT_EQ(memory_csv(samples, 2),
+            "time_s,step,phase,gpu0_mib,gpu1_mib,phys_used_mib,phys_util_pct\n"
+            "0.500000,3,forward,1.000,2.000,1536.500,42\n"
+            "0.750000,3,backward,1.000,0.000,81920.000,\n"
+            "1.000000,4,optimizer,0.000,0.000,,\n");
 }
 
 TEST(ReportMemoryCsv, WrongGpuCountThrows) {
   EXPECT_THROW(memory_csv({{0.0, 0, "x", {1, 2, 3}}}, 2), std::invalid_argument);
-  EXPECT_EQ(memory_csv({}, 1), "time_s,step,phase,gpu0_mib\n");
+  EXPECT_EQ(memory_csv({}, 1), "time_s,step,phase,gpu0_mib,phys_used_mib,phys_util_pct\n");
 }
 
 TEST(ReportMemoryPlot, ScriptMarksCapacityOnScale) {
@@ -338,6 +356,72 @@ TEST(ReportMemoryPlot, ScriptMarksEachDistinctCapacity) {
   const auto script = memory_plot_script(demo_samples(2, 5), {40LL << 20, 48LL << 20}, "t", "o.png");
   EXPECT_NE(script.find("'gpu0 capacity (40 MiB)'"), std::string::npos) << script;
   EXPECT_NE(script.find("'gpu1 capacity (48 MiB)'"), std::string::npos) << script;
+}
+
+/// The data rows of a memory plot script, each split on spaces.
+std::vector<std::vector<std::string>> plot_rows(const std::string& script) {
+  const auto begin = script.find("$mem << EOD\n");
+  const auto end = script.find("EOD\n", begin + 12);
+  std::vector<std::vector<std::string>> rows;
+  std::istringstream in(script.substr(begin + 12, end - begin - 12));
+  std::string line, field;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    rows.emplace_back();
+    while (fields >> field)
+      rows.back().push_back(field);
+  }
+  return rows;
+}
+
+std::vector<MemorySample> with_card(std::vector<MemorySample> samples) {
+  for (size_t i = 0; i < samples.size(); ++i) {
+    if (i == 3)
+      continue; // one failed reading: a gap in the card's line
+    samples[i].phys_used_bytes = (600 + 5 * static_cast<int64_t>(i)) << 20;
+    samples[i].phys_util_pct = static_cast<int>(i % 100);
+  }
+  return samples;
+}
+
+TEST(ReportMemoryPlot, ScriptHasNoCardLineWithoutNvml) {
+  const auto script =
+      memory_plot_script(demo_samples(2, 20), {64LL << 20, 64LL << 20}, "t", "o.png");
+  EXPECT_EQ(script.find("card"), std::string::npos) << script;
+  EXPECT_EQ(script.find("using 1:4"), std::string::npos) << script;
+  for (const auto& row : plot_rows(script))
+    EXPECT_EQ(row.size(), 3u);
+}
+
+TEST(ReportMemoryPlot, ScriptDrawsTheCardBesideTheGpus) {
+  const auto script =
+      memory_plot_script(with_card(demo_samples(2, 20)), {64LL << 20, 64LL << 20}, "t", "o.png");
+  EXPECT_NE(script.find("$mem using 1:4 with lines lw 2 lc rgb 'black' title 'card (NVML) used'"),
+            std::string::npos)
+      << script;
+  const auto rows = plot_rows(script);
+  ASSERT_EQ(rows.size(), 20u);
+  for (const auto& row : rows)
+    ASSERT_EQ(row.size(), 4u);
+  EXPECT_EQ(rows[0][3], "600.000");
+  EXPECT_EQ(rows[3][3], "NaN");
+  // The y range reaches the card's 695 MiB, and the 64 MiB capacity is still on scale.
+  const auto at = script.find("set yrange [0:");
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_GT(std::stod(script.substr(at + 14)), 695.0);
+  EXPECT_NE(script.find("title 'capacity (64 MiB)'"), std::string::npos) << script;
+}
+
+TEST(ReportMemoryPlot, WritesPngWithCardLine) {
+  if (!have_gnuplot())
+    GTEST_SKIP() << "gnuplot is not installed (apt-get install gnuplot-nox)";
+  TempDir tmp;
+  const fs::path png = tmp.path / "memory.png";
+  std::string error;
+  ASSERT_TRUE(plot_memory(png, with_card(demo_samples(4, 60)),
+                          {256LL << 20, 256LL << 20, 256LL << 20, 256LL << 20}, "card", &error))
+      << error;
+  EXPECT_EQ(read_all(png).substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
 }
 
 TEST(ReportMemoryPlot, WritesPng) {
