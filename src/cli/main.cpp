@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
   meshsim::PlanArgs plan_args;
   auto* plan = app.add_subcommand("plan", "plan a run on a target cluster without running it");
   meshsim::add_plan_flags(*plan, plan_config, plan_args);
-  auto* info = app.add_subcommand("info", "show this build's LibTorch, threads and defaults");
+  auto* info = app.add_subcommand("info", "show this build's LibTorch, CUDA path, GPU, NVML's view of the card and threads");
   meshsim::PredictArgs predict_args;
   auto* predict = app.add_subcommand("predict", "re-predict a recorded run on a target cluster");
   meshsim::add_predict_flags(*predict, predict_args);

@@ -26,6 +26,25 @@ namespace meshsim::testing {
 /// percent).
 constexpr double kFloat64Tolerance = 1e-9;
 
+/// A 4-layer GPT of width 32 trained by SGD with momentum in `dtype`, small enough for 20
+/// steps on several virtual GPUs in a test, with several DDP buckets.
+inline StrategyOptions tiny_gpt_sgd(torch::Dtype dtype = torch::kFloat64) {
+  StrategyOptions o;
+  o.model = "gpt";
+  o.seed = 7;
+  o.gpt.layers = 4;
+  o.gpt.hidden = 32;
+  o.gpt.heads = 4;
+  o.gpt.seq_len = 16;
+  o.gpt.vocab = 64;
+  o.optimizer.name = "sgd";
+  o.optimizer.lr = 0.05;
+  o.optimizer.momentum = 0.9;
+  o.bucket_mb = 0.02; // several buckets
+  o.dtype = dtype;
+  return o;
+}
+
 /// `data` with its images in `dtype` (labels and token ids stay int64).
 inline Dataset with_dtype(Dataset data, torch::Dtype dtype) {
   if (data.images.is_floating_point())

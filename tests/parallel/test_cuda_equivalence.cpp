@@ -25,19 +25,8 @@ constexpr int kWorld = 4;
 constexpr double kFloat32Tolerance = 4.8e5 * 5.9604644775390625e-8; // 2^-24
 
 StrategyOptions options(const std::string& model, torch::Dtype dtype, int tp, int pp, int zero) {
-  StrategyOptions o;
+  StrategyOptions o = tiny_gpt_sgd(dtype);
   o.model = model;
-  o.seed = 7;
-  o.gpt.layers = 4;
-  o.gpt.hidden = 32;
-  o.gpt.heads = 4;
-  o.gpt.seq_len = 16;
-  o.gpt.vocab = 64;
-  o.optimizer.name = "sgd";
-  o.optimizer.lr = 0.05;
-  o.optimizer.momentum = 0.9;
-  o.bucket_mb = 0.02; // several buckets
-  o.dtype = dtype;
   o.tp = tp;
   o.pp = pp;
   o.zero = zero;

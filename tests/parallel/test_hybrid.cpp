@@ -15,22 +15,7 @@ constexpr int kSteps = 10;
 constexpr double kTolerance = kFloat64Tolerance;  // float64: see strategy_harness.h
 constexpr int64_t kGlobalBatch = 16;
 
-StrategyOptions gpt_sgd() {
-  StrategyOptions o;
-  o.model = "gpt";
-  o.seed = 7;
-  o.gpt.layers = 4;
-  o.gpt.hidden = 32;
-  o.gpt.heads = 4;
-  o.gpt.seq_len = 16;
-  o.gpt.vocab = 64;
-  o.optimizer.name = "sgd";
-  o.optimizer.lr = 0.05;
-  o.optimizer.momentum = 0.9;
-  o.bucket_mb = 0.02;  // several buckets (float64)
-  o.dtype = torch::kFloat64;
-  return o;
-}
+StrategyOptions gpt_sgd() { return tiny_gpt_sgd(torch::kFloat64); }
 
 const Dataset& text() {
   static const Dataset data = synthetic_text(512, 16, 16, 64, 3).train;
