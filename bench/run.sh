@@ -40,3 +40,6 @@ else:
     print("(b) skipped: /usr/bin/python3 has no torch.distributed (install python3-torch)")
 PY
 "$build/bench_allreduce" 10
+# Real-size planning, and the CUDA benchmarks (which say why they skip without a card).
+bash "$(dirname "$0")/plan.sh" "$build"
+bash "$(dirname "$0")/cuda.sh" "$build"

@@ -124,8 +124,8 @@ int run_plan(TrainConfig config, const PlanArgs& args) {
     const double replay_start = clock.now();
     PredictOptions options;
     options.dtype = parse_dtype(config.precision); // the math of the planned run
-    const Prediction p = predict(replicate_replicas(plan.recorders, plan.dims),
-                                 plan.samples_per_step, cluster, options);
+    options.images = true; // the GPUs not executed are images of those that were
+    const Prediction p = predict(plan.recorders, plan.samples_per_step, cluster, options);
     fmt::print(stderr, "meshsim: replayed in {:.1f} s\n", clock.now() - replay_start);
     const bool fits = max_peak(plan) <= static_cast<int64_t>(cluster.gpu.mem_bytes);
     nlohmann::json doc{{"model", config.model},

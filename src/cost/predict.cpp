@@ -92,6 +92,14 @@ Prediction predict(const std::vector<Recorder>& ranks, int64_t samples_per_step,
   ReplayOptions replay_options;
   replay_options.efficiency = options.efficiency;
   replay_options.algorithm = options.algorithm;
+  replay_options.absent_ranks_are_images = options.images;
+  if (options.images) {
+    const auto recorded = std::count_if(ranks.begin(), ranks.end(), [](const Recorder& r) {
+      return !r.compute.empty() || !r.collectives.empty();
+    });
+    if (recorded > 0)
+      flops *= static_cast<double>(ranks.size()) / static_cast<double>(recorded);
+  }
   p.replay = replay(p.program, cluster, replay_options);
   p.step_time_s = p.replay.makespan_s;
   p.exposed_comm_s = p.replay.max_exposed_comm_s();

@@ -36,6 +36,10 @@ struct PredictOptions {
   bool measured_compute = false;         // compute = measured time (target = this device)
   bool overlap_buckets = true;           // DDP buckets start as their gradients are ready
   int64_t step = -1;                     // -1: representative_step()
+  /// Ranks with no records are images of the recorded ones, each recorded rank standing for
+  /// the same number of GPUs (a plan's symmetry classes): only the recorded ranks are
+  /// replayed (ReplayOptions::absent_ranks_are_images) and the FLOPs are scaled to every GPU.
+  bool images = false;
 };
 
 /// The step predicted by default: the second-to-last recorded step (the last one also holds

@@ -61,8 +61,10 @@ double overlap(const std::vector<std::pair<double, double>>& a,
   return total;
 }
 
+// `present` (null: every rank is) says which ranks have tasks; a missing member is allowed
+// only where it is an absent rank, an image of a present one.
 void validate_collective(const std::string& key, const std::vector<size_t>& members,
-                         const std::vector<TaskRef>& flat) {
+                         const std::vector<TaskRef>& flat, const std::vector<bool>* present) {
   const Task& first = *flat[members.front()].task;
   std::vector<int> seen;
   for (size_t t : members) {
@@ -80,7 +82,13 @@ void validate_collective(const std::string& key, const std::vector<size_t>& memb
                                   std::to_string(rank));
     seen.push_back(rank);
   }
-  if (seen.size() != first.group.size())
+  size_t expected = first.group.size();
+  if (present)
+    for (int member : first.group)
+      if (member >= 0 && member < static_cast<int>(present->size()) &&
+          !(*present)[static_cast<size_t>(member)])
+        --expected;
+  if (seen.size() != expected)
     throw std::invalid_argument("replay: collective \"" + key + "\" on group " +
                                 group_text(first.group) + " has " + std::to_string(seen.size()) +
                                 " of its " + std::to_string(first.group.size()) + " members");
@@ -173,8 +181,12 @@ ReplayResult replay(const Program& program, const ClusterSpec& cluster,
   }
 
   // Durations.
+  std::vector<bool> present(static_cast<size_t>(num_ranks));
+  for (int r = 0; r < num_ranks; ++r)
+    present[static_cast<size_t>(r)] = !program.ranks[static_cast<size_t>(r)].empty();
   for (const auto& [key, n] : collective_node)
-    validate_collective(key, nodes[n].tasks, flat);
+    validate_collective(key, nodes[n].tasks, flat,
+                        options.absent_ranks_are_images ? &present : nullptr);
   for (Node& node : nodes) {
     const Task& first = *flat[node.tasks.front()].task;
     double given = -1;
@@ -280,8 +292,12 @@ ReplayResult replay(const Program& program, const ClusterSpec& cluster,
     result.tasks.push_back(timing);
   }
   double idle_total = 0;
+  int counted = 0;
   for (size_t r = 0; r < result.ranks.size(); ++r) {
     RankStats& stats = result.ranks[r];
+    if (options.absent_ranks_are_images && !present[r])
+      continue;
+    ++counted;
     for (const auto& [start, end] : busy_compute[r])
       stats.compute_busy_s += end - start;
     for (const auto& [start, end] : busy_comm[r])
@@ -291,8 +307,8 @@ ReplayResult replay(const Program& program, const ClusterSpec& cluster,
     stats.compute_idle_s = result.makespan_s - stats.compute_busy_s;
     idle_total += stats.compute_idle_s;
   }
-  if (result.makespan_s > 0 && num_ranks > 0)
-    result.bubble_fraction = idle_total / (num_ranks * result.makespan_s);
+  if (result.makespan_s > 0 && counted > 0)
+    result.bubble_fraction = idle_total / (counted * result.makespan_s);
   return result;
 }
 

@@ -54,6 +54,11 @@ struct Program {
 struct ReplayOptions {
   Efficiency efficiency;                 // for compute tasks costed from `work`
   Algorithm algorithm = Algorithm::Auto; // for all_reduce tasks costed by the model
+  /// A rank with no tasks is an image of ranks that have them (a plan executes one rank per
+  /// symmetry class): a collective is complete with its present members' instances, since
+  /// the images arrive at the same moments, and its cost is still that of the whole group.
+  /// The bubble fraction then covers the present ranks only.
+  bool absent_ranks_are_images = false;
 };
 
 struct TaskTiming {

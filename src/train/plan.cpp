@@ -87,11 +87,11 @@ void check_plannable(const TrainConfig& config) {
         config.strategy));
 }
 
-Plan make_plan(const TrainConfig& config, int64_t capacity_bytes) {
+Plan make_plan(const TrainConfig& config, int64_t capacity_bytes, int64_t steps) {
   check_plannable(config);
   Plan plan;
   plan.dims = ParallelDims::make(config.gpus, config.tp, config.pp);
-  plan.steps = kPlanSteps;
+  plan.steps = steps;
   plan.samples_per_step = config.batch_size * plan.dims.dp;
   plan.tokens_per_step = plan.samples_per_step * config.gpt.seq_len;
 

@@ -4,9 +4,11 @@
 // The ranks that differ run: one per pipeline stage (data-parallel and tensor-parallel index
 // 0). Every byte they "allocate" is charged to their virtual GPU by the accounting allocator
 // exactly as on CPU; collectives record their sizes and move nothing (comm/record_only.h).
-// The other GPUs are their images (tp members hold equal shards, replicas are copies): their
-// records are the executed ranks' records with the ranks renamed (replicate_replicas), so the
-// cost model replays every GPU.
+// The other GPUs are their images (tp members hold equal shards, replicas are copies). The cost
+// model replays the executed ranks only, with each collective costed over its whole group
+// (PredictOptions::images): the images would arrive at the same moments, so the step is the
+// same as replaying every GPU, which replicate_replicas' records do (the tests hold the two
+// equal).
 #pragma once
 
 #include <cstdint>
@@ -38,9 +40,11 @@ struct Plan {
   int64_t tokens_per_step = 0;     // global batch × sequence length
 };
 
-/// Steps a plan runs: the first allocates what later steps reuse, the second is the one
-/// replayed (cost/predict.h's representative step is the second-to-last).
-constexpr int64_t kPlanSteps = 2;
+/// Steps a plan runs. One: it is the step the cost model replays (a recorded run's
+/// representative step), and everything a step keeps is allocated before that step's first
+/// peak, so later steps change no peak and no model state (PlanImages.LaterStepsChangeNoPeak
+/// holds every layout to that).
+constexpr int64_t kPlanSteps = 1;
 
 /// Throws std::invalid_argument (one line) for a configuration a plan cannot run: a model
 /// whose kernels have no meta version, or DataParallel.
@@ -49,7 +53,7 @@ void check_plannable(const TrainConfig& config);
 /// Runs `config` (validated) on the meta device with `capacity_bytes` per GPU. Throws
 /// std::invalid_argument (one line) for a configuration a plan cannot run (a model whose
 /// kernels have no meta version, DataParallel), and OutOfMemory when a GPU goes over capacity.
-Plan make_plan(const TrainConfig& config, int64_t capacity_bytes);
+Plan make_plan(const TrainConfig& config, int64_t capacity_bytes, int64_t steps = kPlanSteps);
 
 /// The records of the executed ranks (dp and tp index 0, every stage) copied to every GPU:
 /// rank (0, 0, p) becomes (d, t, p). In a copied group, the coordinates the group spans are

@@ -87,6 +87,28 @@ TEST(CostReplay, CollectiveWaitsForItsSlowestMember) {
   EXPECT_NEAR(result.ranks[0].compute_idle_s, 12e-3, 1e-15);
 }
 
+// With absent ranks as images, a collective completes with its present members, is costed
+// over its whole group, and a present member that skips it is still an error.
+TEST(CostReplay, AbsentRanksAreImagesOfPresentOnes) {
+  Program program{std::vector<std::vector<Task>>(4)};
+  program.ranks[0] = {Task::compute("c0", 10e-3),
+                      Task::comm("ar0", CollectiveOp::AllReduce, {0, 1, 2, 3}, 64e6, {"c0"})};
+  ReplayOptions images;
+  images.absent_ranks_are_images = true;
+  const ClusterSpec cluster = parse_cluster_spec("4xh100");
+  const ReplayResult result = replay(program, cluster, images);
+  const double cost =
+      collective_cost(CollectiveOp::AllReduce, 64e6, group_shape({0, 1, 2, 3}, cluster), cluster,
+                      Algorithm::Auto)
+          .time_s;
+  EXPECT_NEAR(result.task("ar0").start_s, 10e-3, 1e-15);
+  EXPECT_NEAR(result.task("ar0").end_s, 10e-3 + cost, 1e-15);
+  EXPECT_NEAR(result.bubble_fraction, cost / (10e-3 + cost), 1e-12); // rank 0's alone
+  EXPECT_THROW(replay(program, cluster), std::invalid_argument); // not without the option
+  program.ranks[1] = {Task::compute("c1", 10e-3)}; // present, but never joins
+  EXPECT_THROW(replay(program, cluster, images), std::invalid_argument);
+}
+
 // (b) GPipe: all forwards, then all backwards; activations and gradients move by zero-cost
 // send/recv pairs, matched by NCCL's order rule (no explicit keys).
 Program gpipe(int stages, int micro, double f, double b) {
