@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <typeinfo>
 
 #include <fmt/format.h>
 
@@ -35,8 +36,12 @@ std::string one_line(const std::exception& e) {
   std::string text;
   if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) text = c10->what_without_backtrace();
   else text = e.what();
-  const auto nl = text.find('\n');
-  return nl == std::string::npos ? text : text.substr(0, nl);
+  // The first line that says something: some LibTorch errors start with a line break.
+  const auto first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos)
+    return "an error without a message (" + std::string(typeid(e).name()) + ")";
+  const auto nl = text.find('\n', first);
+  return text.substr(first, nl == std::string::npos ? std::string::npos : nl - first);
 }
 
 namespace {
