@@ -64,9 +64,10 @@ nlohmann::json stages_json(const Plan& plan) {
 // The table: `doc` (what --json prints) for a person.
 void print_plan(const nlohmann::json& doc, const TrainConfig& c, const Plan& plan) {
   auto bytes = [](const nlohmann::json& v) { return format_bytes(v.get<int64_t>()); };
-  fmt::print("meshsim plan: {} ({} parameters) on {}: {}, zero {}, {}, global batch {}\n",
+  fmt::print("meshsim plan: {} ({} parameters) on {}: {}{}, zero {}, {}, global batch {}\n",
              c.preset.empty() ? c.model : c.preset, short_count(doc["parameters"].get<int64_t>()),
-             doc["cluster"].get<std::string>(), plan.dims.describe(), c.zero, c.precision,
+             doc["cluster"].get<std::string>(), plan.dims.describe(),
+             c.sequence_parallel ? " with sequence parallel" : "", c.zero, c.precision,
              plan.samples_per_step);
   fmt::print("{:<6} {:<4} {:>11} {:>12} {:>11} {:>11} {:>11} {:>12} {:>14} {:>10}\n", "stage",
              "tp", "peak", "model state", "parameters", "gradients", "optimizer", "activations",
@@ -134,7 +135,8 @@ int run_plan(TrainConfig config, const PlanArgs& args) {
                        {"parameters", parameter_count(config)},
                        {"cluster", cluster.to_string()},
                        {"layout", {{"dp", plan.dims.dp}, {"tp", plan.dims.tp}, {"pp", plan.dims.pp},
-                                   {"zero", config.zero}}},
+                                   {"zero", config.zero},
+                                   {"sequence_parallel", config.sequence_parallel}}},
                        {"global_batch_size", plan.samples_per_step},
                        {"step_seconds", p.step_time_s},
                        {"tokens_per_s_per_gpu",

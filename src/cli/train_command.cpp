@@ -252,8 +252,9 @@ int run_train(TrainConfig config) {
   const int64_t parameters = count_parameters(*build_model(config.model, model_options));
   const std::string layout =
       uses_mesh_layout(config)
-          ? fmt::format(" as {}, zero {}{}, {} micro-batches, recompute {}", dims.describe(),
-                        config.zero, dims.pp > 1 ? ", " + config.schedule + " schedule" : "",
+          ? fmt::format(" as {}{}, zero {}{}, {} micro-batches, recompute {}", dims.describe(),
+                        config.sequence_parallel ? " with sequence parallel" : "", config.zero,
+                        dims.pp > 1 ? ", " + config.schedule + " schedule" : "",
                         config.micro_batches, config.recompute)
           : "";
   fmt::print(stderr,
@@ -270,7 +271,8 @@ int run_train(TrainConfig config) {
                             {"layout", {{"dp", dims.dp}, {"tp", dims.tp}, {"pp", dims.pp},
                                         {"zero", config.zero}, {"schedule", config.schedule},
                                         {"micro_batches", config.micro_batches},
-                                        {"recompute", config.recompute}}},
+                                        {"recompute", config.recompute},
+                                        {"sequence_parallel", config.sequence_parallel}}},
                             {"model", config.model},
                             {"parameters", parameters},
                             {"device", config.device},

@@ -41,6 +41,9 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
                  "or 'synthetic' (default: " + std::string(kDefaultData) + ", or " + kDefaultText +
                      " for gpt)");
   app.add_option("--tp", c.tp, "tensor-parallel size (gpt)")->capture_default_str();
+  app.add_flag("--sequence-parallel", c.sequence_parallel,
+               "with --tp: norms and residuals on 1/tp of the sequence each, reduce-scatter and "
+               "all-gather instead of all-reduce");
   app.add_option("--pp", c.pp, "pipeline stages")->capture_default_str();
   app.add_option("--zero", c.zero, "ZeRO stage on the data-parallel dimension: 0 | 1 | 2 | 3")
       ->capture_default_str();

@@ -67,10 +67,11 @@ bool has_bias(const torch::nn::Module& m) {
   return false;
 }
 
-// A composite module (a transformer block, an attention or MLP module): its Linear and
-// normalization leaves see `rows` rows; attention modules add their score matmuls.
+// A composite module (a transformer block, an attention or MLP module): its normalization
+// leaves see `rows` rows, its Linear leaves `rows` × `parts` (sequence parallelism gathers
+// the sequence for them); attention modules add their score matmuls over `seq` × `parts`.
 void count_composite(const torch::nn::Module& m, double rows, double width, double batch,
-                     double seq, double eb, LayerWork& total) {
+                     double seq, double eb, double parts, LayerWork& total) {
   if (has_child(m, "q") && has_child(m, "k") && has_child(m, "v")) {
     // The heads this module computes: all of them, or a tensor-parallel share, as q's
     // output features say.
@@ -78,8 +79,9 @@ void count_composite(const torch::nn::Module& m, double rows, double width, doub
     for (const auto& item : m.named_children())
       if (item.key() == "q")
         if (const auto w = linear_weight(*item.value()); w.defined()) d = static_cast<double>(w.size(0));
-    total.flops += 4 * batch * seq * seq * d; // QK^T and AV
-    total.bytes += 4 * rows * d * eb;         // q, k, v read, output written
+    const double whole = seq * parts;
+    total.flops += 4 * batch * whole * whole * d; // QK^T and AV
+    total.bytes += 4 * rows * parts * d * eb;     // q, k, v read, output written
   }
   for (const auto& item : m.named_children()) {
     const torch::nn::Module& child = *item.value();
@@ -87,11 +89,12 @@ void count_composite(const torch::nn::Module& m, double rows, double width, doub
       // A Linear, or a tensor-parallel shard of one: weight [out, in] as this rank holds it.
       const double out = static_cast<double>(w.size(0));
       const double in = static_cast<double>(w.size(1));
-      total.flops += 2 * rows * in * out + (has_bias(child) ? rows * out : 0);
-      total.bytes += (rows * in + rows * out) * eb + static_cast<double>(param_bytes_of(child));
+      const double r = rows * parts;
+      total.flops += 2 * r * in * out + (has_bias(child) ? r * out : 0);
+      total.bytes += (r * in + r * out) * eb + static_cast<double>(param_bytes_of(child));
       width = out;
     } else if (!child.children().empty()) {
-      count_composite(child, rows, width, batch, seq, eb, total);
+      count_composite(child, rows, width, batch, seq, eb, parts, total);
     } else if (type_of(child).find("Norm") != std::string::npos) {
       total.flops += 5 * rows * width;
       total.bytes += 2 * rows * width * eb + static_cast<double>(param_bytes_of(child));
@@ -107,7 +110,7 @@ void count_composite(const torch::nn::Module& m, double rows, double width, doub
 } // namespace
 
 LayerWork count_layer(const std::string& name, const torch::nn::Module& m, at::IntArrayRef in,
-                      at::IntArrayRef out, double eb) {
+                      at::IntArrayRef out, double eb, int64_t sequence_parts) {
   const double n_in = numel(in), n_out = numel(out);
   const int64_t pbytes = param_bytes_of(m);
   const double pb = static_cast<double>(pbytes);
@@ -149,7 +152,7 @@ LayerWork count_layer(const std::string& name, const torch::nn::Module& m, at::I
   const double batch = in.size() >= 3 ? static_cast<double>(in[0]) : 1;
   const double seq = in.size() >= 3 ? static_cast<double>(in[in.size() - 2]) : rows;
   LayerWork total = work(name, "matmul", 0, 0, pbytes);
-  count_composite(m, rows, width, batch, seq, eb, total);
+  count_composite(m, rows, width, batch, seq, eb, static_cast<double>(sequence_parts), total);
   return total;
 }
 

@@ -28,9 +28,12 @@ namespace meshsim {
 
 /// Forward work of `module` (named `name`) that turned an input of shape `in` into one of
 /// shape `out`. Composite modules other than Sequential are counted from their leaves,
-/// assuming every leaf sees rows of the input's last dimension (a transformer block).
+/// assuming every leaf sees rows of the input's last dimension (a transformer block). Under
+/// sequence parallelism a block's input [B, S/k, D] is one of `sequence_parts` = k parts of
+/// the sequence: its normalizations run on that part, its Linears and attention on the whole
+/// sequence, gathered.
 LayerWork count_layer(const std::string& name, const torch::nn::Module& module, at::IntArrayRef in,
-                      at::IntArrayRef out, double elem_bytes = 4);
+                      at::IntArrayRef out, double elem_bytes = 4, int64_t sequence_parts = 1);
 
 /// Forward work of every child of `model` for `input`, running the children one by one
 /// (under NoGradGuard) to learn the shapes.

@@ -85,7 +85,8 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(int64_t hidden, int64_t heads,
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   torch::Tensor q = q_.forward(x), k = k_.forward(x), v = v_.forward(x);
-  const int64_t b = x.size(0), t = x.size(1), features = q.size(2);
+  // The whole sequence from q: under sequence parallelism x holds only part of it.
+  const int64_t b = q.size(0), t = q.size(1), features = q.size(2);
   if (features % head_dim_ != 0)
     throw std::invalid_argument("attention: q has " + std::to_string(features) +
                                 " features, not a whole number of heads of " +

@@ -79,7 +79,8 @@ LlamaAttentionImpl::LlamaAttentionImpl(int64_t hidden, int64_t heads, int64_t kv
 
 torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x) {
   torch::Tensor q = q_.forward(x), k = k_.forward(x), v = v_.forward(x);
-  const int64_t b = x.size(0), t = x.size(1), q_features = q.size(2), kv_features = k.size(2);
+  // The whole sequence from q: under sequence parallelism x holds only part of it.
+  const int64_t b = q.size(0), t = q.size(1), q_features = q.size(2), kv_features = k.size(2);
   // This member's heads when q, k, v are shards: whole heads, the same share of each kind.
   const int64_t heads = q_features / head_dim_, kv_heads = kv_features / head_dim_;
   if (q_features % head_dim_ != 0 || kv_features % head_dim_ != 0 || kv_heads == 0 ||

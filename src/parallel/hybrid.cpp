@@ -3,7 +3,8 @@
 //
 //   1. build the whole model on the host (nothing charged), with the run's seed, so every
 //      layout starts from the weights `single` starts from;
-//   2. tensor parallel: apply the plan by module name (this rank keeps its shards);
+//   2. tensor parallel: apply the plan by module name (this rank keeps its shards), with
+//      sequence parallelism if asked;
 //   3. pipeline parallel: keep this rank's stage, a contiguous run of the model's children;
 //   4. data parallel with ZeRO over the ranks that hold the same part (dp group): its flat
 //      buffers, allocated on this rank's GPU as `parameters`, take over the stage's
@@ -11,7 +12,9 @@
 //
 // A step splits the replica's batch into micro-batches and runs them through the pipeline
 // schedule (or, with one stage, forward and backward in turn), then averages gradients over
-// the dp group and takes the optimizer step on this rank's part. Layout: mesh/parallel_dims.h.
+// the dp group and takes the optimizer step on this rank's part; under sequence parallelism,
+// the gradients of the parameters that saw part of the sequence are then summed over the tp
+// group too (Megatron's all-reduce of the layernorm gradients). Layout: mesh/parallel_dims.h.
 #include <fmt/format.h>
 
 #include "cost/flops.h"
@@ -21,6 +24,7 @@
 #include "parallel/pipeline.h"
 #include "parallel/replica.h"
 #include "parallel/schedule.h"
+#include "parallel/sequence_parallel.h"
 #include "parallel/strategy.h"
 #include "parallel/tensor_parallel.h"
 #include "parallel/zero.h"
@@ -40,12 +44,16 @@ public:
         coord_(dims_.coord(ctx.rank)), tp_(dims_.tp_group(ctx.rank)),
         dp_(dims_.dp_group(ctx.rank)), world_(Group::world(ctx.world_size)),
         micro_batches_(options.schedule == "naive" && dims_.pp > 1 ? 1 : options.micro_batches) {
+    if (options.sequence_parallel && options.zero >= 2) // its gradients leave .grad in backward
+      throw std::invalid_argument("--sequence-parallel runs with --zero 0 or 1");
     stage_ = build_stage();
     // The optimizer updates this rank's shard (ZeRO >= 1) or all of its part.
     optimizer_numel_ = count_parameters(*stage_);
     if (options.zero >= 1) optimizer_numel_ = (optimizer_numel_ + dims_.dp - 1) / dims_.dp;
     zero_ = std::make_unique<ZeroDataParallel>(
         ctx, stage_, dp_, ZeroOptions{options.zero, options.bucket_mb, options.optimizer});
+    if (options.sequence_parallel && dims_.tp > 1)
+      sequence_params_ = sequence_parallel_parameters(stage_, tensor_parallel_plan(options.model));
     pipe_.module = zero_->module();
     pipe_.stage = coord_.pp;
     pipe_.stages = dims_.pp;
@@ -95,6 +103,9 @@ public:
       }
     }
     zero_->finish_gradients(step_number);
+    // After the dp reductions, as Megatron does: the cost model takes the reductions right
+    // after a backward for its gradient buckets.
+    all_reduce_sequence_parallel_gradients(sequence_params_, ctx_.comm, tp_);
     ctx_.sample_memory(step_number, "gradients");
     // Every rank holds a different part (dp shards, tp and pp parts): all of them agree.
     const bool finite = gradients_finite(ctx_, *zero_->optimizer(), world_);
@@ -160,8 +171,8 @@ private:
       GpuGuard host(nullptr);  // each GPU is charged only for the part it keeps
       full = build_model(options_.model, model_options);
       if (dims_.tp > 1)
-        parallelize_tensor(full, tensor_parallel_plan(options_.model), ctx_.comm, tp_,
-                           coord_.tp);
+        parallelize_tensor(full, tensor_parallel_plan(options_.model), ctx_.comm, tp_, coord_.tp,
+                           options_.sequence_parallel);
       stage = dims_.pp > 1 ? stage_module(full, dims_.pp, coord_.pp) : full;
       if (options_.recompute) set_recompute(stage, true);
     }
@@ -215,6 +226,7 @@ private:
   int micro_batches_;
   int64_t optimizer_numel_ = 0;
   torch::nn::Sequential stage_;
+  std::vector<torch::Tensor> sequence_params_; // their gradients are partial (tp group)
   std::unique_ptr<ZeroDataParallel> zero_;
   PipelineStage pipe_;
   std::vector<Action> actions_;

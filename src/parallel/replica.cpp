@@ -4,6 +4,7 @@
 #include "cost/flops.h"
 #include "memory/allocator.h"
 #include "models/models.h"
+#include "parallel/tensor_parallel.h"
 
 namespace meshsim {
 
@@ -31,7 +32,9 @@ torch::Tensor forward_counting(torch::nn::Sequential& model, torch::Tensor x,
   size_t i = 0;
   for (auto& child : *model) {
     torch::Tensor y = child.forward<torch::Tensor>(x);
-    layers.push_back(count_layer(children[i].key(), *children[i].value(), x.sizes(), y.sizes()));
+    const torch::nn::Module& module = *children[i].value();
+    layers.push_back(count_layer(children[i].key(), module, x.sizes(), y.sizes(), /*elem_bytes=*/4,
+                                 sequence_parts(module)));
     x = std::move(y);
     ++i;
   }

@@ -38,6 +38,7 @@ struct StrategyOptions {
   uint64_t seed = 0;
   GptOptions gpt;               // --model gpt
   int tp = 1, pp = 1;           // the mesh: dp = world / (tp · pp)
+  bool sequence_parallel = false; // with tp > 1: norms and residuals on 1/tp of the sequence
   int zero = 0;                 // ZeRO stage on the data-parallel dimension
   std::string schedule = "1f1b";
   int micro_batches = 1;

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "models/gpt.h"
+#include "parallel/sequence_parallel.h"
 
 namespace meshsim {
 namespace {
@@ -71,14 +72,21 @@ torch::Tensor reduce_from_region(const torch::Tensor& x, Communicator& comm, con
   return ReduceFromRegion::apply(x, &comm, &group);
 }
 
-// Hands each of `consumers` column layers the same copy_to_region of their common input, then
-// forgets it, so nothing stays referenced between steps (a checkpointed block must not keep
-// activations alive). A different input (another tensor, or the same one modified) gets a
-// fresh copy, so sharing can never return a stale value.
+// Hands each of `consumers` column layers the same copy_to_region of their common input (under
+// sequence parallelism, the same gather_to_tensor_region), then forgets it, so nothing stays
+// referenced between steps (a checkpointed block must not keep activations alive). A
+// different input (another tensor, or the same one modified) gets a fresh copy, so sharing
+// can never return a stale value.
 class RegionInput {
 public:
-  RegionInput(Communicator& comm, Group group, int consumers)
-      : comm_(comm), group_(std::move(group)), consumers_(consumers) {}
+  RegionInput(Communicator& comm, Group group, int consumers, bool sequence_parallel = false)
+      : comm_(comm), group_(std::move(group)), consumers_(consumers),
+        sequence_parallel_(sequence_parallel && group_.size() > 1),
+        regather_(comm, group_, consumers) {}
+
+  bool sequence_parallel() const { return sequence_parallel_; }
+  int64_t group_size() const { return group_.size(); }
+  SequenceRegather& regather() { return regather_; }
 
   torch::Tensor get(const torch::Tensor& x) {
     if (uses_left_ > 0 && x.unsafeGetTensorImpl() == input_.unsafeGetTensorImpl() &&
@@ -88,7 +96,8 @@ public:
         input_ = output_ = torch::Tensor();
       return out;
     }
-    torch::Tensor out = copy_to_region(x, comm_, group_);
+    torch::Tensor out = sequence_parallel_ ? gather_to_tensor_region(x, comm_, group_)
+                                           : copy_to_region(x, comm_, group_);
     uses_left_ = consumers_ - 1;
     if (uses_left_ > 0) {
       input_ = x;
@@ -104,6 +113,8 @@ private:
   Communicator& comm_;
   Group group_;
   int consumers_;
+  bool sequence_parallel_;
+  SequenceRegather regather_;
   int uses_left_ = 0;
   torch::Tensor input_, output_;
   uint32_t version_ = 0;
@@ -119,19 +130,27 @@ ColumnParallelLinearImpl::ColumnParallelLinearImpl(torch::Tensor w, torch::Tenso
 }
 
 torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& x) {
+  if (input_->sequence_parallel()) // keeps x, this member's part, for backward, not the whole
+    return gathered_linear(input_->get(x), x, weight, bias, input_->regather());
   return nn::functional::linear(input_->get(x), weight, bias);
 }
 
+int64_t ColumnParallelLinearImpl::sequence_parts() const {
+  return input_->sequence_parallel() ? input_->group_size() : 1;
+}
+
 RowParallelLinearImpl::RowParallelLinearImpl(torch::Tensor w, torch::Tensor b, Communicator& comm,
-                                             Group group)
-    : comm_(comm), group_(std::move(group)) {
+                                             Group group, bool sequence_parallel)
+    : comm_(comm), group_(std::move(group)), sequence_parallel_(sequence_parallel) {
   weight = register_parameter("weight", std::move(w));
   if (b.defined())
     bias = register_parameter("bias", std::move(b));
 }
 
 torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {
-  torch::Tensor y = reduce_from_region(nn::functional::linear(x, weight), comm_, group_);
+  const torch::Tensor partial = nn::functional::linear(x, weight);
+  torch::Tensor y = sequence_parallel_ ? reduce_scatter_to_sequence_region(partial, comm_, group_)
+                                       : reduce_from_region(partial, comm_, group_);
   return bias.defined() ? y + bias : y; // once, after the sum: the bias is replicated
 }
 
@@ -265,15 +284,52 @@ std::vector<torch::Tensor> gather_full(nn::Sequential& model, Communicator& comm
   return out;
 }
 
+// Sequence parallelism needs the children the sequence is split after and gathered before,
+// in that order.
+void check_sequence_region(const nn::Sequential& model, const TensorParallelPlan& plan) {
+  const auto children = model->named_children();
+  int after = -1, before = -1;
+  for (size_t i = 0; i < children.size(); ++i) {
+    if (children[i].key() == plan.sequence_after)
+      after = static_cast<int>(i);
+    if (children[i].key() == plan.sequence_before)
+      before = static_cast<int>(i);
+  }
+  if (after < 0 || before <= after)
+    throw std::invalid_argument("sequence parallel: the model has no child '" +
+                                plan.sequence_after + "' followed by a child '" +
+                                plan.sequence_before + "' to split the sequence between");
+}
+
+// `model` with a SequenceScatter after plan.sequence_after and a SequenceGather before
+// plan.sequence_before (the same child modules otherwise, under the same names).
+nn::Sequential with_sequence_region(const nn::Sequential& model, const TensorParallelPlan& plan,
+                                    Communicator& comm, const Group& group) {
+  const auto children = model->named_children();
+  nn::Sequential out;
+  size_t i = 0;
+  for (const auto& any : *model) {
+    const std::string& name = children[i++].key();
+    if (name == plan.sequence_before)
+      out->push_back("sequence_gather", SequenceGather(comm, group));
+    out->push_back(name, any);
+    if (name == plan.sequence_after)
+      out->push_back("sequence_scatter", SequenceScatter(comm, group));
+  }
+  return out;
+}
+
 } // namespace
 
 void parallelize_tensor(nn::Sequential& model, const TensorParallelPlan& plan, Communicator& comm,
-                        const Group& group, int index) {
+                        const Group& group, int index, bool sequence_parallel) {
   const int n = group.size();
   if (n < 1 || index < 0 || index >= n)
     throw std::invalid_argument("tensor parallel: member " + std::to_string(index) +
                                 " is not in a group of " + std::to_string(n));
   const std::vector<Match> matches = find_matches(model, plan, n); // every check before any change
+  if (sequence_parallel)
+    check_sequence_region(model, plan);
 
   std::map<std::string, std::shared_ptr<RegionInput>> inputs; // per parent: q, k, v share theirs
   std::map<std::string, int> columns;
@@ -281,7 +337,7 @@ void parallelize_tensor(nn::Sequential& model, const TensorParallelPlan& plan, C
     if (m.style == ParallelStyle::Column)
       ++columns[m.parent];
   for (const auto& [parent, count] : columns)
-    inputs[parent] = std::make_shared<RegionInput>(comm, group, count);
+    inputs[parent] = std::make_shared<RegionInput>(comm, group, count, sequence_parallel);
 
   torch::NoGradGuard no_grad;
   for (const auto& m : matches) {
@@ -299,11 +355,46 @@ void parallelize_tensor(nn::Sequential& model, const TensorParallelPlan& plan, C
                       group, inputs.at(m.parent))));
     } else {
       const int64_t cols = w.size(1) / n;
-      m.holder->replace_linear(m.slot, nn::AnyModule(RowParallelLinear(
-                                           take(w.narrow(1, index * cols, cols)),
-                                           b.defined() ? take(b) : torch::Tensor(), comm, group)));
+      m.holder->replace_linear(
+          m.slot, nn::AnyModule(RowParallelLinear(take(w.narrow(1, index * cols, cols)),
+                                                  b.defined() ? take(b) : torch::Tensor(), comm,
+                                                  group, sequence_parallel)));
     }
   }
+  if (sequence_parallel)
+    model = with_sequence_region(model, plan, comm, group);
+}
+
+std::vector<torch::Tensor> sequence_parallel_parameters(const nn::Sequential& model,
+                                                        const TensorParallelPlan& plan) {
+  std::vector<torch::Tensor> out;
+  for (const auto& child : model->named_children()) {
+    if (child.key() == plan.sequence_after || child.key() == plan.sequence_before)
+      continue;
+    std::set<const void*> shards;
+    for (const auto& m : child.value()->modules()) {
+      if (auto* col = m->as<ColumnParallelLinearImpl>()) {
+        shards.insert(col->weight.unsafeGetTensorImpl());
+        if (col->bias.defined())
+          shards.insert(col->bias.unsafeGetTensorImpl());
+      } else if (auto* row = m->as<RowParallelLinearImpl>()) {
+        shards.insert(row->weight.unsafeGetTensorImpl());
+      }
+    }
+    for (const auto& p : child.value()->parameters())
+      if (!shards.count(p.unsafeGetTensorImpl()))
+        out.push_back(p);
+  }
+  return out;
+}
+
+int64_t sequence_parts(const nn::Module& module) {
+  if (const auto* col = module.as<ColumnParallelLinearImpl>())
+    return col->sequence_parts();
+  for (const auto& m : module.modules(/*include_self=*/false))
+    if (const auto* col = m->as<ColumnParallelLinearImpl>())
+      return col->sequence_parts();
+  return 1;
 }
 
 std::vector<torch::Tensor> full_parameters(nn::Sequential& model, Communicator& comm,

@@ -53,6 +53,8 @@ void validate_layout(TrainConfig& c) {
   require(c.zero <= 1 || (c.tp == 1 && c.pp == 1),
           fmt::format("--zero {} runs with data parallelism alone so far; use --zero 1 with --tp or --pp",
                       c.zero));
+  require(!c.sequence_parallel || c.tp > 1,
+          "--sequence-parallel needs --tp 2 or more: it splits the sequence over the tp group");
 
   if (is_transformer(c.model)) {
     const auto& g = c.gpt;
@@ -61,6 +63,10 @@ void validate_layout(TrainConfig& c) {
             fmt::format("--heads {} is not divisible by --tp {}", g.heads, c.tp));
     require(preset_kv_heads(g) % c.tp == 0,
             fmt::format("--kv-heads {} is not divisible by --tp {}", preset_kv_heads(g), c.tp));
+    require(!c.sequence_parallel || g.seq_len % c.tp == 0,
+            fmt::format("--seq-len {} is not divisible by --tp {} (--sequence-parallel splits the "
+                        "sequence over the tp group)",
+                        g.seq_len, c.tp));
     require(g.layers >= c.pp,
             fmt::format("--layers {} is fewer than --pp {}: every stage needs a layer", g.layers, c.pp));
     require(!g.tie_head || c.zero < 3,
@@ -227,6 +233,7 @@ nlohmann::json to_json(const TrainConfig& c) {
           {"recompute", c.recompute},
           {"preset", c.preset},
           {"precision", c.precision},
+          {"sequence_parallel", c.sequence_parallel},
           {"gpt",
            {{"layers", c.gpt.layers},
             {"hidden", c.gpt.hidden},
@@ -357,6 +364,7 @@ TrainConfig config_from_json(const json& doc) {
       {"micro_batches", to(c.micro_batches)},
       {"recompute", to(c.recompute)},
       {"precision", to(c.precision)},
+      {"sequence_parallel", to(c.sequence_parallel)},
       {"gpt",
        [&](const json& v, const std::string& k) {
          if (!v.is_object())

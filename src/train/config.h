@@ -37,6 +37,7 @@ struct TrainConfig {
   int micro_batches = 1;
   std::string recompute = "none";
   std::string precision = "fp32";  // fp32 | bf16 | fp16 (mixed precision: train/optimizer.h)
+  bool sequence_parallel = false;  // with tp > 1: norms and residuals on 1/tp of the sequence
   int64_t global_batch_size = 0;  // 0: batch_size × dp (a flag value must be positive)
   std::string device = "cpu";
   int64_t epochs = 1;

@@ -50,6 +50,7 @@ StrategyOptions strategy_options(const TrainConfig& config) {
   options.gpt = config.gpt;
   options.tp = config.tp;
   options.pp = config.pp;
+  options.sequence_parallel = config.sequence_parallel;
   options.zero = config.zero;
   options.schedule = config.schedule;
   options.micro_batches = config.micro_batches;

@@ -2,6 +2,8 @@
 // exit code 2 before anything runs, and a small 8-GPU run trains and writes its run folder.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "cli_harness.h"
 
 using namespace meshsim::testing;
@@ -34,6 +36,50 @@ TEST(CliMesh, BadLayoutsAreUsageErrors) {
                      "global batch 30 is not divisible by dp 2 × micro-batches 4 = 8");
   expect_usage_error("--gpus 4 --zero 4", "--zero must be 0, 1, 2 or 3");
   expect_usage_error("--gpus 2 --pp 2 --schedule zigzag", "unknown schedule 'zigzag'");
+}
+
+TEST(CliMesh, SequenceParallelNeedsTensorParallelAndASequenceThatSplits) {
+  expect_usage_error("--gpus 2 --sequence-parallel",
+                     "--sequence-parallel needs --tp 2 or more: it splits the sequence over the "
+                     "tp group");
+  for (const char* model : {"gpt", "llama"}) {
+    const auto out = fresh_dir("sequence-parallel-bad");
+    const auto r = run_meshsim(std::string("train --model ") + model +
+                               " --data synthetic --vocab 64 --hidden 32 --heads 4 --seq-len 17 "
+                               "--gpus 2 --tp 2 --sequence-parallel --out " +
+                               out.string());
+    EXPECT_EQ(r.code, 2) << model << "\n" << r.output;
+    EXPECT_NE(r.output.find("--seq-len 17 is not divisible by --tp 2 (--sequence-parallel splits "
+                            "the sequence over the tp group)"),
+              std::string::npos)
+        << model << "\n"
+        << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << model << "\n" << r.output;
+    EXPECT_FALSE(fs::exists(out)) << model;
+  }
+}
+
+TEST(CliMesh, SequenceParallelTrainsAndIsSavedInTheRunFolder) {
+  const auto out = fresh_dir("sequence-parallel");
+  const auto r = run_meshsim(kGpt +
+                             "--layers 2 --gpus 4 --tp 2 --pp 2 --sequence-parallel "
+                             "--micro-batches 2 --batch-size 8 --max-steps 10 --log-every 1 "
+                             "--eval-limit 16 --out " +
+                             out.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("dp=1 × tp=2 × pp=2 with sequence parallel"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(read_json(out / "config.json")["sequence_parallel"], true);
+  const auto s = read_json(out / "summary.json");
+  EXPECT_EQ(s["layout"]["sequence_parallel"], true);
+  std::istringstream metrics(read_text(out / "metrics.jsonl"));
+  std::string line;
+  std::vector<double> losses;
+  while (std::getline(metrics, line))
+    losses.push_back(nlohmann::json::parse(line)["loss"]);
+  ASSERT_EQ(losses.size(), 10u);
+  EXPECT_LT(losses.back(), losses.front()) << r.output;
+  fs::remove_all(out);
 }
 
 TEST(CliMesh, EightGpusTwoByTwoByTwoTrains) {

@@ -47,6 +47,25 @@ TEST(CliPlan, ARealSizePresetIsPlannedOnTheMetaDevice) {
   EXPECT_EQ(json["stages"][0]["model_state_bytes"].get<int64_t>(), 16 * psi / 8);
 }
 
+// The same layout with and without sequence parallelism: the model state is the same, the
+// activations of the blocks outside attention and the MLP are split 8 ways.
+TEST(CliPlan, SequenceParallelSplitsTheActivations) {
+  int64_t activations[2] = {0, 0};
+  for (bool sequence_parallel : {false, true}) {
+    const auto r = run_meshsim(std::string("plan --model gpt --cluster 8xh100 --tp 8 --heads 8 "
+                                           "--hidden 512 --layers 4 --seq-len 1024 --precision "
+                                           "bf16 --batch-size 1 --json") +
+                               (sequence_parallel ? " --sequence-parallel" : ""));
+    ASSERT_EQ(r.code, 0) << r.output;
+    const auto json = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+    EXPECT_EQ(json["layout"]["sequence_parallel"], sequence_parallel);
+    activations[sequence_parallel] =
+        json["stages"][0]["peak_by_category"]["activations"].get<int64_t>();
+    EXPECT_GT(json["step_seconds"].get<double>(), 0);
+  }
+  EXPECT_LT(activations[1], activations[0]);
+}
+
 TEST(CliPlan, BadInputIsOneLineAndExit2) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"plan --model gpt --cluster 8xh100 --tp 3", "not divisible"},
@@ -54,6 +73,10 @@ TEST(CliPlan, BadInputIsOneLineAndExit2) {
       {"plan --model cnn --cluster 8xh100", "no meta kernel"},
       {"plan --model gpt", "needs --cluster"},
       {"plan --model gpt --cluster 8xh100 --gpus 4", "differs from --cluster"},
+      {"plan --model gpt --cluster 8xh100 --sequence-parallel", "--sequence-parallel needs --tp"},
+      {"plan --model llama --cluster 8xh100 --tp 8 --heads 8 --kv-heads 8 --seq-len 60 "
+       "--sequence-parallel",
+       "--seq-len 60 is not divisible by --tp 8"},
   };
   for (const auto& [args, expected] : cases) {
     const auto r = run_meshsim(args);

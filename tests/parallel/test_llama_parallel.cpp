@@ -109,6 +109,21 @@ TEST(LlamaEquivalence, ThreeDimensionalMesh) {
   expect_matches_single(8, with(2, 2, 1, 2, true), "dp2 tp2 pp2 zero1 1f1b recompute");
 }
 
+// Sequence parallelism on the Llama: RMSNorm weights get partial gradients (summed over the
+// tp group), rotary embeddings see the whole sequence (attention runs on it, gathered), and
+// gate and up share one all-gather as q, k and v do.
+TEST(LlamaEquivalence, SequenceParallel) {
+  const auto sp = [](StrategyOptions o) {
+    o.sequence_parallel = true;
+    return o;
+  };
+  expect_matches_single(2, sp(with(2, 1, 0)), "tp2 sequence parallel");
+  expect_matches_single(4, sp(with(2, 2, 0, 2)), "tp2 pp2 1f1b sequence parallel");
+  expect_matches_single(4, sp(with(2, 1, 1)), "dp2 tp2 zero1 sequence parallel");
+  expect_matches_single(8, sp(with(2, 2, 1, 2, true)),
+                        "dp2 tp2 pp2 zero1 recompute sequence parallel");
+}
+
 TEST(LlamaTensorParallel, PlanShardsWholeHeadsAndRefusesSplitKvHeads) {
   MeshOptions m;
   m.world_size = 4;

@@ -46,6 +46,7 @@ TEST(ConfigFile, RoundTripIsIdentical) {
   mesh.zero = 1;
   mesh.micro_batches = 4;
   mesh.precision = "bf16";
+  mesh.sequence_parallel = true;
   mesh.global_batch_size = 32;
   mesh.gpt = {3, 48, 6, 32, 300, false};
   mesh.data = "synthetic";
@@ -68,6 +69,7 @@ TEST(ConfigFile, RoundTripIsIdentical) {
   TrainConfig back = config_from_json(saved);
   EXPECT_EQ(back.batch_size, 16);
   EXPECT_EQ(back.global_batch_size, 0);
+  EXPECT_TRUE(back.sequence_parallel);
   validate(back);
   EXPECT_EQ(to_json(back).dump(), saved.dump());
 }

@@ -3,6 +3,9 @@
 // ranks' records under their own ranks.
 #include <gtest/gtest.h>
 
+#include <iostream>
+#include <map>
+#include <set>
 #include <string>
 
 #include "data/text.h"
@@ -56,6 +59,7 @@ struct Layout {
   int gpus, tp, pp, zero, micro_batches;
   const char* model = "gpt";
   const char* precision = "fp32";
+  bool sequence_parallel = false;
 };
 
 class PlanMatchesTraining : public ::testing::TestWithParam<Layout> {};
@@ -83,6 +87,7 @@ TEST_P(PlanMatchesTraining, PeakBytesByCategoryPerGpu) {
   c.pp = l.pp;
   c.zero = l.zero;
   c.micro_batches = l.micro_batches;
+  c.sequence_parallel = l.sequence_parallel;
   c.batch_size = 8;
   c.max_steps = kPlanSteps;
   c.synthetic_train = 256;
@@ -102,10 +107,10 @@ TEST_P(PlanMatchesTraining, PeakBytesByCategoryPerGpu) {
   train(c, mesh, data, nullptr);
 
   // One activation message between stages: a micro-batch of [B/M, T, H] in the compute dtype
-  // (a tp member sends its own copy).
+  // (a tp member sends its own copy; under sequence parallelism, its part [B/M, T/tp, H]).
   const int64_t element = c.precision == "fp32" ? 4 : 2;
-  const int64_t message =
-      c.batch_size / c.micro_batches * c.gpt.seq_len * c.gpt.hidden * element;
+  const int64_t tokens = c.sequence_parallel ? c.gpt.seq_len / c.tp : c.gpt.seq_len;
+  const int64_t message = c.batch_size / c.micro_batches * tokens * c.gpt.hidden * element;
   const auto at = [](const MemoryStats& s, MemoryCategory k) {
     return s.peak_by_category[static_cast<size_t>(k)];
   };
@@ -142,7 +147,11 @@ INSTANTIATE_TEST_SUITE_P(Layouts, PlanMatchesTraining,
                                            Layout{"pp2_1f1b", 4, 1, 2, 0, 4},
                                            Layout{"mesh_2x2x2_zero1", 8, 2, 2, 1, 2},
                                            Layout{"bf16_zero3", 4, 1, 1, 3, 1, "gpt", "bf16"},
-                                           Layout{"llama_mesh_2x2x2", 8, 2, 2, 1, 2, "llama"}),
+                                           Layout{"llama_mesh_2x2x2", 8, 2, 2, 1, 2, "llama"},
+                                           Layout{"tp2_sequence_parallel", 4, 2, 1, 0, 1, "gpt",
+                                                  "fp32", true},
+                                           Layout{"mesh_2x2x2_zero1_sequence_parallel", 8, 2, 2,
+                                                  1, 2, "llama", "fp32", true}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 } // namespace
@@ -237,6 +246,154 @@ TEST(PlanZeroPaper, ModelStateBytesPerGpuAreTheFourFormulas) {
       EXPECT_EQ(plan.ranks.front().model_state_bytes, expected[stage])
           << "N = " << n << ", stage " << stage;
     }
+  }
+}
+
+} // namespace
+} // namespace meshsim
+
+namespace meshsim {
+namespace {
+
+// A configuration whose plan executes one GPU per stage: `shape` in bf16 on tp GPUs.
+TrainConfig tensor_parallel_config(const GptOptions& shape, int tp, int64_t batch,
+                                   bool sequence_parallel, const std::string& recompute = "none") {
+  TrainConfig c;
+  c.recompute = recompute;
+  c.model = "gpt";
+  c.data = "synthetic";
+  c.gpt = shape;
+  c.gpus = tp;
+  c.tp = tp;
+  c.sequence_parallel = sequence_parallel;
+  c.precision = "bf16";
+  c.batch_size = batch;
+  validate(c);
+  return c;
+}
+
+// Activation bytes of one layer: the peak with `layers` + 1 layers less the peak with
+// `layers`. The peak must come while every layer's activations are held (at the loss): with a
+// real vocabulary, the end of backward holds the embedding's [V, h] gradients, so real widths
+// need enough layers to outweigh them.
+int64_t sequence_parallel_bytes_per_layer(GptOptions shape, int tp, int64_t batch,
+                                          int64_t layers = 2,
+                                          const std::string& recompute = "none") {
+  auto peak = [&](int64_t n) {
+    shape.layers = n;
+    const Plan plan =
+        make_plan(tensor_parallel_config(shape, tp, batch, true, recompute), int64_t{1} << 50);
+    return plan.ranks.front()
+        .stats.peak_by_category[static_cast<size_t>(MemoryCategory::Activations)];
+  };
+  return peak(layers + 1) - peak(layers);
+}
+
+// meshsim's exact bytes per layer under sequence parallelism, bf16. Every tensor a block keeps
+// is its share of the sequence, sbh/t · 2 bytes per [s/t, b, h]: the block's output and the
+// residual after attention (the LayerNorms' inputs, 2 + 2), the LayerNorms' outputs, kept by
+// the column layers as their input instead of the gathered whole (2 + 2), q, k, v (6), the
+// attention output (2), the MLP's 4h-wide GELU input and output (8 + 8): 32sbh/t. The
+// attention core keeps its softmax, 2as²b/t, and the causal mask, s² bytes of bool whole on
+// every member (attention runs on the gathered sequence); the LayerNorms' mean and rstd are
+// 8sb/t. Against Korthikanti et al.'s sbh/t · (34 + 5as/h), the difference is the dropout
+// the GPT does not have (its two sbh masks, and in the attention core the as²b mask and the
+// 2as²b output, all divided by t) and the mask and statistics the paper leaves out.
+int64_t expected_sequence_parallel_bytes(int64_t s, int64_t b, int64_t h, int64_t a, int64_t t) {
+  return 32 * s * b * h / t + 2 * a * s * s * b / t + s * s + 8 * s * b / t;
+}
+
+TEST(PlanActivations, SequenceParallelPerLayerBytesAreKorthikantisFormulaWithoutDropout) {
+  GptOptions shape;
+  shape.hidden = 256;
+  shape.heads = 8;
+  shape.seq_len = 512;
+  shape.vocab = 1024;
+  const int64_t s = 512, b = 2, h = 256, a = 8, t = 2;
+  EXPECT_EQ(sequence_parallel_bytes_per_layer(shape, t, b),
+            expected_sequence_parallel_bytes(s, b, h, a, t));
+}
+
+// With full recompute a block keeps only its input, which is this member's part: 2sbh/t.
+TEST(PlanActivations, SequenceParallelWithFullRecomputeKeepsTheInputsPart) {
+  GptOptions shape;
+  shape.hidden = 256;
+  shape.heads = 8;
+  shape.seq_len = 512;
+  shape.vocab = 1024;
+  const int64_t s = 512, b = 2, h = 256, t = 2;
+  EXPECT_EQ(sequence_parallel_bytes_per_layer(shape, t, b, 2, "full"), 2 * s * b * h / t);
+}
+
+// The models of Korthikanti et al. 2022's Table 3, at their tensor-parallel size (8), their
+// sequence (2,048) and a micro-batch of 1, planned with 32 and 33 layers: meshsim's bytes per layer
+// are its formula exactly; against the paper's sbh/t · (34 + 5as/h) with its dropout terms
+// taken out, sbh/t · (32 + 2as/h), what remains is the causal mask (s², which sequence
+// parallelism does not split) and the LayerNorms' statistics: within 2 % where the mask is
+// small next to a layer's share (530B, 1T), 2.1 % for 175B and 3.6 % for 22B.
+TEST(PlanActivations, SequenceParallelAtThePapersModels) {
+  const int64_t s = 2048, b = 1, t = 8;
+  for (const char* name : {"gpt-22b", "gpt-175b", "gpt-530b", "gpt-1t"}) {
+    const ModelPreset* preset = find_preset(name);
+    ASSERT_NE(preset, nullptr) << name;
+    const int64_t h = preset->shape.hidden, a = preset->shape.heads;
+    ASSERT_EQ(preset->shape.seq_len, s) << name;
+    const int64_t got = sequence_parallel_bytes_per_layer(preset->shape, t, b, /*layers=*/32);
+    EXPECT_EQ(got, expected_sequence_parallel_bytes(s, b, h, a, t)) << name;
+    const double paper = static_cast<double>(s * b * h) / t * (34.0 + 5.0 * a * s / h);
+    const double without_dropout = static_cast<double>(s * b * h) / t * (32.0 + 2.0 * a * s / h);
+    const double over = static_cast<double>(got) / without_dropout - 1;
+    std::cout << name << ": " << got << " bytes per layer; paper " << paper << ", without dropout "
+              << without_dropout << " (meshsim " << 100 * over << " % above: the causal mask "
+              << s * s << " bytes)\n";
+    if (std::string(name) == "gpt-530b" || std::string(name) == "gpt-1t")
+      EXPECT_LT(over, 0.02) << name;
+  }
+}
+
+// Per step, on a tp group of 2: without sequence parallelism, 4 all-reduces per layer of the
+// [b, s, h] activation (2 forward at the row layers' outputs, 2 backward at the column layers'
+// inputs). With it, none of those: per layer 2 reduce-scatters forward (row outputs) and 2
+// backward (column inputs' gradients), of the whole [b, s, h]; 2 all-gathers forward (column
+// inputs), 2 backward (row outputs' gradients) and 2 backward again (the column inputs, kept
+// as this member's part, gathered for the weights' gradients), of the part [b, s/2, h]; plus
+// the embedding's output gradient and the head's input, gathered once each; and one all-reduce
+// of the partial parameters' gradients (per block 2 LayerNorms and 2 row biases, 6h, and ln_f,
+// 2h).
+TEST(PlanSequenceParallel, TheTpGroupReduceScattersAndAllGathersInsteadOfAllReducing) {
+  const int64_t layers = 2, b = 2, s = 64, h = 64, e = 2;
+  GptOptions shape;
+  shape.layers = layers;
+  shape.hidden = h;
+  shape.heads = 4;
+  shape.seq_len = s;
+  for (bool sequence_parallel : {false, true}) {
+    TrainConfig c = tensor_parallel_config(shape, 2, b, sequence_parallel);
+    c.gpus = 4; // dp 2: the tp group [0, 1] is neither the world nor a dp group
+    validate(c);
+    const Plan plan = make_plan(c, int64_t{1} << 40);
+    std::map<std::string, int64_t> count;
+    std::map<std::string, std::set<int64_t>> sizes;
+    for (const CollectiveRecord& r : plan.recorders[0].collectives) {
+      if (r.group != std::vector<int>{0, 1})
+        continue;
+      count[r.op] += 1;
+      sizes[r.op].insert(r.bytes);
+    }
+    const int64_t steps = plan.steps, whole = b * s * h * e;
+    const std::string where = sequence_parallel ? "sequence parallel" : "tensor parallel";
+    if (!sequence_parallel) {
+      EXPECT_EQ(count["all_reduce"], steps * 4 * layers) << where;
+      EXPECT_EQ(sizes["all_reduce"], std::set<int64_t>{whole}) << where;
+      EXPECT_EQ(count["reduce_scatter"] + count["all_gather"], 0) << where;
+      continue;
+    }
+    EXPECT_EQ(count["reduce_scatter"], steps * 4 * layers) << where;
+    EXPECT_EQ(sizes["reduce_scatter"], std::set<int64_t>{whole}) << where;
+    EXPECT_EQ(count["all_gather"], steps * (6 * layers + 2)) << where;
+    EXPECT_EQ(sizes["all_gather"], std::set<int64_t>{whole / 2}) << where;
+    EXPECT_EQ(count["all_reduce"], steps) << where;
+    EXPECT_EQ(sizes["all_reduce"], std::set<int64_t>{(6 * h * layers + 2 * h) * e}) << where;
   }
 }
 
