@@ -64,11 +64,13 @@ nlohmann::json stages_json(const Plan& plan) {
 // The table: `doc` (what --json prints) for a person.
 void print_plan(const nlohmann::json& doc, const TrainConfig& c, const Plan& plan) {
   auto bytes = [](const nlohmann::json& v) { return format_bytes(v.get<int64_t>()); };
-  fmt::print("meshsim plan: {} ({} parameters) on {}: {}{}, zero {}, {}, global batch {}\n",
+  fmt::print("meshsim plan: {} ({} parameters) on {}: {}{}, zero {}, {}, global batch {} ({} "
+             "micro-batch{} of {} per replica), recompute {}\n",
              c.preset.empty() ? c.model : c.preset, short_count(doc["parameters"].get<int64_t>()),
              doc["cluster"].get<std::string>(), plan.dims.describe(),
              c.sequence_parallel ? " with sequence parallel" : "", c.zero, c.precision,
-             plan.samples_per_step);
+             plan.samples_per_step, c.micro_batches, c.micro_batches == 1 ? "" : "es",
+             doc["layout"]["micro_batch_size"].get<int64_t>(), c.recompute);
   fmt::print("{:<6} {:<4} {:>11} {:>12} {:>11} {:>11} {:>11} {:>12} {:>14} {:>10}\n", "stage",
              "tp", "peak", "model state", "parameters", "gradients", "optimizer", "activations",
              "communication", "other");
@@ -136,7 +138,11 @@ int run_plan(TrainConfig config, const PlanArgs& args) {
                        {"cluster", cluster.to_string()},
                        {"layout", {{"dp", plan.dims.dp}, {"tp", plan.dims.tp}, {"pp", plan.dims.pp},
                                    {"zero", config.zero},
-                                   {"sequence_parallel", config.sequence_parallel}}},
+                                   {"sequence_parallel", config.sequence_parallel},
+                                   {"micro_batches", config.micro_batches},
+                                   {"micro_batch_size", plan.samples_per_step /
+                                                            (plan.dims.dp * config.micro_batches)},
+                                   {"recompute", config.recompute}}},
                        {"global_batch_size", plan.samples_per_step},
                        {"step_seconds", p.step_time_s},
                        {"tokens_per_s_per_gpu",

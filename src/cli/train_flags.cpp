@@ -49,9 +49,16 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
       ->capture_default_str();
   app.add_option("--schedule", c.schedule, "pipeline schedule: naive | gpipe | 1f1b")
       ->capture_default_str();
-  app.add_option("--micro-batches", c.micro_batches, "micro-batches per step (pipeline, or accumulation)")
-      ->capture_default_str();
-  app.add_option("--recompute", c.recompute, "activation checkpointing per transformer block: none | full")
+  app.add_option("--micro-batches", c.micro_batches,
+                 "micro-batches per step (pipeline, or accumulation); default 1, or what "
+                 "--micro-batch-size makes")
+      ->check(whole_number(/*min=*/1));
+  app.add_option("--micro-batch-size", c.micro_batch_size,
+                 "samples per micro-batch: micro-batches = global batch ÷ (this × dp)")
+      ->check(whole_number(/*min=*/1));
+  app.add_option("--recompute", c.recompute,
+                 "what backward recomputes: none | selective (the attention core) | full (each "
+                 "transformer block)")
       ->capture_default_str();
   app.add_option("--precision", c.precision,
                  "fp32 | bf16 (16-bit params and grads, fp32 master weights and Adam state) | fp16 "
@@ -125,6 +132,9 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--inter", c.inter, "with --cluster: link between nodes (hdr, ndr, 100gbe)");
   app.callback([&c, &app] {
     if (c.optimizer.name == "sgd" && app.count("--lr") == 0) c.optimizer.lr = 0.01;
+    // --micro-batches on the command line replaces a micro-batch size from --config.
+    if (app.count("--micro-batches") > 0 && app.count("--micro-batch-size") == 0)
+      c.micro_batch_size = 0;
     // A preset sets the shape first; each shape flag given then overrides its field.
     ModelFlagsGiven given;
     given.model = app.count("--model") > 0;

@@ -1,6 +1,8 @@
-// The GPT's modules, its build and init, and activation checkpointing of its blocks.
+// The GPT's modules, its build and init, and activation checkpointing (of a block, or of the
+// attention core both transformers share).
 #include "models/gpt.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -17,31 +19,43 @@ using torch::autograd::variable_list;
 constexpr double kInitStd = 0.02; // GPT-2's initializer range
 
 // Reentrant activation checkpointing (torch.utils.checkpoint with use_reentrant=True):
-// forward runs the block without recording a graph and keeps only its input; backward runs
-// the block again with grad enabled and backpropagates through that fresh graph, which
-// accumulates into the block's parameters' .grad and yields the input's gradient. Collectives
-// inside the block (tensor-parallel layers) run again in the recompute, in the same order on
-// every member, because every member recomputes the same blocks in the same order.
-struct BlockCheckpoint : public torch::autograd::Function<BlockCheckpoint> {
-  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, CheckpointedBlock* block) {
+// forward runs the function without recording a graph and keeps only its inputs; backward
+// runs it again with grad enabled and backpropagates through that fresh graph, which
+// accumulates into the .grad of the parameters it uses and yields the inputs' gradients.
+// Collectives inside it (tensor-parallel layers of a block) run again in the recompute, in
+// the same order on every member, because every member recomputes the same functions in the
+// same order.
+struct Checkpoint : public torch::autograd::Function<Checkpoint> {
+  // saved_data holds IValues: the function travels in a capsule that owns it.
+  struct Held : torch::CustomClassHolder {
+    explicit Held(Recomputable f) : fn(std::move(f)) {}
+    Recomputable fn;
+  };
+
+  static torch::Tensor forward(AutogradContext* ctx, torch::TensorList inputs,
+                               const Recomputable& fn) {
     // Function::apply has turned grad mode off here, so no activations are kept.
-    ctx->save_for_backward({x});
-    // saved_data holds IValues; the block outlives the graph (the model owns it).
-    ctx->saved_data["block"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(block));
-    return block->forward_plain(x);
+    ctx->save_for_backward(inputs.vec());
+    ctx->saved_data["fn"] = c10::IValue::make_capsule(c10::make_intrusive<Held>(fn));
+    return fn(inputs.vec());
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
-    auto* block = reinterpret_cast<CheckpointedBlock*>(
-        static_cast<intptr_t>(ctx->saved_data["block"].toInt()));
-    torch::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    const auto held = c10::static_intrusive_pointer_cast<Held>(ctx->saved_data["fn"].toCapsule());
+    std::vector<torch::Tensor> inputs;
+    for (const torch::Tensor& saved : ctx->get_saved_variables())
+      inputs.push_back(saved.detach().requires_grad_(saved.requires_grad()));
     torch::Tensor out;
     {
       torch::AutoGradMode enable(true); // the engine runs backward with grad mode off
-      out = block->forward_plain(x);
+      out = held->fn(inputs);
     }
     torch::autograd::backward({out}, {grad_outputs[0]});
-    return {x.grad(), torch::Tensor()}; // no gradient for the block pointer
+    variable_list grads;
+    for (const torch::Tensor& input : inputs)
+      grads.push_back(input.grad());
+    grads.emplace_back(); // no gradient for the function
+    return grads;
   }
 };
 
@@ -98,7 +112,7 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   q = split(q);
   k = split(k);
   v = split(v);
-  torch::Tensor y = causal_attention(q, k, v).transpose(1, 2).contiguous().view({b, t, features});
+  torch::Tensor y = attention(q, k, v).transpose(1, 2).contiguous().view({b, t, features});
   return out_.forward(y);
 }
 
@@ -158,13 +172,32 @@ torch::Tensor GptBlockImpl::forward_plain(const torch::Tensor& x) {
   return h + mlp_->forward(ln2_->forward(h));
 }
 
+torch::Tensor checkpoint(const Recomputable& fn, const std::vector<torch::Tensor>& inputs) {
+  // Checkpointing only pays when a graph is being recorded. Inputs that need no gradient
+  // would leave the checkpoint node without edges, so the parameters would get none: run
+  // such a function plainly (torch.utils.checkpoint warns in that case instead).
+  const bool any_grad = std::any_of(inputs.begin(), inputs.end(),
+                                    [](const torch::Tensor& t) { return t.requires_grad(); });
+  if (torch::GradMode::is_enabled() && any_grad)
+    return Checkpoint::apply(torch::TensorList(inputs), fn);
+  return fn(inputs);
+}
+
 torch::Tensor CheckpointedBlock::checkpointed(const torch::Tensor& x) {
-  // Checkpointing only pays when a graph is being recorded. An input that needs no gradient
-  // would leave the checkpoint node without edges, so the parameters would get none:
-  // run such a block plainly (torch.utils.checkpoint warns in that case instead).
-  if (recompute && torch::GradMode::is_enabled() && x.requires_grad())
-    return BlockCheckpoint::apply(x, this);
-  return forward_plain(x);
+  if (!recompute)
+    return forward_plain(x);
+  // The block outlives the graph (the model owns it).
+  return checkpoint([this](const std::vector<torch::Tensor>& in) { return forward_plain(in[0]); },
+                    {x});
+}
+
+torch::Tensor CheckpointedAttention::attention(const torch::Tensor& q, const torch::Tensor& k,
+                                               const torch::Tensor& v) const {
+  if (!recompute_core)
+    return causal_attention(q, k, v);
+  return checkpoint(
+      [](const std::vector<torch::Tensor>& in) { return causal_attention(in[0], in[1], in[2]); },
+      {q, k, v});
 }
 
 torch::Tensor TiedHeadImpl::forward(const torch::Tensor& x) {
@@ -220,10 +253,13 @@ int64_t gpt_parameter_count(const GptOptions& o) {
   return o.vocab * h + o.seq_len * h + o.layers * block + 2 * h + (o.tie_head ? 0 : o.vocab * h);
 }
 
-void set_recompute(torch::nn::Sequential& model, bool on) {
-  for (const auto& child : model->children())
-    if (auto* block = dynamic_cast<CheckpointedBlock*>(child.get()))
-      block->recompute = on;
+void set_recompute(torch::nn::Sequential& model, Recompute recompute) {
+  for (const auto& module : model->modules(/*include_self=*/false)) {
+    if (auto* block = dynamic_cast<CheckpointedBlock*>(module.get()))
+      block->recompute = recompute == Recompute::Full;
+    if (auto* attention = dynamic_cast<CheckpointedAttention*>(module.get()))
+      attention->recompute_core = recompute == Recompute::Selective;
+  }
 }
 
 } // namespace meshsim

@@ -1,12 +1,15 @@
 // gpt: a small decoder-only transformer (GPT-2 layout, pre-LayerNorm, causal attention, no
 // dropout) as a Sequential of embed, block0..block{L-1}, ln_f, head, so strategies can wrap
 // it unmodified: tensor parallelism swaps its Linears by name (LinearSlots), activation
-// checkpointing is a switch on each block (set_recompute), a pipeline cuts between children.
+// checkpointing is a switch on each block or on each attention core (set_recompute), a
+// pipeline cuts between children.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -39,9 +42,32 @@ public:
 };
 TORCH_MODULE(GptEmbedding);
 
+/// A function of tensors that a checkpoint runs in forward and again in backward.
+using Recomputable = std::function<torch::Tensor(const std::vector<torch::Tensor>& inputs)>;
+
+/// fn(inputs), keeping only `inputs` for backward, which runs fn again with a graph and
+/// backpropagates through it (reentrant activation checkpointing, torch.utils.checkpoint with
+/// use_reentrant=True). Gradients reach the inputs and any parameters fn uses. Runs fn plainly
+/// when no graph is being recorded or no input needs a gradient.
+torch::Tensor checkpoint(const Recomputable& fn, const std::vector<torch::Tensor>& inputs);
+
+/// An attention module whose core selective recomputation can checkpoint (set_recompute): its
+/// forward calls attention(q, k, v), which is causal_attention, run through checkpoint() when
+/// `recompute_core` is on, so that backward keeps q, k and v instead of the [B, heads, T, T]
+/// softmax.
+class CheckpointedAttention {
+public:
+  virtual ~CheckpointedAttention() = default;
+  torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k,
+                          const torch::Tensor& v) const;
+  bool recompute_core = false;
+};
+
 /// Causal multi-head self-attention over q, k, v, out. The number of heads it runs is
 /// q's output features / head_dim, so a column shard of q, k, v (whole heads) runs unchanged.
-class CausalSelfAttentionImpl : public torch::nn::Module, public LinearSlots {
+class CausalSelfAttentionImpl : public torch::nn::Module,
+                                public LinearSlots,
+                                public CheckpointedAttention {
 public:
   CausalSelfAttentionImpl(int64_t hidden, int64_t heads, const torch::TensorOptions& tensors = {});
   torch::Tensor forward(const torch::Tensor& x);
@@ -130,8 +156,9 @@ int64_t gpt_ffn_hidden(const GptOptions& options);
 /// 12H^2 + 13H.
 int64_t gpt_parameter_count(const GptOptions& options);
 
-/// Turns activation checkpointing of every transformer block (every CheckpointedBlock child,
-/// gpt's or llama's) on or off (--recompute full|none).
-void set_recompute(torch::nn::Sequential& model, bool on);
+/// Sets what every transformer block of `model` (gpt's or llama's) recomputes in backward
+/// (--recompute): Full checkpoints every CheckpointedBlock, Selective every attention core
+/// (CheckpointedAttention), None neither.
+void set_recompute(torch::nn::Sequential& model, Recompute recompute);
 
 } // namespace meshsim

@@ -105,7 +105,7 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x) {
     k = repeat(k);
     v = repeat(v);
   }
-  torch::Tensor y = causal_attention(q, k, v).transpose(1, 2).contiguous().view({b, t, q_features});
+  torch::Tensor y = attention(q, k, v).transpose(1, 2).contiguous().view({b, t, q_features});
   return o_.forward(y);
 }
 

@@ -2,8 +2,8 @@
 // RMSNorm before attention and MLP, rotary position embeddings, grouped-query attention,
 // a SwiGLU MLP, no biases, an untied head and no position embedding. Like the GPT it is a
 // Sequential of embed, block0..block{L-1}, norm_f, head, so a pipeline cuts it between
-// children, activation checkpointing is a switch on each block, and tensor parallelism
-// replaces q, k, v, o, gate, up, down by name (LinearSlots).
+// children, activation checkpointing is a switch on each block or attention core, and tensor
+// parallelism replaces q, k, v, o, gate, up, down by name (LinearSlots).
 #pragma once
 
 #include <cstdint>
@@ -51,7 +51,9 @@ torch::Tensor apply_rotary(const torch::Tensor& x, double theta);
 /// o [heads·d -> H], no biases. Each kv head serves heads/kv_heads consecutive query heads.
 /// The heads it runs are read from q's and k's output features, so a column shard of whole
 /// heads (heads/tp query and kv_heads/tp kv heads) runs unchanged.
-class LlamaAttentionImpl : public torch::nn::Module, public LinearSlots {
+class LlamaAttentionImpl : public torch::nn::Module,
+                           public LinearSlots,
+                           public CheckpointedAttention {
 public:
   LlamaAttentionImpl(int64_t hidden, int64_t heads, int64_t kv_heads, double rope_theta,
                      const torch::TensorOptions& tensors = {});

@@ -118,6 +118,17 @@ bool is_transformer(const std::string& name) {
   return name == "gpt" || name == "llama";
 }
 
+Recompute parse_recompute(const std::string& name) {
+  if (name == "none")
+    return Recompute::None;
+  if (name == "selective")
+    return Recompute::Selective;
+  if (name == "full")
+    return Recompute::Full;
+  throw std::invalid_argument("unknown --recompute '" + name +
+                              "' (choose none, selective or full)");
+}
+
 torch::nn::Sequential build_model(const std::string& name, const ModelOptions& options) {
   // Initialization draws from LibTorch's one global generator; rank threads building their
   // models at once would interleave their draws. One model at a time keeps every replica

@@ -20,6 +20,14 @@ struct GptOptions {
   double rope_theta = 10000; // llama's rotary base
 };
 
+/// What a transformer keeps for backward (Korthikanti et al. 2022): None keeps every
+/// activation; Selective recomputes the attention core (q kᵀ, softmax, attention over v) in
+/// backward and keeps the rest; Full keeps only each block's input and recomputes the block.
+enum class Recompute { None, Selective, Full };
+
+/// "none" | "selective" | "full" (--recompute). Throws std::invalid_argument for another name.
+Recompute parse_recompute(const std::string& name);
+
 struct ModelOptions {
   uint64_t seed = 0; // torch::manual_seed(seed) before the layers are built
   int rank = 0;      // seeds this rank's dropout generator

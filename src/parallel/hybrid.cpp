@@ -174,7 +174,7 @@ private:
         parallelize_tensor(full, tensor_parallel_plan(options_.model), ctx_.comm, tp_, coord_.tp,
                            options_.sequence_parallel);
       stage = dims_.pp > 1 ? stage_module(full, dims_.pp, coord_.pp) : full;
-      if (options_.recompute) set_recompute(stage, true);
+      set_recompute(stage, options_.recompute);
     }
     return stage;
   }

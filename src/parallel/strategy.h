@@ -42,7 +42,7 @@ struct StrategyOptions {
   int zero = 0;                 // ZeRO stage on the data-parallel dimension
   std::string schedule = "1f1b";
   int micro_batches = 1;
-  bool recompute = false;               // activation checkpointing per transformer block
+  Recompute recompute = Recompute::None; // what the transformer blocks recompute in backward
   torch::Dtype dtype = torch::kFloat32; // parameters and activations (float64 in tests)
   /// fp32 | bf16 | fp16. bf16 and fp16 are mixed precision (train/optimizer.h): the model's
   /// parameters, gradients and activations in 16 bits, fp32 master weights and moments in the

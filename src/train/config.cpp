@@ -33,6 +33,32 @@ void require(bool ok, const std::string& message) {
   if (!ok) throw std::invalid_argument(message);
 }
 
+// Megatron's --micro-batch-size m: micro-batches = global batch ÷ (m × dp). micro_batches 0
+// means no count was asked for: 1, or the one m makes.
+void resolve_micro_batches(TrainConfig& c, const ParallelDims& dims) {
+  require(c.micro_batches >= 0,
+          fmt::format("--micro-batches must be at least 1, got {}", c.micro_batches));
+  if (c.micro_batch_size == 0) {
+    c.micro_batches = std::max(c.micro_batches, 1);
+    return;
+  }
+  const int64_t global = c.global_batch_size > 0 ? c.global_batch_size : c.batch_size * dims.dp;
+  const int64_t per_step = c.micro_batch_size * dims.dp;
+  require(global % per_step == 0,
+          fmt::format("global batch {} is not divisible by --micro-batch-size {} × dp {} = {}",
+                      global, c.micro_batch_size, dims.dp, per_step));
+  const int64_t count = global / per_step;
+  require(c.micro_batches == 0 || c.micro_batches == count,
+          fmt::format("--micro-batches {} conflicts with --micro-batch-size {}: global batch {} ÷ "
+                      "({} × dp {}) = {} micro-batches; give one of the two",
+                      c.micro_batches, c.micro_batch_size, global, c.micro_batch_size, dims.dp,
+                      count));
+  require(count <= std::numeric_limits<int>::max(),
+          fmt::format("--micro-batch-size {} makes {} micro-batches, more than {}",
+                      c.micro_batch_size, count, std::numeric_limits<int>::max()));
+  c.micro_batches = static_cast<int>(count);
+}
+
 void validate_layout(TrainConfig& c) {
   // Caught here because tp × pp would overflow an int in ParallelDims for sizes past --gpus.
   require(c.tp < 1 || c.pp < 1 || (c.tp <= c.gpus && c.pp <= c.gpus),
@@ -42,9 +68,9 @@ void validate_layout(TrainConfig& c) {
   require(c.zero >= 0 && c.zero <= 3, fmt::format("--zero must be 0, 1, 2 or 3, got {}", c.zero));
   require(contains(schedule_names(), c.schedule),
           fmt::format("unknown schedule '{}' (choose naive, gpipe or 1f1b)", c.schedule));
-  require(c.micro_batches >= 1, fmt::format("--micro-batches must be at least 1, got {}", c.micro_batches));
-  require(c.recompute == "none" || c.recompute == "full",
-          fmt::format("unknown --recompute '{}' (choose none or full)", c.recompute));
+  resolve_micro_batches(c, dims);
+  require(c.recompute == "none" || c.recompute == "selective" || c.recompute == "full",
+          fmt::format("unknown --recompute '{}' (choose none, selective or full)", c.recompute));
   require(c.schedule != "naive" || c.micro_batches == 1,
           "--schedule naive runs the whole batch at once; use --micro-batches 1, or gpipe or 1f1b");
   require(!uses_mesh_layout(c) || c.strategy == "ddp",
@@ -160,6 +186,9 @@ void validate(TrainConfig& c) {
   require(c.global_batch_size >= 0 && c.global_batch_size <= kMaxBatchSize,
           fmt::format("--global-batch-size must be between 1 and {}, got {}", kMaxBatchSize,
                       c.global_batch_size));
+  require(c.micro_batch_size >= 0 && c.micro_batch_size <= kMaxBatchSize,
+          fmt::format("--micro-batch-size must be between 1 and {}, got {}", kMaxBatchSize,
+                      c.micro_batch_size));
   require(c.epochs >= 1, fmt::format("--epochs must be at least 1, got {}", c.epochs));
   require(c.max_steps >= 0, fmt::format("--max-steps must be 0 (no limit) or more, got {}", c.max_steps));
   require(c.log_every >= 1, fmt::format("--log-every must be at least 1, got {}", c.log_every));
@@ -230,6 +259,7 @@ nlohmann::json to_json(const TrainConfig& c) {
           {"zero", c.zero},
           {"schedule", c.schedule},
           {"micro_batches", c.micro_batches},
+          {"micro_batch_size", c.micro_batch_size},
           {"recompute", c.recompute},
           {"preset", c.preset},
           {"precision", c.precision},
@@ -362,6 +392,7 @@ TrainConfig config_from_json(const json& doc) {
       {"zero", to(c.zero)},
       {"schedule", to(c.schedule)},
       {"micro_batches", to(c.micro_batches)},
+      {"micro_batch_size", to(c.micro_batch_size)},
       {"recompute", to(c.recompute)},
       {"precision", to(c.precision)},
       {"sequence_parallel", to(c.sequence_parallel)},
@@ -392,6 +423,8 @@ TrainConfig config_from_json(const json& doc) {
       {"out", [](const json& v, const std::string& k) { text(v, k); }},
   };
   apply(doc, "", setters);
+  if (c.micro_batch_size > 0)
+    c.micro_batches = 0; // derived from the batch and the micro-batch size by validate
   return c;
 }
 

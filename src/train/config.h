@@ -34,7 +34,8 @@ struct TrainConfig {
   int tp = 1, pp = 1;         // dp = gpus / (tp · pp)
   int zero = 0;
   std::string schedule = "1f1b";
-  int micro_batches = 1;
+  int micro_batches = 0;        // 0: not given: 1, or what micro_batch_size makes (validate)
+  int64_t micro_batch_size = 0; // samples per micro-batch; 0: batch ÷ micro_batches
   std::string recompute = "none";
   std::string precision = "fp32";  // fp32 | bf16 | fp16 (mixed precision: train/optimizer.h)
   bool sequence_parallel = false;  // with tp > 1: norms and residuals on 1/tp of the sequence
@@ -118,6 +119,8 @@ nlohmann::json to_json(const TrainConfig& config);
 /// like flags. Accepts exactly the keys to_json writes; "dp" and "global_batch_size", which
 /// to_json derives from the others, are type-checked and ignored (the batch per replica is
 /// what it restores), and so is "out" (a rerun gets a fresh folder unless --out is given).
+/// With "micro_batch_size" set, "micro_batches" is derived from it too: validate makes it
+/// again from the batch, so that a flag changing the batch changes the count.
 /// Throws std::invalid_argument (one line) naming an unknown key, or a key of the wrong type
 /// with the type expected.
 TrainConfig config_from_json(const nlohmann::json& doc);

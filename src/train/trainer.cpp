@@ -54,7 +54,7 @@ StrategyOptions strategy_options(const TrainConfig& config) {
   options.zero = config.zero;
   options.schedule = config.schedule;
   options.micro_batches = config.micro_batches;
-  options.recompute = config.recompute == "full";
+  options.recompute = parse_recompute(config.recompute);
   options.precision = config.precision;
   if (config.device == "cuda")
     options.device = torch::Device(torch::kCUDA, 0);

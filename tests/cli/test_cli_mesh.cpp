@@ -34,6 +34,20 @@ TEST(CliMesh, BadLayoutsAreUsageErrors) {
                      "micro-batches 4 = 8");
   expect_usage_error("--gpus 4 --pp 2 --global-batch-size 30 --micro-batches 4",
                      "global batch 30 is not divisible by dp 2 × micro-batches 4 = 8");
+  expect_usage_error("--gpus 4 --pp 2 --global-batch-size 30 --micro-batch-size 4",
+                     "global batch 30 is not divisible by --micro-batch-size 4 × dp 2 = 8");
+  expect_usage_error(
+      "--gpus 4 --pp 2 --global-batch-size 16 --micro-batch-size 2 --micro-batches 2",
+      "--micro-batches 2 conflicts with --micro-batch-size 2: global batch 16 ÷ "
+      "(2 × dp 2) = 4 micro-batches");
+  expect_usage_error(
+      "--gpus 4 --pp 2 --global-batch-size 16 --micro-batch-size 2 --micro-batches 1",
+      "--micro-batches 1 conflicts with --micro-batch-size 2");
+  expect_usage_error("--gpus 2 --micro-batch-size 0",
+                     "--micro-batch-size: must be at least 1, got 0");
+  expect_usage_error("--gpus 2 --micro-batches 0", "--micro-batches: must be at least 1, got 0");
+  expect_usage_error("--gpus 2 --recompute some",
+                     "unknown --recompute 'some' (choose none, selective or full)");
   expect_usage_error("--gpus 4 --zero 4", "--zero must be 0, 1, 2 or 3");
   expect_usage_error("--gpus 2 --pp 2 --schedule zigzag", "unknown schedule 'zigzag'");
 }
@@ -104,4 +118,31 @@ TEST(CliMesh, EightGpusTwoByTwoByTwoTrains) {
   EXPECT_NE(g[0]["peak_by_category"]["parameters"], g[4]["peak_by_category"]["parameters"]);
   EXPECT_EQ(g[0]["peak_by_category"]["parameters"], g[3]["peak_by_category"]["parameters"]);
   fs::remove_all(out);
+}
+
+// --micro-batch-size makes the micro-batches from the global batch; config.json keeps the
+// size, and a rerun from it that names --micro-batches instead takes that count.
+TEST(CliMesh, MicroBatchSizeSetsTheMicroBatchesAndSurvivesConfigJson) {
+  const auto out = fresh_dir("mbs");
+  const auto r =
+      run_meshsim(kGpt +
+                  "--layers 2 --gpus 4 --pp 2 --global-batch-size 8 --micro-batch-size 2 "
+                  "--recompute selective --max-steps 2 --eval-limit 16 --out " +
+                  out.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(read_json(out / "summary.json")["layout"]["micro_batches"], 2); // 8 ÷ (2 × dp 2)
+  const auto config = read_json(out / "config.json");
+  EXPECT_EQ(config["micro_batch_size"], 2);
+  EXPECT_EQ(config["micro_batches"], 2);
+  EXPECT_EQ(config["recompute"], "selective");
+
+  const auto again = fresh_dir("mbs-again");
+  const auto rerun = run_meshsim("train --config " + (out / "config.json").string() +
+                                 " --micro-batches 4 --out " + again.string());
+  ASSERT_EQ(rerun.code, 0) << rerun.output;
+  const auto second = read_json(again / "config.json");
+  EXPECT_EQ(second["micro_batches"], 4);
+  EXPECT_EQ(second["micro_batch_size"], 0);
+  fs::remove_all(out);
+  fs::remove_all(again);
 }

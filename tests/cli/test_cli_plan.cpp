@@ -66,6 +66,18 @@ TEST(CliPlan, SequenceParallelSplitsTheActivations) {
   EXPECT_LT(activations[1], activations[0]);
 }
 
+TEST(CliPlan, MicroBatchSizeAndSelectiveRecomputeAreTheLayout) {
+  // 4 GPUs as dp 2 × pp 2: a global batch of 16 in micro-batches of 2 is 4 per replica.
+  const auto r = run_meshsim("plan --model gpt --cluster 4xa100-80 --pp 2 --global-batch-size 16 "
+                             "--micro-batch-size 2 --recompute selective --json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto json = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+  EXPECT_EQ(json["global_batch_size"], 16);
+  EXPECT_EQ(json["layout"]["micro_batches"], 4);
+  EXPECT_EQ(json["layout"]["micro_batch_size"], 2);
+  EXPECT_EQ(json["layout"]["recompute"], "selective");
+}
+
 TEST(CliPlan, BadInputIsOneLineAndExit2) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"plan --model gpt --cluster 8xh100 --tp 3", "not divisible"},
@@ -77,6 +89,12 @@ TEST(CliPlan, BadInputIsOneLineAndExit2) {
       {"plan --model llama --cluster 8xh100 --tp 8 --heads 8 --kv-heads 8 --seq-len 60 "
        "--sequence-parallel",
        "--seq-len 60 is not divisible by --tp 8"},
+      {"plan --model gpt --cluster 8xh100 --global-batch-size 12 --micro-batch-size 4",
+       "global batch 12 is not divisible by --micro-batch-size 4 × dp 8 = 32"},
+      {"plan --model gpt --cluster 8xh100 --global-batch-size 32 --micro-batch-size 2 "
+       "--micro-batches 4",
+       "--micro-batches 4 conflicts with --micro-batch-size 2"},
+      {"plan --model gpt --cluster 8xh100 --recompute partial", "unknown --recompute 'partial'"},
   };
   for (const auto& [args, expected] : cases) {
     const auto r = run_meshsim(args);

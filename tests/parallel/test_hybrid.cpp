@@ -31,11 +31,11 @@ HarnessRun run(int world, const StrategyOptions& options) {
   static std::vector<std::unique_ptr<DeviceMesh>> meshes;  // outlive the returned run
   meshes.push_back(std::make_unique<DeviceMesh>(m));
   torch::manual_seed(5);  // the same permutation of the data for every run
-  return run_strategy(*meshes.back(), world == 1 && options.tp == 1 && options.pp == 1 &&
-                                              options.zero == 0 && !options.recompute &&
-                                              options.micro_batches == 1
-                                          ? "single"
-                                          : "ddp",
+  return run_strategy(*meshes.back(),
+                      world == 1 && options.tp == 1 && options.pp == 1 && options.zero == 0 &&
+                              options.recompute == Recompute::None && options.micro_batches == 1
+                          ? "single"
+                          : "ddp",
                       options, text(), kGlobalBatch, kSteps);
 }
 
@@ -65,7 +65,7 @@ void expect_matches_single(int world, const StrategyOptions& options, const std:
 }
 
 StrategyOptions with(int tp, int pp, int zero, const std::string& schedule = "1f1b",
-                     int micro_batches = 1, bool recompute = false) {
+                     int micro_batches = 1, Recompute recompute = Recompute::None) {
   StrategyOptions o = gpt_sgd();
   o.tp = tp;
   o.pp = pp;
@@ -82,7 +82,12 @@ TEST(MeshEquivalence, ThreeDimensionalWithZero1) {
   expect_matches_single(8, with(2, 2, 1, "1f1b", 2), "dp2 tp2 pp2 zero1 1f1b");
 }
 TEST(MeshEquivalence, ThreeDimensionalWithZero1AndRecompute) {
-  expect_matches_single(8, with(2, 2, 1, "1f1b", 2, true), "dp2 tp2 pp2 zero1 recompute");
+  expect_matches_single(8, with(2, 2, 1, "1f1b", 2, Recompute::Full),
+                        "dp2 tp2 pp2 zero1 recompute");
+}
+TEST(MeshEquivalence, ThreeDimensionalWithZero1AndSelectiveRecompute) {
+  expect_matches_single(8, with(2, 2, 1, "1f1b", 2, Recompute::Selective),
+                        "dp2 tp2 pp2 zero1 selective recompute");
 }
 TEST(MeshEquivalence, TensorParallel2And4) {
   expect_matches_single(2, with(2, 1, 0), "tp2");
@@ -113,6 +118,11 @@ TEST(MeshEquivalence, ZeroStagesOnGpt) {
     expect_matches_single(4, with(1, 1, stage), "zero" + std::to_string(stage));
 }
 TEST(MeshEquivalence, RecomputeAndAccumulation) {
-  expect_matches_single(1, with(1, 1, 0, "1f1b", 1, true), "recompute on one GPU");
+  expect_matches_single(1, with(1, 1, 0, "1f1b", 1, Recompute::Full), "recompute on one GPU");
+  expect_matches_single(1, with(1, 1, 0, "1f1b", 1, Recompute::Selective),
+                        "selective recompute on one GPU");
+  expect_matches_single(2, with(2, 1, 0, "1f1b", 1, Recompute::Selective), "tp2 selective");
+  expect_matches_single(4, with(1, 1, 3, "1f1b", 2, Recompute::Selective),
+                        "zero3 with 2 micro-batches, selective");
   expect_matches_single(2, with(1, 1, 0, "1f1b", 4), "dp2 with 4 micro-batches");
 }

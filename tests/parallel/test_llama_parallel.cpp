@@ -79,7 +79,8 @@ void expect_matches_single(int world, const StrategyOptions& options, const std:
             << ref.losses.back() << "), worst parameter rel. error " << worst << "\n";
 }
 
-StrategyOptions with(int tp, int pp, int zero, int micro_batches = 1, bool recompute = false) {
+StrategyOptions with(int tp, int pp, int zero, int micro_batches = 1,
+                     Recompute recompute = Recompute::None) {
   StrategyOptions o = llama_sgd();
   o.tp = tp;
   o.pp = pp;
@@ -106,7 +107,9 @@ TEST(LlamaEquivalence, Pipeline2OneFOneB) {
 }
 TEST(LlamaEquivalence, ThreeDimensionalMesh) {
   expect_matches_single(8, with(2, 2, 1, 2), "dp2 tp2 pp2 zero1 1f1b");
-  expect_matches_single(8, with(2, 2, 1, 2, true), "dp2 tp2 pp2 zero1 1f1b recompute");
+  expect_matches_single(8, with(2, 2, 1, 2, Recompute::Full), "dp2 tp2 pp2 zero1 1f1b recompute");
+  expect_matches_single(8, with(2, 2, 1, 2, Recompute::Selective),
+                        "dp2 tp2 pp2 zero1 1f1b selective recompute");
 }
 
 // Sequence parallelism on the Llama: RMSNorm weights get partial gradients (summed over the

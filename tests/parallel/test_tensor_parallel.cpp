@@ -83,7 +83,7 @@ double max_relative_error(const std::vector<torch::Tensor>& a,
 }
 
 // Builds the GPT on the calling rank (charged as parameters) and shards it over the world.
-nn::Sequential sharded_gpt(RankContext& ctx, bool recompute,
+nn::Sequential sharded_gpt(RankContext& ctx, Recompute recompute,
                            torch::Dtype dtype = torch::kFloat32) {
   nn::Sequential model;
   CategoryScope params(MemoryCategory::Parameters);
@@ -180,7 +180,7 @@ TEST(TensorParallelGpt, LogitsAndGradientsEqualTheUnshardedModel) {
     std::vector<torch::Tensor> logits(tp), ln_grad(tp), wte_grad(tp);
     std::vector<std::vector<torch::Tensor>> grads(tp);
     run_ranks(mesh, [&](RankContext& ctx) {
-      auto model = sharded_gpt(ctx, false);
+      auto model = sharded_gpt(ctx, Recompute::None);
       allocate_gradients(unique_parameters(*model));
       CategoryScope acts(MemoryCategory::Activations);
       torch::Tensor out = model->forward(b.images);
@@ -230,7 +230,7 @@ TEST(TensorParallelGpt, TenSgdStepsMatchTheUnshardedModel) {
     std::vector<torch::Tensor> final_params;
     run_ranks(mesh, [&](RankContext& ctx) {
       // tp=4 trains with checkpointing too
-      auto model = sharded_gpt(ctx, /*recompute=*/tp == 4, torch::kFloat64);
+      auto model = sharded_gpt(ctx, tp == 4 ? Recompute::Full : Recompute::None, torch::kFloat64);
       auto params = unique_parameters(*model);
       allocate_gradients(params);
       Optimizer opt(params, sgd());
@@ -262,26 +262,30 @@ TEST(TensorParallelGpt, TenSgdStepsMatchTheUnshardedModel) {
 
 TEST(TensorParallelGpt, RecomputeGivesTheSameLossAndGradientsAtTp2) {
   const Dataset b = batch(synthetic_text(8, 0, 16, 64, 5).train, 0);
-  std::vector<double> loss(2);
-  std::vector<std::vector<torch::Tensor>> grads(2);
+  const std::vector<Recompute> modes{Recompute::None, Recompute::Selective, Recompute::Full};
+  std::vector<double> loss(modes.size());
+  std::vector<std::vector<torch::Tensor>> grads(modes.size());
   DeviceMesh mesh = make_mesh(2);
   run_ranks(mesh, [&](RankContext& ctx) {
-    for (bool recompute : {false, true}) {
-      auto model = sharded_gpt(ctx, recompute);
+    for (size_t m = 0; m < modes.size(); ++m) {
+      auto model = sharded_gpt(ctx, modes[m]);
       allocate_gradients(unique_parameters(*model));
       torch::Tensor l = loss_fn(model->forward(b.images), b.labels);
       l.backward();
       auto full = full_gradients(model, ctx.comm, Group::world(2));
       if (ctx.rank == 0) {
-        loss[recompute] = l.item<double>();
-        grads[recompute] = host_copies(full);
+        loss[m] = l.item<double>();
+        grads[m] = host_copies(full);
       }
     }
   });
-  EXPECT_NEAR(loss[1], loss[0], 1e-6);
-  ASSERT_EQ(grads[1].size(), grads[0].size());
-  for (size_t i = 0; i < grads[0].size(); ++i)
-    EXPECT_LT((grads[1][i] - grads[0][i]).abs().max().item<double>(), 1e-6) << "param " << i;
+  for (size_t m = 1; m < modes.size(); ++m) {
+    EXPECT_NEAR(loss[m], loss[0], 1e-6) << "mode " << m;
+    ASSERT_EQ(grads[m].size(), grads[0].size());
+    for (size_t i = 0; i < grads[0].size(); ++i)
+      EXPECT_LT((grads[m][i] - grads[0][i]).abs().max().item<double>(), 1e-6)
+          << "mode " << m << " param " << i;
+  }
 }
 
 TEST(TensorParallelGpt, ShardedBlockHoldsItsShareOfParameters) {
@@ -293,7 +297,7 @@ TEST(TensorParallelGpt, ShardedBlockHoldsItsShareOfParameters) {
   std::vector<std::vector<std::string>> names(2);
   DeviceMesh mesh = make_mesh(2);
   run_ranks(mesh, [&](RankContext& ctx) {
-    auto model = sharded_gpt(ctx, false);
+    auto model = sharded_gpt(ctx, Recompute::None);
     block_params[ctx.rank] = count_parameters(*model->named_children()["block0"]);
     for (const auto& item : model->named_parameters())
       names[ctx.rank].push_back(item.key());

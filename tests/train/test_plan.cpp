@@ -3,6 +3,7 @@
 // ranks' records under their own ranks.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <iostream>
 #include <map>
 #include <set>
@@ -60,6 +61,7 @@ struct Layout {
   const char* model = "gpt";
   const char* precision = "fp32";
   bool sequence_parallel = false;
+  const char* recompute = "none";
 };
 
 class PlanMatchesTraining : public ::testing::TestWithParam<Layout> {};
@@ -81,6 +83,7 @@ TEST_P(PlanMatchesTraining, PeakBytesByCategoryPerGpu) {
   TrainConfig c;
   c.model = l.model;
   c.precision = l.precision;
+  c.recompute = l.recompute;
   c.data = "synthetic";
   c.gpus = l.gpus;
   c.tp = l.tp;
@@ -151,7 +154,11 @@ INSTANTIATE_TEST_SUITE_P(Layouts, PlanMatchesTraining,
                                            Layout{"tp2_sequence_parallel", 4, 2, 1, 0, 1, "gpt",
                                                   "fp32", true},
                                            Layout{"mesh_2x2x2_zero1_sequence_parallel", 8, 2, 2,
-                                                  1, 2, "llama", "fp32", true}),
+                                                  1, 2, "llama", "fp32", true},
+                                           Layout{"selective_tp2_zero1_bf16", 4, 2, 1, 1, 2,
+                                                  "gpt", "bf16", false, "selective"},
+                                           Layout{"llama_selective_pp2", 4, 1, 2, 0, 4, "llama",
+                                                  "fp32", false, "selective"}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 } // namespace
@@ -171,8 +178,17 @@ namespace {
 // only its input, 2sbh bytes, the paper's number. With tensor parallel t the paper's
 // sbh(10 + 24/t + 5as/(ht)) loses the same dropout terms, the replicated masks (2sbh) among
 // them: 8sbh + 24sbh/t + 2as²b/t, plus the same causal mask and LayerNorm statistics, which
-// every member keeps whole.
-int64_t activation_bytes_per_layer(const std::string& recompute, int tp = 1) {
+// every member keeps whole. Selective recompute checkpoints the attention core, whose only
+// kept tensors were the softmax output (2as²b/t) and the causal mask (s²): what remains is
+// 32sbh + 8sb, or 8sbh + 24sbh/t + 8sb under tensor parallel t, the paper's 34sbh and
+// sbh(10 + 24/t) less the same two dropout masks (the checkpoint keeps q, k and v, the 6sbh/t
+// the paper counts for QKᵀ and for V).
+struct LayerShape {
+  int64_t s = 512, b = 2, h = 256, a = 8, vocab = 1024;
+};
+
+int64_t activation_bytes_per_layer(const std::string& recompute, int tp = 1,
+                                   const LayerShape& shape = {}) {
   auto peak = [&](int64_t layers) {
     TrainConfig c;
     c.model = "gpt";
@@ -181,12 +197,12 @@ int64_t activation_bytes_per_layer(const std::string& recompute, int tp = 1) {
     c.tp = tp;
     c.precision = "bf16";
     c.recompute = recompute;
-    c.batch_size = 2;
+    c.batch_size = shape.b;
     c.gpt.layers = layers;
-    c.gpt.hidden = 256;
-    c.gpt.heads = 8;
-    c.gpt.seq_len = 512;
-    c.gpt.vocab = 1024;
+    c.gpt.hidden = shape.h;
+    c.gpt.heads = shape.a;
+    c.gpt.seq_len = shape.s;
+    c.gpt.vocab = shape.vocab;
     validate(c);
     const Plan plan = make_plan(c, int64_t{1} << 40);
     return plan.ranks.front()
@@ -209,6 +225,55 @@ TEST(PlanActivations, TensorParallelPerLayerBytesAreKorthikantisFormulaWithoutDr
 TEST(PlanActivations, FullRecomputeKeepsTwoSbhPerLayer) {
   const int64_t s = 512, b = 2, h = 256;
   EXPECT_EQ(activation_bytes_per_layer("full"), 2 * s * b * h);
+}
+
+// |got - want| / want, printed beside the paper's own formula.
+double relative_to(int64_t got, double want) {
+  return std::abs(static_cast<double>(got) - want) / want;
+}
+
+TEST(PlanActivations, SelectiveRecomputeKeepsAllButTheAttentionCore) {
+  const int64_t s = 512, b = 2, h = 256;
+  const int64_t got = activation_bytes_per_layer("selective");
+  EXPECT_EQ(got, 32 * s * b * h + 8 * s * b);
+  const double paper = 34.0 * s * b * h, without_dropout = paper - 2.0 * s * b * h;
+  EXPECT_LT(relative_to(got, without_dropout), 0.02);
+  std::cout << "selective, s=" << s << " b=" << b << " h=" << h << ": " << got
+            << " B per layer; 34sbh = " << paper << " (" << 100 * relative_to(got, paper)
+            << "% off), less its dropout masks " << without_dropout << " ("
+            << 100 * relative_to(got, without_dropout) << "% off)\n";
+}
+
+TEST(PlanActivations, TensorParallelSelectiveRecomputeIsKorthikantisFormulaWithoutDropout) {
+  const int64_t s = 512, b = 2, h = 256, t = 2;
+  const int64_t got = activation_bytes_per_layer("selective", 2);
+  EXPECT_EQ(got, 8 * s * b * h + 24 * s * b * h / t + 8 * s * b);
+  const double paper = s * b * h * (10.0 + 24.0 / t), without_dropout = paper - 2.0 * s * b * h;
+  EXPECT_LT(relative_to(got, without_dropout), 0.02);
+}
+
+// The same at the size the paper measured: the 22B GPT of its Table 3 (h 6144, 64 heads,
+// s 2048), one sequence per micro-batch, planned with 2 and 3 of its layers.
+TEST(PlanActivations, SelectiveRecomputeAtTheSizeOfGpt22b) {
+  const ModelPreset* preset = find_preset("gpt-22b");
+  ASSERT_NE(preset, nullptr);
+  LayerShape shape;
+  shape.s = preset->shape.seq_len;
+  shape.h = preset->shape.hidden;
+  shape.a = preset->shape.heads;
+  shape.b = 1;
+  shape.vocab = preset->shape.vocab;
+  const int64_t s = shape.s, b = shape.b, h = shape.h, a = shape.a;
+  const int64_t none = activation_bytes_per_layer("none", 1, shape);
+  const int64_t selective = activation_bytes_per_layer("selective", 1, shape);
+  EXPECT_EQ(none, 32 * s * b * h + 2 * a * s * s * b + s * s + 8 * s * b);
+  EXPECT_EQ(selective, 32 * s * b * h + 8 * s * b);
+  const double paper = 34.0 * s * b * h, without_dropout = paper - 2.0 * s * b * h;
+  EXPECT_LT(relative_to(selective, without_dropout), 0.02);
+  std::cout << "gpt-22b layer, b=1: " << none << " B without recompute, " << selective
+            << " B selective; 34sbh = " << paper << " (" << 100 * relative_to(selective, paper)
+            << "% off), less its dropout masks " << without_dropout << " ("
+            << 100 * relative_to(selective, without_dropout) << "% off)\n";
 }
 
 } // namespace
