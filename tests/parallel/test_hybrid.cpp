@@ -105,7 +105,7 @@ TEST(MeshEquivalence, SequenceParallel) {
   expect_matches_single(4, sp(with(4, 1, 0)), "tp4 sequence parallel");
   expect_matches_single(4, sp(with(2, 2, 0, "1f1b", 2)), "tp2 pp2 1f1b sequence parallel");
   expect_matches_single(4, sp(with(2, 1, 1)), "dp2 tp2 zero1 sequence parallel");
-  expect_matches_single(8, sp(with(2, 2, 1, "gpipe", 2, true)),
+  expect_matches_single(8, sp(with(2, 2, 1, "gpipe", 2, Recompute::Full)),
                         "dp2 tp2 pp2 zero1 gpipe recompute sequence parallel");
 }
 TEST(MeshEquivalence, PipelineGpt) {

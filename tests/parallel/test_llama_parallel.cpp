@@ -123,7 +123,7 @@ TEST(LlamaEquivalence, SequenceParallel) {
   expect_matches_single(2, sp(with(2, 1, 0)), "tp2 sequence parallel");
   expect_matches_single(4, sp(with(2, 2, 0, 2)), "tp2 pp2 1f1b sequence parallel");
   expect_matches_single(4, sp(with(2, 1, 1)), "dp2 tp2 zero1 sequence parallel");
-  expect_matches_single(8, sp(with(2, 2, 1, 2, true)),
+  expect_matches_single(8, sp(with(2, 2, 1, 2, Recompute::Full)),
                         "dp2 tp2 pp2 zero1 recompute sequence parallel");
 }
 
