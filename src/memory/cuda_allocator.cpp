@@ -13,9 +13,9 @@
 #include <cuda_runtime_api.h>
 #include <torch/csrc/cuda/CUDAPluggableAllocator.h>
 
+#include <map>
 #include <mutex>
 #include <unordered_map>
-#include <vector>
 #endif
 
 namespace meshsim {
@@ -45,8 +45,8 @@ struct Charge {
 // The trace hook runs under the caching allocator's lock and takes this one; nothing here
 // calls the allocator while holding it, so the two are always taken in that order.
 std::mutex registry_mutex;
-std::vector<std::shared_ptr<CudaPool::State>>& pools() {
-  static auto* p = new std::vector<std::shared_ptr<CudaPool::State>>();
+std::map<c10::MempoolId_t, std::shared_ptr<CudaPool::State>>& pools() {
+  static auto* p = new std::map<c10::MempoolId_t, std::shared_ptr<CudaPool::State>>();
   return *p;
 }
 std::unordered_map<size_t, Charge>& live() {
@@ -55,10 +55,8 @@ std::unordered_map<size_t, Charge>& live() {
 }
 
 std::shared_ptr<CudaPool::State> owner_of(const c10::MempoolId_t& id) {
-  for (const auto& p : pools())
-    if (p->id == id)
-      return p;
-  return nullptr;
+  const auto it = pools().find(id);
+  return it == pools().end() ? nullptr : it->second;
 }
 
 void release(const Charge& c) {
@@ -147,7 +145,7 @@ CudaPool::CudaPool(VirtualGpu& gpu, void* stream) : state_(std::make_shared<Stat
   state_->id = state_->pool->id();
   {
     std::lock_guard<std::mutex> lock(registry_mutex);
-    pools().push_back(state_);
+    pools().emplace(state_->id, state_);
   }
   const auto target = static_cast<cudaStream_t>(stream);
   alloc::beginAllocateToPool(0, state_->id, [target](cudaStream_t s) { return s == target; });

@@ -138,7 +138,7 @@ Nvml::~Nvml() {
     api_->shutdown();
 }
 
-std::optional<int> Nvml::device_count(std::string* error) {
+template <typename T, typename Ask> std::optional<T> Nvml::query(std::string* error, Ask ask) {
   std::lock_guard<std::mutex> lock(mutex_);
   std::string ignored;
   std::string& err = error ? *error : ignored;
@@ -146,75 +146,66 @@ std::optional<int> Nvml::device_count(std::string* error) {
     err = reason_;
     return std::nullopt;
   }
-  unsigned int count = 0;
-  if (const nvmlReturn_t rc = api_->get_count(&count); rc != kNvmlSuccess) {
-    err = api_->error("nvmlDeviceGetCount_v2", rc);
-    return std::nullopt;
-  }
-  return static_cast<int>(count);
+  return ask(*api_, err);
+}
+
+std::optional<int> Nvml::device_count(std::string* error) {
+  return query<int>(error, [](Api& api, std::string& err) -> std::optional<int> {
+    unsigned int count = 0;
+    if (const nvmlReturn_t rc = api.get_count(&count); rc != kNvmlSuccess) {
+      err = api.error("nvmlDeviceGetCount_v2", rc);
+      return std::nullopt;
+    }
+    return static_cast<int>(count);
+  });
 }
 
 std::optional<std::string> Nvml::driver_version(std::string* error) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  std::string ignored;
-  std::string& err = error ? *error : ignored;
-  if (!available_) {
-    err = reason_;
-    return std::nullopt;
-  }
-  char buf[kDriverVersionBufferSize] = {};
-  if (const nvmlReturn_t rc = api_->get_driver_version(buf, sizeof(buf)); rc != kNvmlSuccess) {
-    err = api_->error("nvmlSystemGetDriverVersion", rc);
-    return std::nullopt;
-  }
-  buf[sizeof(buf) - 1] = '\0';
-  return std::string(buf);
+  return query<std::string>(error, [](Api& api, std::string& err) -> std::optional<std::string> {
+    char buf[kDriverVersionBufferSize] = {};
+    if (const nvmlReturn_t rc = api.get_driver_version(buf, sizeof(buf)); rc != kNvmlSuccess) {
+      err = api.error("nvmlSystemGetDriverVersion", rc);
+      return std::nullopt;
+    }
+    buf[sizeof(buf) - 1] = '\0';
+    return std::string(buf);
+  });
 }
 
 std::optional<std::string> Nvml::name(int index, std::string* error) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  std::string ignored;
-  std::string& err = error ? *error : ignored;
-  if (!available_) {
-    err = reason_;
-    return std::nullopt;
-  }
-  const nvmlDevice_t device = api_->device(index, err);
-  if (device == nullptr)
-    return std::nullopt;
-  char buf[kNameBufferSize] = {};
-  if (const nvmlReturn_t rc = api_->get_name(device, buf, sizeof(buf)); rc != kNvmlSuccess) {
-    err = api_->error("nvmlDeviceGetName", rc);
-    return std::nullopt;
-  }
-  buf[sizeof(buf) - 1] = '\0';
-  return std::string(buf);
+  return query<std::string>(error, [index](Api& api, std::string& err) -> std::optional<std::string> {
+    const nvmlDevice_t device = api.device(index, err);
+    if (device == nullptr)
+      return std::nullopt;
+    char buf[kNameBufferSize] = {};
+    if (const nvmlReturn_t rc = api.get_name(device, buf, sizeof(buf)); rc != kNvmlSuccess) {
+      err = api.error("nvmlDeviceGetName", rc);
+      return std::nullopt;
+    }
+    buf[sizeof(buf) - 1] = '\0';
+    return std::string(buf);
+  });
 }
 
 std::optional<NvmlSample> Nvml::sample(int index, std::string* error) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  std::string ignored;
-  std::string& err = error ? *error : ignored;
-  if (!available_) {
-    err = reason_;
-    return std::nullopt;
-  }
-  const nvmlDevice_t device = api_->device(index, err);
-  if (device == nullptr)
-    return std::nullopt;
-  nvmlMemory_t memory{};
-  if (const nvmlReturn_t rc = api_->get_memory(device, &memory); rc != kNvmlSuccess) {
-    err = api_->error("nvmlDeviceGetMemoryInfo", rc);
-    return std::nullopt;
-  }
-  NvmlSample s;
-  s.used_bytes = static_cast<int64_t>(memory.used);
-  s.total_bytes = static_cast<int64_t>(memory.total);
-  // Utilisation is optional: NVML reports memory but not utilisation for MIG instances.
-  nvmlUtilization_t util{};
-  if (api_->get_utilization(device, &util) == kNvmlSuccess)
-    s.util_pct = static_cast<int>(util.gpu);
-  return s;
+  return query<NvmlSample>(error, [index](Api& api, std::string& err) -> std::optional<NvmlSample> {
+    const nvmlDevice_t device = api.device(index, err);
+    if (device == nullptr)
+      return std::nullopt;
+    nvmlMemory_t memory{};
+    if (const nvmlReturn_t rc = api.get_memory(device, &memory); rc != kNvmlSuccess) {
+      err = api.error("nvmlDeviceGetMemoryInfo", rc);
+      return std::nullopt;
+    }
+    NvmlSample s;
+    s.used_bytes = static_cast<int64_t>(memory.used);
+    s.total_bytes = static_cast<int64_t>(memory.total);
+    // Utilisation is optional: NVML reports memory but not utilisation for MIG instances.
+    nvmlUtilization_t util{};
+    if (api.get_utilization(device, &util) == kNvmlSuccess)
+      s.util_pct = static_cast<int>(util.gpu);
+    return s;
+  });
 }
 
 std::optional<int> nvml_index_of_cuda_device(const std::string& device,

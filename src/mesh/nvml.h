@@ -59,6 +59,9 @@ public:
 
 private:
   struct Api; // the NVML entry points, looked up with dlsym
+  /// Under the lock, `ask(api, err)` when NVML is available, else nothing with the reason;
+  /// `err` is *error, or a scratch string when the caller wants no reason.
+  template <typename T, typename Ask> std::optional<T> query(std::string* error, Ask ask);
   std::mutex mutex_;
   std::unique_ptr<Api> api_;
   bool available_ = false;

@@ -124,12 +124,17 @@ struct DeviceEvent::State {
   at::cuda::CUDAEvent event;
 };
 
-DeviceEvent::DeviceEvent() : state_(std::make_unique<State>()) {}
+DeviceEvent::DeviceEvent() = default;
 
-void DeviceEvent::record() { state_->event.record(at::cuda::getCurrentCUDAStream()); }
+void DeviceEvent::record() {
+  if (!state_)
+    state_ = std::make_unique<State>();
+  state_->event.record(at::cuda::getCurrentCUDAStream());
+}
 
 void DeviceEvent::block_current_stream() const {
-  state_->event.block(at::cuda::getCurrentCUDAStream());
+  if (state_)
+    state_->event.block(at::cuda::getCurrentCUDAStream());
 }
 
 void* current_stream_handle() { return at::cuda::getCurrentCUDAStream().stream(); }

@@ -66,7 +66,9 @@ private:
 };
 
 /// A CUDA event: recorded on the calling thread's current stream, waited on by another
-/// stream, so work on different virtual GPUs is ordered on the card without the host.
+/// stream, so work on different virtual GPUs is ordered on the card without the host. Made
+/// on the card only when first recorded, so an unused one costs nothing; waiting on one never
+/// recorded waits for nothing.
 class DeviceEvent {
 public:
   DeviceEvent();

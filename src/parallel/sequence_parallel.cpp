@@ -7,30 +7,13 @@
 #include <fmt/format.h>
 
 #include "memory/allocator.h"
+#include "parallel/autograd_group.h"
 
 namespace meshsim {
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-// Autograd's saved_data holds IValues: the communicator travels as its address (it outlives
-// every step), the group as its ranks (the caller's Group may be a temporary).
-void save_group(AutogradContext* ctx, Communicator* comm, const Group& group) {
-  ctx->saved_data["comm"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(comm));
-  ctx->saved_data["ranks"] = std::vector<int64_t>(group.ranks.begin(), group.ranks.end());
-}
-
-Communicator& saved_comm(AutogradContext* ctx) {
-  return *reinterpret_cast<Communicator*>(static_cast<intptr_t>(ctx->saved_data["comm"].toInt()));
-}
-
-Group saved_group(AutogradContext* ctx) {
-  Group group;
-  for (int64_t r : ctx->saved_data["ranks"].toIntVector())
-    group.ranks.push_back(static_cast<int>(r));
-  return group;
-}
 
 // This member's part of x's sequence (dimension 1), as its own tensor.
 torch::Tensor own_part(const torch::Tensor& x, Communicator& comm, const Group& group) {
@@ -41,53 +24,29 @@ torch::Tensor own_part(const torch::Tensor& x, Communicator& comm, const Group& 
   return x.narrow(1, group.index_of(comm.rank()) * (t / n), t / n).clone();
 }
 
-struct ScatterToSequence : public torch::autograd::Function<ScatterToSequence> {
+// A mapping between the sequence and tensor regions: `Forward` in forward, `Backward` (its
+// adjoint) on the gradient.
+using SequenceOp = torch::Tensor (*)(const torch::Tensor&, Communicator&, const Group&);
+
+template <SequenceOp Forward, SequenceOp Backward>
+struct SequenceMapping : public torch::autograd::Function<SequenceMapping<Forward, Backward>> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, Communicator* comm,
                                const Group* group) {
     save_group(ctx, comm, *group);
-    return own_part(x, *comm, *group);
+    return Forward(x, *comm, *group);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {all_gather_sequence(grads[0], saved_comm(ctx), saved_group(ctx)), torch::Tensor(),
+    return {Backward(grads[0], saved_comm(ctx), saved_group(ctx)), torch::Tensor(),
             torch::Tensor()};
   }
 };
 
-struct GatherFromSequence : public torch::autograd::Function<GatherFromSequence> {
-  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, Communicator* comm,
-                               const Group* group) {
-    save_group(ctx, comm, *group);
-    return all_gather_sequence(x, *comm, *group);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {own_part(grads[0], saved_comm(ctx), saved_group(ctx)), torch::Tensor(),
-            torch::Tensor()};
-  }
-};
-
-struct GatherToTensor : public torch::autograd::Function<GatherToTensor> {
-  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, Communicator* comm,
-                               const Group* group) {
-    save_group(ctx, comm, *group);
-    return all_gather_sequence(x, *comm, *group);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {reduce_scatter_sequence(grads[0], saved_comm(ctx), saved_group(ctx)), torch::Tensor(),
-            torch::Tensor()};
-  }
-};
-
-struct ReduceScatterToSequence : public torch::autograd::Function<ReduceScatterToSequence> {
-  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, Communicator* comm,
-                               const Group* group) {
-    save_group(ctx, comm, *group);
-    return reduce_scatter_sequence(x, *comm, *group);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {all_gather_sequence(grads[0], saved_comm(ctx), saved_group(ctx)), torch::Tensor(),
-            torch::Tensor()};
-  }
-};
+template <SequenceOp Forward, SequenceOp Backward>
+torch::Tensor map_sequence(const torch::Tensor& x, Communicator& comm, const Group& group) {
+  if (group.size() == 1)
+    return x;
+  return SequenceMapping<Forward, Backward>::apply(x, &comm, &group);
+}
 
 // Megatron's LinearWithGradAccumulationAndAsyncCommunication with sequence parallelism: the
 // forward reads the gathered input, the backward keeps only the member's part and gathers the
@@ -147,30 +106,22 @@ torch::Tensor reduce_scatter_sequence(const torch::Tensor& x, Communicator& comm
 
 torch::Tensor scatter_to_sequence_region(const torch::Tensor& x, Communicator& comm,
                                          const Group& group) {
-  if (group.size() == 1)
-    return x;
-  return ScatterToSequence::apply(x, &comm, &group);
+  return map_sequence<own_part, all_gather_sequence>(x, comm, group);
 }
 
 torch::Tensor gather_from_sequence_region(const torch::Tensor& x, Communicator& comm,
                                           const Group& group) {
-  if (group.size() == 1)
-    return x;
-  return GatherFromSequence::apply(x, &comm, &group);
+  return map_sequence<all_gather_sequence, own_part>(x, comm, group);
 }
 
 torch::Tensor gather_to_tensor_region(const torch::Tensor& x, Communicator& comm,
                                       const Group& group) {
-  if (group.size() == 1)
-    return x;
-  return GatherToTensor::apply(x, &comm, &group);
+  return map_sequence<all_gather_sequence, reduce_scatter_sequence>(x, comm, group);
 }
 
 torch::Tensor reduce_scatter_to_sequence_region(const torch::Tensor& x, Communicator& comm,
                                                 const Group& group) {
-  if (group.size() == 1)
-    return x;
-  return ReduceScatterToSequence::apply(x, &comm, &group);
+  return map_sequence<reduce_scatter_sequence, all_gather_sequence>(x, comm, group);
 }
 
 SequenceRegather::SequenceRegather(Communicator& comm, Group group, int consumers)

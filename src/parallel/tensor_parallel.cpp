@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "models/gpt.h"
+#include "parallel/autograd_group.h"
 #include "parallel/sequence_parallel.h"
 
 namespace meshsim {
@@ -16,20 +17,8 @@ namespace nn = torch::nn;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// Autograd's saved_data holds IValues: the communicator travels as its address (it outlives
-// every step), the group as its ranks (the caller's Group may be a temporary).
-void save_group(AutogradContext* ctx, Communicator* comm, const Group& group) {
-  ctx->saved_data["comm"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(comm));
-  ctx->saved_data["ranks"] = std::vector<int64_t>(group.ranks.begin(), group.ranks.end());
-}
-
 void all_reduce_saved(AutogradContext* ctx, torch::Tensor& t) {
-  auto* comm =
-      reinterpret_cast<Communicator*>(static_cast<intptr_t>(ctx->saved_data["comm"].toInt()));
-  Group group;
-  for (int64_t r : ctx->saved_data["ranks"].toIntVector())
-    group.ranks.push_back(static_cast<int>(r));
-  comm->all_reduce(t, ReduceOp::Sum, group);
+  saved_comm(ctx).all_reduce(t, ReduceOp::Sum, saved_group(ctx));
 }
 
 struct CopyToRegion : public torch::autograd::Function<CopyToRegion> {

@@ -175,8 +175,9 @@ void validate(TrainConfig& c) {
           fmt::format("--strategy single runs on one GPU; use --gpus 1, not {}", c.gpus));
   require(c.device == "cpu" || c.device == "cuda" || c.device == "cuda:0" || c.device == "auto",
           fmt::format("unknown device '{}' (choose cpu, cuda or auto)", c.device));
+  const bool chose_cuda = c.device != "auto"; // auto picks the card only when it is usable
   c.device = resolve_device(c.device);
-  if (c.device == "cuda") {
+  if (c.device == "cuda" && chose_cuda) {
     const CudaStatus card = cuda_status();
     require(card.usable, "--device cuda: " + card.reason);
   }

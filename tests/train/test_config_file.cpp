@@ -11,23 +11,14 @@
 #include "../cli/cli_harness.h"
 #include "memory/category.h"
 #include "train/config.h"
+#include "error_of.h"
 
 namespace meshsim {
 namespace {
 
 using nlohmann::json;
 
-// The one-line message of the std::invalid_argument that `fn` throws ("" if none).
-template <typename Fn> std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const std::invalid_argument& e) {
-    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "no std::invalid_argument thrown";
-  return "";
-}
+using testing::error_of;
 
 json round_trip(const TrainConfig& config) {
   return to_json(config_from_json(to_json(config)));

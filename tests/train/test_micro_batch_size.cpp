@@ -11,20 +11,12 @@
 #include <nlohmann/json.hpp>
 
 #include "train/config.h"
+#include "error_of.h"
 
 namespace meshsim {
 namespace {
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::invalid_argument& e) {
-    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "no std::invalid_argument thrown";
-  return "";
-}
+using testing::error_of;
 
 // A GPT on `gpus` GPUs as tp × pp (dp the rest), with a global batch and a micro-batch size.
 TrainConfig layout(int gpus, int tp, int pp, int64_t global, int64_t micro_batch_size) {

@@ -17,13 +17,12 @@ struct Layout {
 
 class PlanImages : public ::testing::TestWithParam<Layout> {};
 
-} // namespace
-
-TEST_P(PlanImages, ReplayingTheExecutedGpusEqualsReplayingEveryGpu) {
-  const Layout l = GetParam();
+// The layout as a validated configuration of the tiny GPT.
+TrainConfig config_of(const Layout& l, const char* precision = "fp32") {
   TrainConfig c;
   c.model = "gpt";
   c.data = "synthetic";
+  c.precision = precision;
   c.gpus = l.gpus;
   c.tp = l.tp;
   c.pp = l.pp;
@@ -32,7 +31,14 @@ TEST_P(PlanImages, ReplayingTheExecutedGpusEqualsReplayingEveryGpu) {
   c.batch_size = 8;
   c.progress = false;
   validate(c);
-  const Plan plan = make_plan(c, int64_t{1} << 40);
+  return c;
+}
+
+} // namespace
+
+TEST_P(PlanImages, ReplayingTheExecutedGpusEqualsReplayingEveryGpu) {
+  const Layout l = GetParam();
+  const Plan plan = make_plan(config_of(l), int64_t{1} << 40);
   // Two nodes, so that tp, dp and pp groups cross the slow link or not as in a real cluster.
   const ClusterSpec cluster = parse_cluster_spec("2x" + std::to_string(l.gpus / 2) + "xa100-80");
 
@@ -71,19 +77,8 @@ INSTANTIATE_TEST_SUITE_P(Layouts, PlanImages,
 // allocated before its first peak), and the replayed step is the same.
 TEST_P(PlanImages, LaterStepsChangeNoPeak) {
   const Layout l = GetParam();
-  TrainConfig c;
-  c.model = "gpt";
-  c.data = "synthetic";
-  c.gpus = l.gpus;
-  c.tp = l.tp;
-  c.pp = l.pp;
-  c.zero = l.zero;
-  c.micro_batches = l.micro_batches;
-  c.batch_size = 8;
-  c.progress = false;
   for (const char* precision : {"fp32", "bf16"}) {
-    c.precision = precision;
-    validate(c);
+    const TrainConfig c = config_of(l, precision);
     const Plan one = make_plan(c, int64_t{1} << 40, 1);
     const Plan three = make_plan(c, int64_t{1} << 40, 3);
     ASSERT_EQ(one.ranks.size(), three.ranks.size());

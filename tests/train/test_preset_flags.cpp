@@ -9,20 +9,12 @@
 
 #include "models/presets.h"
 #include "train/config.h"
+#include "error_of.h"
 
 namespace meshsim {
 namespace {
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::invalid_argument& e) {
-    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "no std::invalid_argument thrown";
-  return "";
-}
+using testing::error_of;
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
