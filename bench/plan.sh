@@ -2,7 +2,9 @@
 # Benchmark of `meshsim plan` at real scale (issue: real-size models without running them):
 #   the 175B GPT of Narayanan et al. on 1,024 A100-80GB (tp 8, pp 8, dp 16, global batch 1536,
 #   micro-batch 1, bf16, full recompute, ZeRO 1), wall time of the whole command.
-# Target: under 5 s on a 2-core machine. Usage: bench/plan.sh BUILD_DIR
+# Target: under 5 s on a 2-core machine.
+# Then `meshsim plan --search` over every layout of the same model, cluster and global batch.
+# Target: under 60 s. Usage: bench/plan.sh BUILD_DIR
 set -euo pipefail
 build=${1:-build}
 args="plan --model gpt-175b --no-tie-head --cluster 128x8xa100-80 --tp 8 --pp 8 --zero 1
@@ -20,4 +22,25 @@ print(f"(plan) gpt-175b on 1024 A100-80GB, tp 8 pp 8 dp 16: {end - start:.1f} s 
       f"MFU {100 * doc['mfu']:.1f}%, fits {doc['fits']}")
 PY
 grep "ran \|replayed" /tmp/meshsim-plan.err | sed 's/^/  /'
-echo "(plan --search) not built yet"
+search="plan --model gpt-175b --no-tie-head --cluster 128x8xa100-80 --precision bf16
+        --global-batch-size 1536 --search --json"
+start=$(date +%s.%N)
+"$build/meshsim" $search >/tmp/meshsim-search.json 2>/tmp/meshsim-search.err
+end=$(date +%s.%N)
+python3 - "$start" "$end" <<'PY'
+import json, sys
+start, end = map(float, sys.argv[1:3])
+doc = json.load(open("/tmp/meshsim-search.json"))
+print(f"(plan --search) gpt-175b on 1024 A100-80GB, global batch 1536: {end - start:.1f} s wall "
+      f"(target < 60 s); {doc['candidates']} layouts, {doc['invalid']} do not divide, "
+      f"{doc['planned']} planned, {doc['fitting']} fit")
+for l in doc["layouts"][:3]:
+    y = l["layout"]
+    print(f"  #{l['rank']}: tp {y['tp']} pp {y['pp']} dp {y['dp']} zero {y['zero']} "
+          f"mbs {y['micro_batch_size']} recompute {y['recompute']} sp {y['sequence_parallel']}: "
+          f"{l['step_seconds']:.2f} s/step, MFU {100 * l['mfu']:.1f}%, "
+          f"peak {l['peak_bytes'] / 2**30:.1f} GiB" +
+          (f" (planned in full; estimated {l['estimated_step_seconds']:.3f} s, "
+           f"{100 * (l['estimated_step_seconds'] / l['step_seconds'] - 1):+.2f} %)"
+           if l['planned_in_full'] else ""))
+PY

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "cost/hardware.h"
 #include "mesh/recorder.h"
 #include "train/config.h"
 
@@ -53,10 +54,15 @@ void write_run_reports(const std::filesystem::path& dir, const TrainConfig& conf
 /// `meshsim plan`: train's flags (TrainConfig) plus these.
 struct PlanArgs {
   bool json = false;       // one JSON object on stdout instead of the table
+  bool search = false;     // --search: rank the layouts instead of planning the one given
+  int top = 10;            // --top: layouts --search prints
   bool gpus_given = false; // --gpus on the command line (else: the cluster's GPUs)
 };
 void add_plan_flags(CLI::App& app, TrainConfig& config, PlanArgs& args);
 int run_plan(TrainConfig config, const PlanArgs& args);
+/// `meshsim plan --search` (search_command.cpp), called by run_plan with the cluster parsed;
+/// throws as run_plan's body does.
+int run_search(const TrainConfig& config, const ClusterSpec& cluster, const PlanArgs& args);
 
 /// 124439808 -> "124.4M", 174615846912 -> "174.6B": the rounding the papers use.
 std::string short_count(int64_t n);

@@ -9,6 +9,7 @@
 #include "models/models.h"
 #include "models/presets.h"
 #include "report/atomic_file.h"
+#include "report/memory_report.h"
 #include "report/trace.h"
 #include "train/plan.h"
 
@@ -16,16 +17,6 @@ namespace meshsim {
 namespace {
 
 int64_t parameter_count(const TrainConfig& c) { return preset_parameter_count(c.model, c.gpt); }
-
-int64_t max_peak(const Plan& plan) {
-  int64_t peak = 0;
-  for (const auto& r : plan.ranks)
-    peak = std::max(peak, r.stats.peak);
-  return peak;
-}
-
-// Far above any GPU: a plan reports whether it fits instead of stopping at the first byte over.
-constexpr int64_t kPlanCapacity = int64_t{1} << 60;
 
 nlohmann::json by_category(const std::array<int64_t, kNumCategories>& bytes) {
   nlohmann::json out = nlohmann::json::object();
@@ -35,41 +26,47 @@ nlohmann::json by_category(const std::array<int64_t, kNumCategories>& bytes) {
 }
 
 // One entry per pipeline stage, or per (stage, tp rank) where a stage's tp ranks differ.
-nlohmann::json stages_json(const Plan& plan) {
+nlohmann::json stages_json(const PlanFigures& f) {
   nlohmann::json stages = nlohmann::json::array();
-  for (int s = 0; s < plan.dims.pp; ++s) {
-    std::vector<const PlannedRank*> members;
-    for (const auto& r : plan.ranks)
-      if (r.coord.pp == s)
-        members.push_back(&r);
-    const bool alike = std::all_of(members.begin(), members.end(), [&](const PlannedRank* r) {
-      return r->stats.peak_by_category == members.front()->stats.peak_by_category &&
-             r->model_state_bytes == members.front()->model_state_bytes;
-    });
-    for (const PlannedRank* r : members) {
-      nlohmann::json e{{"stage", s},
-                       {"peak_bytes", r->stats.peak},
-                       {"model_state_bytes", r->model_state_bytes},
-                       {"peak_by_category", by_category(r->stats.peak_by_category)}};
-      if (!alike)
-        e["tp_rank"] = r->coord.tp;
-      stages.push_back(e);
-      if (alike)
-        break;
-    }
+  for (const StageFigures& s : f.stages) {
+    nlohmann::json e{{"stage", s.stage},
+                     {"peak_bytes", s.peak_bytes},
+                     {"model_state_bytes", s.model_state_bytes},
+                     {"peak_by_category", by_category(s.peak_by_category)}};
+    if (s.tp_rank >= 0)
+      e["tp_rank"] = s.tp_rank;
+    stages.push_back(e);
   }
   return stages;
 }
 
+// memory.png: each executed GPU (one per stage) over the planned step, against the target
+// GPU's memory. A picture that cannot be drawn (no gnuplot) is reported, never fatal.
+void write_plan_picture(const std::filesystem::path& png, const Plan& plan, const PlanFigures& f,
+                        const TrainConfig& config) {
+  std::vector<std::string> labels;
+  for (const PlannedRank& r : plan.ranks)
+    labels.push_back(fmt::format("stage {} (gpu {})", r.coord.pp, r.rank));
+  const std::vector<int64_t> capacities(plan.ranks.size(), f.gpu_memory_bytes);
+  std::string error;
+  if (!plot_memory(png, plan.timeline, capacities,
+                   fmt::format("meshsim plan: {}, {} (planned step)",
+                               config.preset.empty() ? config.model : config.preset,
+                               plan.dims.describe()),
+                   &error, labels))
+    fmt::print(stderr, "meshsim: no memory.png: {}\n", error);
+}
+
 // The table: `doc` (what --json prints) for a person.
-void print_plan(const nlohmann::json& doc, const TrainConfig& c, const Plan& plan) {
+void print_plan(const nlohmann::json& doc, const TrainConfig& c) {
   auto bytes = [](const nlohmann::json& v) { return format_bytes(v.get<int64_t>()); };
   fmt::print("meshsim plan: {} ({} parameters) on {}: {}{}, zero {}, {}, global batch {} ({} "
              "micro-batch{} of {} per replica), recompute {}\n",
              c.preset.empty() ? c.model : c.preset, short_count(doc["parameters"].get<int64_t>()),
-             doc["cluster"].get<std::string>(), plan.dims.describe(),
+             doc["cluster"].get<std::string>(),
+             ParallelDims::make(c.gpus, c.tp, c.pp).describe(),
              c.sequence_parallel ? " with sequence parallel" : "", c.zero, c.precision,
-             plan.samples_per_step, c.micro_batches, c.micro_batches == 1 ? "" : "es",
+             doc["global_batch_size"].get<int64_t>(), c.micro_batches, c.micro_batches == 1 ? "" : "es",
              doc["layout"]["micro_batch_size"].get<int64_t>(), c.recompute);
   fmt::print("{:<6} {:<4} {:>11} {:>12} {:>11} {:>11} {:>11} {:>12} {:>14} {:>10}\n", "stage",
              "tp", "peak", "model state", "parameters", "gradients", "optimizer", "activations",
@@ -96,6 +93,11 @@ void print_plan(const nlohmann::json& doc, const TrainConfig& c, const Plan& pla
 void add_plan_flags(CLI::App& app, TrainConfig& config, PlanArgs& args) {
   add_train_flags(app, config);
   app.add_flag("--json", args.json, "print one JSON object instead of the table");
+  app.add_flag("--search", args.search,
+               "try every layout (tp within a node, pp, dp, zero, micro-batch size, recompute, "
+               "sequence parallel) and print the fastest that fit");
+  app.add_option("--top", args.top, "layouts --search prints (default 10)")
+      ->check(CLI::Range(1, 1000));
 }
 
 int run_plan(TrainConfig config, const PlanArgs& args) {
@@ -115,54 +117,53 @@ int run_plan(TrainConfig config, const PlanArgs& args) {
           fmt::format("--cluster {} has {} GPUs; a plan covers at most {}", config.cluster,
                       config.gpus, kMaxGpus));
     config.data = "synthetic"; // a plan reads no data
-    validate(config);
+    config.device = "meta";    // and computes nothing: fp16 plans too, which CPUs cannot train
     check_plannable(config);
+    if (args.search)
+      return run_search(config, cluster, args);
+    validate(config);
     const RunClock clock;
-    fmt::print(stderr, "meshsim: planning {} step(s) of {} on the meta device...\n", kPlanSteps,
-               config.model);
-    const Plan plan = make_plan(config, kPlanCapacity);
-    fmt::print(stderr, "meshsim: ran {} of {} GPUs (one per symmetry class) in {:.1f} s; replaying "
-                       "the step on {}...\n",
-               plan.ranks.size(), plan.dims.world, clock.now(), cluster.to_string());
-    const double replay_start = clock.now();
-    PredictOptions options;
-    options.dtype = parse_dtype(config.precision); // the math of the planned run
-    options.images = true; // the GPUs not executed are images of those that were
-    const Prediction p = predict(plan.recorders, plan.samples_per_step, cluster, options);
-    fmt::print(stderr, "meshsim: replayed in {:.1f} s\n", clock.now() - replay_start);
-    const bool fits = max_peak(plan) <= static_cast<int64_t>(cluster.gpu.mem_bytes);
+    fmt::print(stderr, "meshsim: planning {} step(s) of {} on the meta device and replaying it on "
+                       "{}...\n",
+               kPlanSteps, config.model, cluster.to_string());
+    Prediction p;
+    Plan plan;
+    const PlanFigures f = plan_on(config, cluster, &p, &plan);
+    fmt::print(stderr, "meshsim: ran {} of {} GPUs (one per symmetry class) and replayed the step "
+                       "in {:.1f} s\n",
+               plan.ranks.size(), f.world, clock.now());
+    const int64_t micro_batch_size = config.batch_size / config.micro_batches;
     nlohmann::json doc{{"model", config.model},
                        {"preset", config.preset},
                        {"precision", config.precision},
                        {"parameters", parameter_count(config)},
                        {"cluster", cluster.to_string()},
-                       {"layout", {{"dp", plan.dims.dp}, {"tp", plan.dims.tp}, {"pp", plan.dims.pp},
-                                   {"zero", config.zero},
+                       {"layout", {{"dp", f.world / (config.tp * config.pp)}, {"tp", config.tp},
+                                   {"pp", config.pp}, {"zero", config.zero},
                                    {"sequence_parallel", config.sequence_parallel},
                                    {"micro_batches", config.micro_batches},
-                                   {"micro_batch_size", plan.samples_per_step /
-                                                            (plan.dims.dp * config.micro_batches)},
+                                   {"micro_batch_size", micro_batch_size},
                                    {"recompute", config.recompute}}},
-                       {"global_batch_size", plan.samples_per_step},
-                       {"step_seconds", p.step_time_s},
-                       {"tokens_per_s_per_gpu",
-                        p.samples_per_s * static_cast<double>(config.gpt.seq_len) / plan.dims.world},
-                       {"tflops_per_gpu", p.tflops_per_gpu},
-                       {"mfu", p.mfu},
-                       {"gpu_memory_bytes", static_cast<int64_t>(cluster.gpu.mem_bytes)},
-                       {"fits", fits},
-                       {"stages", stages_json(plan)}};
+                       {"global_batch_size", f.tokens_per_step / config.gpt.seq_len},
+                       {"step_seconds", f.step_seconds},
+                       {"tokens_per_s_per_gpu", f.tokens_per_s_per_gpu},
+                       {"tflops_per_gpu", f.tflops_per_gpu},
+                       {"mfu", f.mfu},
+                       {"gpu_memory_bytes", f.gpu_memory_bytes},
+                       {"fits", f.fits},
+                       {"stages", stages_json(f)}};
     if (!config.out.empty()) {
       const std::filesystem::path dir(config.out);
       std::filesystem::create_directories(dir);
       write_file_atomic(dir / "plan.json", doc.dump(2) + "\n");
       write_chrome_trace(dir / "trace.json",
                          chrome_trace(p.timeline, {}, fmt::format("predicted {}", p.cluster)));
+      write_plan_picture(dir / "memory.png", plan, f, config);
     }
     if (args.json)
       fmt::print("{}\n", doc.dump(2));
     else
-      print_plan(doc, config, plan);
+      print_plan(doc, config);
     return kExitOk;
   } catch (const std::invalid_argument& e) {
     fmt::print(stderr, "meshsim: {}\n", one_line(e));

@@ -86,7 +86,12 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
       ->capture_default_str();
   app.add_option("--device", c.device,
                  "physical device: cpu, cuda (virtual GPUs carved out of CUDA card 0), or auto "
-                 "(cuda when a usable GPU is present)")->capture_default_str();
+                 "(cuda when a usable GPU is present)")
+      ->capture_default_str()
+      ->check([](const std::string& v) {
+        return v == "meta" ? std::string("meta is the device meshsim plan runs on, not one to ask for")
+                           : std::string();
+      });
   app.add_option("--epochs", c.epochs)->capture_default_str()
       ->check(whole_number(/*min=*/1));
   app.add_option("--max-steps", c.max_steps, "stop after this many steps (0: no limit)")

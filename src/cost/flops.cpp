@@ -82,6 +82,8 @@ void count_composite(const torch::nn::Module& m, double rows, double width, doub
     const double whole = seq * parts;
     total.flops += 4 * batch * whole * whole * d; // QK^T and AV
     total.bytes += 4 * rows * parts * d * eb;     // q, k, v read, output written
+    total.attention_flops += 4 * batch * whole * whole * d;
+    total.attention_bytes += 4 * rows * parts * d * eb;
   }
   for (const auto& item : m.named_children()) {
     const torch::nn::Module& child = *item.value();
@@ -175,8 +177,11 @@ std::vector<LayerWork> backward_work(const std::vector<LayerWork>& forward) {
   std::vector<LayerWork> backward(forward.rbegin(), forward.rend());
   for (LayerWork& w : backward) {
     const bool gemm = w.op == "matmul" || w.op == "attention";
-    w.flops *= gemm ? 2 : 1;
-    w.bytes *= 2;
+    w.recompute_flops = w.rerun_flops;
+    w.recompute_bytes = w.rerun_bytes;
+    w.rerun_flops = w.rerun_bytes = 0;
+    w.flops = w.flops * (gemm ? 2 : 1) + w.recompute_flops;
+    w.bytes = w.bytes * 2 + w.recompute_bytes;
   }
   return backward;
 }
@@ -191,9 +196,10 @@ LayerWork optimizer_work(int64_t params, const std::string& optimizer, bool mome
 
 void attach_work(ComputeRecord& record, std::vector<LayerWork> layers) {
   std::map<std::string, double> by_op;
-  record.flops = record.bytes = 0;
+  record.flops = record.bytes = record.recompute_flops = 0;
   for (const LayerWork& w : layers) {
     record.flops += w.flops;
+    record.recompute_flops += w.recompute_flops;
     record.bytes += w.bytes;
     by_op[w.op] += w.flops;
   }

@@ -14,7 +14,9 @@
 //    softmax 5, pooling kh·kw per output element; bytes = input + output (+ parameters).
 //  - views (Flatten, Identity): nothing.
 //  - backward = 2× forward FLOPs for matmul and attention (grad of input and of weight),
-//    1× for the rest; 2× the bytes for every layer.
+//    1× for the rest; 2× the bytes for every layer; plus, once, the forward work that
+//    activation recomputation runs again (a forward's LayerWork::rerun_flops and _bytes become
+//    the backward's recompute_flops and _bytes).
 #pragma once
 
 #include <string>
@@ -39,7 +41,8 @@ LayerWork count_layer(const std::string& name, const torch::nn::Module& module, 
 /// (under NoGradGuard) to learn the shapes.
 std::vector<LayerWork> count_forward(torch::nn::Sequential model, const torch::Tensor& input);
 
-/// The backward of `forward`: the layers last to first, with the factors above.
+/// The backward of `forward`: the layers last to first, with the factors above and each
+/// layer's recomputed forward work.
 std::vector<LayerWork> backward_work(const std::vector<LayerWork>& forward);
 
 /// One optimizer step over `params` parameters: Adam reads p, g, m, v and writes p, m, v

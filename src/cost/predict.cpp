@@ -87,8 +87,8 @@ Prediction predict(const std::vector<Recorder>& ranks, int64_t samples_per_step,
   p.step = options.step >= 0 ? options.step : representative_step(ranks);
   p.dtype = to_string(options.dtype);
   p.compute_source = options.measured_compute ? "measured" : "roofline";
-  double flops = 0;
-  p.program = build_step_program(ranks, p.step, cluster.gpu, options, &flops);
+  double flops = 0, recomputed = 0;
+  p.program = build_step_program(ranks, p.step, cluster.gpu, options, &flops, &recomputed);
   ReplayOptions replay_options;
   replay_options.efficiency = options.efficiency;
   replay_options.algorithm = options.algorithm;
@@ -97,9 +97,13 @@ Prediction predict(const std::vector<Recorder>& ranks, int64_t samples_per_step,
     const auto recorded = std::count_if(ranks.begin(), ranks.end(), [](const Recorder& r) {
       return !r.compute.empty() || !r.collectives.empty();
     });
-    if (recorded > 0)
+    if (recorded > 0) {
       flops *= static_cast<double>(ranks.size()) / static_cast<double>(recorded);
+      recomputed *= static_cast<double>(ranks.size()) / static_cast<double>(recorded);
+    }
   }
+  p.flops = flops;
+  p.model_flops = flops - recomputed;
   p.replay = replay(p.program, cluster, replay_options);
   p.step_time_s = p.replay.makespan_s;
   p.exposed_comm_s = p.replay.max_exposed_comm_s();
@@ -111,7 +115,7 @@ Prediction predict(const std::vector<Recorder>& ranks, int64_t samples_per_step,
   if (p.step_time_s > 0 && p.world_size > 0) {
     p.samples_per_s = static_cast<double>(samples_per_step) / p.step_time_s;
     p.tflops_per_gpu = flops / p.world_size / p.step_time_s / 1e12;
-    p.mfu = p.tflops_per_gpu * 1e12 / cluster.gpu.peak_flops(options.dtype);
+    p.mfu = (flops - recomputed) / p.world_size / p.step_time_s / cluster.gpu.peak_flops(options.dtype);
   }
   p.timeline = timeline_of(p.program, p.replay, p.step);
   return p;
@@ -166,6 +170,7 @@ json records_to_json(const std::vector<Recorder>& ranks, int64_t samples_per_ste
                          {"start_s", c.start_s},
                          {"end_s", c.end_s},
                          {"flops", c.flops},
+                         {"recompute_flops", c.recompute_flops},
                          {"bytes", c.bytes},
                          {"op", c.op},
                          {"layers", layers}});
@@ -201,6 +206,7 @@ std::vector<Recorder> records_from_json(const json& doc, int64_t* samples_per_st
         c.start_s = field<double>(j, "start_s");
         c.end_s = field<double>(j, "end_s");
         c.flops = field<double>(j, "flops");
+        c.recompute_flops = j.value("recompute_flops", 0.0); // absent in records before it
         c.bytes = field<double>(j, "bytes");
         c.op = field<std::string>(j, "op");
         for (const json& w : field<json>(j, "layers"))

@@ -47,10 +47,12 @@ struct PredictOptions {
 int64_t representative_step(const std::vector<Recorder>& ranks);
 
 /// One step of `ranks` as a replay Program (see the top of this file). `flops` receives the
-/// counted FLOPs of the step summed over every rank. Throws std::invalid_argument when the
-/// step was not recorded.
+/// counted FLOPs of the step summed over every rank, and `recompute_flops` the part of them
+/// that activation recomputation ran again. Throws std::invalid_argument when the step was
+/// not recorded.
 Program build_step_program(const std::vector<Recorder>& ranks, int64_t step, const GpuSpec& gpu,
-                           const PredictOptions& options, double* flops = nullptr);
+                           const PredictOptions& options, double* flops = nullptr,
+                           double* recompute_flops = nullptr);
 
 struct Prediction {
   std::string cluster; // ClusterSpec::to_string()
@@ -59,8 +61,13 @@ struct Prediction {
   int64_t samples_per_step = 0;
   double step_time_s = 0; // makespan of the replayed step
   double samples_per_s = 0;
-  double tflops_per_gpu = 0;  // counted FLOPs / GPUs / step time
-  double mfu = 0;             // tflops_per_gpu / peak of the dtype (dense)
+  double flops = 0;        // counted FLOPs of the step, every GPU, recomputation included
+  double model_flops = 0;  // of them, the model's: recomputation excluded
+  // Counted FLOPs, recomputation included (as Narayanan et al. count), / GPUs / step time.
+  double tflops_per_gpu = 0;
+  // The model's FLOPs (recomputation excluded, as Chowdhery et al. define MFU) / GPUs / step
+  // time / the dtype's dense peak.
+  double mfu = 0;
   double exposed_comm_s = 0;  // worst rank: communication not hidden behind compute
   double bubble_fraction = 0; // compute streams idle (pipeline bubbles, exposed comm)
   double compute_s = 0;       // busiest rank's compute time

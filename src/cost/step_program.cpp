@@ -158,7 +158,7 @@ int64_t representative_step(const std::vector<Recorder>& ranks) {
 }
 
 Program build_step_program(const std::vector<Recorder>& ranks, int64_t step, const GpuSpec& gpu,
-                           const PredictOptions& o, double* flops) {
+                           const PredictOptions& o, double* flops, double* recompute_flops) {
   const int n = static_cast<int>(ranks.size());
   std::vector<Window> windows;
   bool any = false;
@@ -179,12 +179,12 @@ Program build_step_program(const std::vector<Recorder>& ranks, int64_t step, con
 
   Program program;
   program.ranks.resize(static_cast<size_t>(n));
-  double total_flops = 0;
+  double total_flops = 0, total_recompute = 0;
   for (int r = 0; r < n; ++r) {
     std::vector<const ComputeRecord*> regions;
     for (const ComputeRecord& c : ranks[r].compute)
       if (c.step == step)
-        regions.push_back(&c), total_flops += c.flops;
+        regions.push_back(&c), total_flops += c.flops, total_recompute += c.recompute_flops;
     std::vector<const CollectiveRecord*> colls;
     for (const CollectiveRecord& c : ranks[r].collectives)
       if (included.count(keys.at(&c)))
@@ -270,6 +270,8 @@ Program build_step_program(const std::vector<Recorder>& ranks, int64_t step, con
   }
   if (flops)
     *flops = total_flops;
+  if (recompute_flops)
+    *recompute_flops = total_recompute;
   return program;
 }
 

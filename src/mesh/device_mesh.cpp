@@ -57,6 +57,7 @@ DeviceMesh::DeviceMesh(const MeshOptions& options)
   for (int r = 0; r < options_.world_size; ++r)
     gpus_.push_back(
         std::make_unique<VirtualGpu>(r, options_.capacity_bytes, on_host ? &host_ : nullptr));
+  windows_.resize(gpus_.size());
   if (on_card()) {
     streams_.reserve(gpus_.size());
     for (auto& g : gpus_) {
@@ -100,6 +101,14 @@ void DeviceMesh::sample_memory(int64_t step, const std::string& phase) {
     }
   }
   timeline_.add(std::move(s));
+}
+
+void DeviceMesh::close_window(int rank, const std::string& phase) {
+  if (!options_.peak_windows)
+    return;
+  VirtualGpu& g = gpu(rank);
+  windows_.at(static_cast<size_t>(rank)).push_back({phase, g.stats()});
+  g.reset_peaks();
 }
 
 } // namespace meshsim

@@ -16,6 +16,12 @@ namespace meshsim {
 
 class Nvml;
 
+/// The peaks of one GPU between two of its rank's memory samples.
+struct PeakWindow {
+  std::string phase; // the sample that closed the window
+  MemoryStats stats; // peak and peak_by_category: the window's own
+};
+
 struct MeshOptions {
   int world_size = 4;
   int64_t capacity_bytes = 0; // per virtual GPU; 0 = auto (host memory split evenly)
@@ -27,6 +33,9 @@ struct MeshOptions {
   std::string device = "cpu";
   std::chrono::milliseconds comm_timeout{60000};
   bool timeline = true; // sample_memory() keeps memory.csv rows (off for plans of many GPUs)
+  /// Each rank's memory.csv sample also closes a window of its GPU's peaks (close_window):
+  /// plans carry each phase's peak to larger models (train/search.h).
+  bool peak_windows = false;
   Nvml* nvml = nullptr; // where a CUDA run reads the card; null: Nvml::instance()
 };
 
@@ -57,6 +66,14 @@ public:
   /// Appends one memory.csv row: every GPU's live bytes now, and on CUDA the card's NVML reading.
   void sample_memory(int64_t step, const std::string& phase);
 
+  /// With MeshOptions::peak_windows: ends the window of `rank`'s GPU that its previous call (or
+  /// the mesh's start) opened, keeping the window's peaks under `phase`, and opens the next.
+  /// Called from `rank`'s own thread only (its windows are its own, as its Recorder is); read
+  /// windows() after the rank threads are joined. The GPU's own peaks then cover the last
+  /// window only: the whole run's are the largest of the windows'.
+  void close_window(int rank, const std::string& phase);
+  const std::vector<PeakWindow>& windows(int rank) const { return windows_.at(rank); }
+
 private:
   MeshOptions options_;
   RunClock clock_;
@@ -66,6 +83,7 @@ private:
   std::vector<std::unique_ptr<CudaPool>> pools_; // after gpus_: detached before they go
   SimWorld world_;
   MemoryTimeline timeline_;
+  std::vector<std::vector<PeakWindow>> windows_; // per rank, written by its own thread
   Nvml* nvml_ = nullptr; // set with nvml_index_ on a CUDA run whose card NVML can read
   int nvml_index_ = -1;  // that card's NVML index; -1: no card columns (not CUDA, no NVML)
 };

@@ -51,7 +51,9 @@ std::vector<Recorder> run_ranks(DeviceMesh& mesh, const std::function<void(RankC
   for (int r : only) {
     threads.emplace_back([&, r] {
       try {
-        at::set_num_threads(intra_threads);
+        // Meta tensors compute nothing; resizing ATen's pool would only start idle threads.
+        if (mesh.device() != "meta")
+          at::set_num_threads(intra_threads);
         GpuGuard guard(&mesh.gpu(r));
         RankDeviceScope device(mesh.stream(r)); // on a card: its stream, its own backward
         RankContext ctx{r, n, mesh.gpu(r), *comms[r], recorders[r], mesh};

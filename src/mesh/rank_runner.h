@@ -30,8 +30,12 @@ struct RankContext {
   Recorder& recorder;
   DeviceMesh& mesh;
 
-  /// Records a memory.csv row (all GPUs) tagged with this rank's step and phase.
-  void sample_memory(int64_t step, const std::string& phase) { mesh.sample_memory(step, phase); }
+  /// Records a memory.csv row (all GPUs) tagged with this rank's step and phase, and closes
+  /// this rank's peak window there (DeviceMesh::close_window, when the mesh keeps them).
+  void sample_memory(int64_t step, const std::string& phase) {
+    mesh.sample_memory(step, phase);
+    mesh.close_window(rank, phase);
+  }
   /// Records a compute region [start_s, now] for the trace and the cost model.
   void record_compute(const std::string& name, int64_t step, double start_s);
   double now() const { return mesh.clock().now(); }

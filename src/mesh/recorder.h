@@ -43,6 +43,16 @@ struct LayerWork {
   double flops = 0;
   double bytes = 0;         // device-memory traffic, read + written
   int64_t param_bytes = 0;  // bytes of this layer's parameters (whose gradients it produces)
+  // Of flops and bytes: the attention core's share (QKᵀ and attention over V), what selective
+  // recomputation runs again.
+  double attention_flops = 0;
+  double attention_bytes = 0;
+  // In a forward: the part of it that this layer's backward runs again (--recompute).
+  double rerun_flops = 0;
+  double rerun_bytes = 0;
+  // In a backward: the forward work it ran again, included in flops and bytes.
+  double recompute_flops = 0;
+  double recompute_bytes = 0;
 };
 
 struct ComputeRecord {
@@ -56,6 +66,7 @@ struct ComputeRecord {
   double bytes = 0;
   std::string op;  // the op class of most of the FLOPs
   std::vector<LayerWork> layers;
+  double recompute_flops = 0;  // of flops: forward work recomputed in a backward
 };
 
 struct Recorder {

@@ -3,6 +3,7 @@
 
 #include "cost/flops.h"
 #include "memory/allocator.h"
+#include "models/gpt.h"
 #include "models/models.h"
 #include "parallel/tensor_parallel.h"
 
@@ -26,6 +27,33 @@ Replica::Replica(const StrategyOptions& options, int rank, bool with_optimizer) 
   if (with_optimizer) optimizer = std::make_unique<Optimizer>(params, options.optimizer);
 }
 
+namespace {
+
+// The forward work of `module` (counted in `w`) that its backward runs again: a checkpointed
+// block's whole forward (--recompute full), or its attention core's (selective).
+void count_recompute(const torch::nn::Module& module, LayerWork& w) {
+  // The block itself, or the block a wrapper holds (ZeRO 3 wraps each one).
+  std::vector<const torch::nn::Module*> modules{&module};
+  for (const auto& m : module.modules(/*include_self=*/false))
+    modules.push_back(m.get());
+  bool block = false, core = false;
+  for (const torch::nn::Module* m : modules) {
+    if (const auto* b = dynamic_cast<const CheckpointedBlock*>(m))
+      block = block || b->recompute;
+    if (const auto* a = dynamic_cast<const CheckpointedAttention*>(m))
+      core = core || a->recompute_core;
+  }
+  if (block) {
+    w.rerun_flops = w.flops;
+    w.rerun_bytes = w.bytes;
+  } else if (core) {
+    w.rerun_flops = w.attention_flops;
+    w.rerun_bytes = w.attention_bytes;
+  }
+}
+
+} // namespace
+
 torch::Tensor forward_counting(torch::nn::Sequential& model, torch::Tensor x,
                                std::vector<LayerWork>& layers) {
   const auto children = model->named_children();
@@ -33,8 +61,11 @@ torch::Tensor forward_counting(torch::nn::Sequential& model, torch::Tensor x,
   for (auto& child : *model) {
     torch::Tensor y = child.forward<torch::Tensor>(x);
     const torch::nn::Module& module = *children[i].value();
-    layers.push_back(count_layer(children[i].key(), module, x.sizes(), y.sizes(), /*elem_bytes=*/4,
+    // Activations move at the width they are computed in (token ids are not activations).
+    const double elem_bytes = y.is_floating_point() ? static_cast<double>(y.element_size()) : 4;
+    layers.push_back(count_layer(children[i].key(), module, x.sizes(), y.sizes(), elem_bytes,
                                  sequence_parts(module)));
+    count_recompute(module, layers.back());
     x = std::move(y);
     ++i;
   }

@@ -96,7 +96,8 @@ void write_memory_csv(const std::filesystem::path& path, const std::vector<Memor
 
 std::string memory_plot_script(const std::vector<MemorySample>& samples,
                                const std::vector<int64_t>& capacities, const std::string& title,
-                               const std::filesystem::path& output_png) {
+                               const std::filesystem::path& output_png,
+                               const std::vector<std::string>& labels) {
   // Rank threads append samples concurrently, so times can be slightly out of order.
   std::vector<const MemorySample*> sorted;
   for (const auto& s : samples) sorted.push_back(&s);
@@ -175,7 +176,8 @@ std::string memory_plot_script(const std::vector<MemorySample>& samples,
   std::vector<std::string> plots;
   for (size_t g = 0; g < num_gpus; ++g) {
     plots.push_back("$mem using 1:" + std::to_string(g + 2) + " with " + style + " lt " +
-                    std::to_string(g + 1) + " title 'gpu" + std::to_string(g) + "'");
+                    std::to_string(g + 1) + " title '" +
+                    (g < labels.size() ? labels[g] : "gpu" + std::to_string(g)) + "'");
   }
   // The physical card holds every virtual GPU plus what they do not count (the CUDA context,
   // the caching allocator's rounding, other processes): solid black, above them all.
@@ -288,7 +290,7 @@ bool run_gnuplot(const std::filesystem::path& script, int timeout_ms, std::strin
 
 bool plot_memory(const std::filesystem::path& png, const std::vector<MemorySample>& samples,
                  const std::vector<int64_t>& capacities, const std::string& title,
-                 std::string* error) {
+                 std::string* error, const std::vector<std::string>& labels) {
   std::string ignored;
   if (error == nullptr) error = &ignored;
   if (samples.empty()) {
@@ -300,7 +302,7 @@ bool plot_memory(const std::filesystem::path& png, const std::vector<MemorySampl
   try {
     {
       std::ofstream f(script);
-      f << memory_plot_script(samples, capacities, title, tmp_png);
+      f << memory_plot_script(samples, capacities, title, tmp_png, labels);
       if (!f.flush()) throw std::runtime_error("cannot write " + script.string());
     }
     const bool ok = run_gnuplot(script, kPlotTimeoutMs, error);

@@ -29,9 +29,11 @@ void write_memory_csv(const std::filesystem::path& path, const std::vector<Memor
 /// 20x above the highest peak is left off the y-range, and its key entry says "(off scale)".
 /// When any sample has the card's NVML reading, the card's used memory is one more line,
 /// "card (NVML) used", on the same axis; otherwise the script is as if NVML did not exist.
+/// `labels`, when given, names each GPU's line (a plan's "stage 1 (gpu 128)"); else "gpuN".
 std::string memory_plot_script(const std::vector<MemorySample>& samples,
                                 const std::vector<int64_t>& capacities, const std::string& title,
-                                const std::filesystem::path& output_png);
+                                const std::filesystem::path& output_png,
+                                const std::vector<std::string>& labels = {});
 
 /// Runs `$MESHSIM_GNUPLOT` (default: gnuplot on PATH) on `script` with stdin from /dev/null,
 /// killing it (and its process group) after timeout_ms. False plus a one-line *error when
@@ -43,6 +45,6 @@ bool run_gnuplot(const std::filesystem::path& script, int timeout_ms, std::strin
 /// Returns false and sets *error (one line) on any failure; never throws.
 bool plot_memory(const std::filesystem::path& png, const std::vector<MemorySample>& samples,
                  const std::vector<int64_t>& capacities, const std::string& title,
-                 std::string* error);
+                 std::string* error, const std::vector<std::string>& labels = {});
 
 } // namespace meshsim

@@ -173,10 +173,13 @@ void validate(TrainConfig& c) {
   }
   require(c.strategy != "single" || c.gpus == 1,
           fmt::format("--strategy single runs on one GPU; use --gpus 1, not {}", c.gpus));
-  require(c.device == "cpu" || c.device == "cuda" || c.device == "cuda:0" || c.device == "auto",
+  // "meta" is set by meshsim plan (shapes without data), never by a flag (train_flags.cpp).
+  require(c.device == "cpu" || c.device == "cuda" || c.device == "cuda:0" || c.device == "auto" ||
+              c.device == "meta",
           fmt::format("unknown device '{}' (choose cpu, cuda or auto)", c.device));
   const bool chose_cuda = c.device != "auto"; // auto picks the card only when it is usable
-  c.device = resolve_device(c.device);
+  if (c.device != "meta")
+    c.device = resolve_device(c.device);
   if (c.device == "cuda" && chose_cuda) {
     const CudaStatus card = cuda_status();
     require(card.usable, "--device cuda: " + card.reason);

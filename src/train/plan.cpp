@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "cost/hardware.h"
 #include "memory/allocator.h"
 #include "mesh/device_mesh.h"
 #include "mesh/rank_runner.h"
@@ -101,7 +102,8 @@ Plan make_plan(const TrainConfig& config, int64_t capacity_bytes, int64_t steps)
   mesh_options.device = "meta";
   mesh_options.comm_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(config.comm_timeout_s * 1000));
-  mesh_options.timeline = config.gpus <= 64;
+  mesh_options.timeline = true; // kept for the executed ranks only, below
+  mesh_options.peak_windows = true;
   DeviceMesh mesh(mesh_options);
 
   StrategyOptions options = strategy_options(config);
@@ -117,6 +119,7 @@ Plan make_plan(const TrainConfig& config, int64_t capacity_bytes, int64_t steps)
           state[static_cast<size_t>(ctx.rank)] =
               std::max(state[static_cast<size_t>(ctx.rank)], model_state_bytes(ctx.gpu));
         }
+        ctx.mesh.close_window(ctx.rank, "end");
       },
       ranks);
 
@@ -125,11 +128,92 @@ Plan make_plan(const TrainConfig& config, int64_t capacity_bytes, int64_t steps)
     p.rank = r;
     p.coord = plan.dims.coord(r);
     p.stats = mesh.gpu(r).stats();
+    p.windows = mesh.windows(r);
+    p.stats.peak = 0;
+    p.stats.peak_by_category.fill(0);
+    for (const PeakWindow& w : p.windows) {
+      p.stats.peak = std::max(p.stats.peak, w.stats.peak);
+      for (size_t c = 0; c < p.stats.peak_by_category.size(); ++c)
+        p.stats.peak_by_category[c] =
+            std::max(p.stats.peak_by_category[c], w.stats.peak_by_category[c]);
+    }
     p.model_state_bytes = state[static_cast<size_t>(r)];
     plan.ranks.push_back(p);
   }
   plan.recorders = recorders;
+  for (MemorySample& sample : mesh.timeline().samples()) {
+    std::vector<int64_t> executed;
+    for (int r : ranks)
+      executed.push_back(sample.bytes[static_cast<size_t>(r)]);
+    sample.bytes = std::move(executed);
+    plan.timeline.push_back(std::move(sample));
+  }
   return plan;
+}
+
+void derive_rates(PlanFigures& f) {
+  f.peak_bytes = 0;
+  for (const StageFigures& s : f.stages)
+    f.peak_bytes = std::max(f.peak_bytes, s.peak_bytes);
+  f.fits = f.peak_bytes <= f.gpu_memory_bytes;
+  f.tokens_per_s_per_gpu = f.tflops_per_gpu = f.mfu = 0;
+  if (f.step_seconds <= 0 || f.world <= 0)
+    return;
+  const double per_gpu_second = 1.0 / (f.step_seconds * f.world);
+  f.tokens_per_s_per_gpu = static_cast<double>(f.tokens_per_step) * per_gpu_second;
+  f.tflops_per_gpu = f.flops * per_gpu_second / 1e12;
+  f.mfu = f.peak_flops > 0 ? f.model_flops * per_gpu_second / f.peak_flops : 0;
+}
+
+PlanFigures plan_figures(const Plan& plan, const Prediction& prediction,
+                         const ClusterSpec& cluster, const std::string& precision) {
+  PlanFigures f;
+  for (int s = 0; s < plan.dims.pp; ++s) {
+    std::vector<const PlannedRank*> members;
+    for (const auto& r : plan.ranks)
+      if (r.coord.pp == s)
+        members.push_back(&r);
+    const bool alike = std::all_of(members.begin(), members.end(), [&](const PlannedRank* r) {
+      return r->stats.peak_by_category == members.front()->stats.peak_by_category &&
+             r->model_state_bytes == members.front()->model_state_bytes;
+    });
+    for (const PlannedRank* r : members) {
+      StageFigures e;
+      e.stage = s;
+      e.tp_rank = alike ? -1 : r->coord.tp;
+      e.peak_bytes = r->stats.peak;
+      e.model_state_bytes = r->model_state_bytes;
+      e.peak_by_category = r->stats.peak_by_category;
+      e.windows = r->windows;
+      f.stages.push_back(e);
+      if (alike)
+        break;
+    }
+  }
+  f.world = plan.dims.world;
+  f.tokens_per_step = plan.tokens_per_step;
+  f.step_seconds = prediction.step_time_s;
+  f.flops = prediction.flops;
+  f.model_flops = prediction.model_flops;
+  f.peak_flops = cluster.gpu.peak_flops(parse_dtype(precision));
+  f.gpu_memory_bytes = static_cast<int64_t>(cluster.gpu.mem_bytes);
+  derive_rates(f);
+  return f;
+}
+
+PlanFigures plan_on(const TrainConfig& config, const ClusterSpec& cluster, Prediction* prediction,
+                    Plan* plan_out) {
+  Plan plan = make_plan(config, kPlanCapacity);
+  PredictOptions options;
+  options.dtype = parse_dtype(config.precision); // the math of the planned run
+  options.images = true; // the GPUs not executed are images of those that were
+  const Prediction p = predict(plan.recorders, plan.samples_per_step, cluster, options);
+  PlanFigures f = plan_figures(plan, p, cluster, config.precision);
+  if (prediction)
+    *prediction = p;
+  if (plan_out)
+    *plan_out = std::move(plan);
+  return f;
 }
 
 } // namespace meshsim

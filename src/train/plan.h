@@ -11,10 +11,15 @@
 // equal).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
+#include "cost/hardware.h"
+#include "cost/predict.h"
+#include "memory/category.h"
 #include "memory/virtual_gpu.h"
+#include "mesh/device_mesh.h"
 #include "mesh/parallel_dims.h"
 #include "mesh/recorder.h"
 #include "train/config.h"
@@ -27,6 +32,9 @@ struct PlannedRank {
   ParallelCoord coord;
   MemoryStats stats;             // peaks by category over the planned steps
   int64_t model_state_bytes = 0; // parameters + gradients + optimizer between steps
+  /// The peaks between its memory samples (DeviceMesh::close_window), construction first:
+  /// `stats`' peaks are the largest of them.
+  std::vector<PeakWindow> windows;
 };
 
 struct Plan {
@@ -35,6 +43,9 @@ struct Plan {
   /// Per GPU of the world; only the executed ones hold records (replicate_replicas fills
   /// the others: with many GPUs that is most of a plan's memory, so only a prediction does it).
   std::vector<Recorder> recorders;
+  /// The executed GPUs' live bytes over the step (MemorySample::bytes: one per executed rank,
+  /// in `ranks` order): the plan's memory.csv and memory.png.
+  std::vector<MemorySample> timeline;
   int64_t steps = 0;               // planned steps
   int64_t samples_per_step = 0;    // global batch
   int64_t tokens_per_step = 0;     // global batch × sequence length
@@ -54,6 +65,50 @@ void check_plannable(const TrainConfig& config);
 /// std::invalid_argument (one line) for a configuration a plan cannot run (a model whose
 /// kernels have no meta version, DataParallel), and OutOfMemory when a GPU goes over capacity.
 Plan make_plan(const TrainConfig& config, int64_t capacity_bytes, int64_t steps = kPlanSteps);
+
+/// One pipeline stage's memory, or one tp rank's where the stage's tp ranks differ.
+struct StageFigures {
+  int stage = 0;
+  int tp_rank = -1;  // -1: every tp rank of the stage alike
+  int64_t peak_bytes = 0;
+  int64_t model_state_bytes = 0;
+  std::array<int64_t, kNumCategories> peak_by_category{};
+  std::vector<PeakWindow> windows; // the executed GPU's (PlannedRank::windows)
+};
+
+/// What a plan reports: memory per stage and the step predicted on a cluster.
+struct PlanFigures {
+  std::vector<StageFigures> stages;
+  int world = 0;
+  int64_t tokens_per_step = 0;
+  double step_seconds = 0;
+  double flops = 0;        // counted FLOPs of the step, every GPU, recomputation included
+  double model_flops = 0;  // of them, the model's
+  double peak_flops = 0;   // one GPU's dense peak at the plan's precision
+  int64_t gpu_memory_bytes = 0;
+  // Derived from the above by derive_rates() and fits_memory().
+  double tokens_per_s_per_gpu = 0;
+  double tflops_per_gpu = 0;  // counted FLOPs (recomputation included) per GPU per second
+  double mfu = 0;             // model FLOPs per GPU per second ÷ the peak
+  int64_t peak_bytes = 0;     // the largest GPU's peak
+  bool fits = false;
+};
+
+/// Fills `f`'s tokens/s, TFLOP/s, MFU, peak and fit from its other fields.
+void derive_rates(PlanFigures& f);
+
+/// `plan`'s figures with `prediction`, its step replayed on `cluster` at `precision`.
+PlanFigures plan_figures(const Plan& plan, const Prediction& prediction,
+                         const ClusterSpec& cluster, const std::string& precision);
+
+/// make_plan(config) and its prediction on `cluster` (replaying the executed GPUs as images of
+/// the others). `prediction`, when given, receives the prediction (its timeline: trace.json),
+/// and `plan` the plan.
+PlanFigures plan_on(const TrainConfig& config, const ClusterSpec& cluster,
+                    Prediction* prediction = nullptr, Plan* plan = nullptr);
+
+/// Far above any GPU: a plan reports whether it fits instead of stopping at the first byte over.
+constexpr int64_t kPlanCapacity = int64_t{1} << 60;
 
 /// The records of the executed ranks (dp and tp index 0, every stage) copied to every GPU:
 /// rank (0, 0, p) becomes (d, t, p). In a copied group, the coordinates the group spans are

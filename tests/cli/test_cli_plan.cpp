@@ -33,6 +33,7 @@ TEST(CliPlan, JsonHasEveryFieldAndTheOutFolderHoldsPlanAndTrace) {
   EXPECT_TRUE(plan["fits"].get<bool>());
   EXPECT_GT(plan["step_seconds"].get<double>(), 0);
   EXPECT_TRUE(std::filesystem::exists(dir / "trace.json"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "memory.png")) << r.output; // make installs gnuplot
 }
 
 TEST(CliPlan, ARealSizePresetIsPlannedOnTheMetaDevice) {
@@ -44,6 +45,18 @@ TEST(CliPlan, ARealSizePresetIsPlannedOnTheMetaDevice) {
   const auto json = nlohmann::json::parse(r.output.substr(r.output.find('{')));
   const int64_t psi = preset_parameter_count("llama", find_preset("llama3-8b")->shape);
   ASSERT_EQ(psi % 8, 0);
+  EXPECT_EQ(json["stages"][0]["model_state_bytes"].get<int64_t>(), 16 * psi / 8);
+}
+
+// fp16 (the ZeRO paper's mixed precision) is planned although no CPU can train it: the same
+// 2 + 2 + 12 bytes per parameter as bf16, sharded 8 ways by stage 3.
+TEST(CliPlan, Fp16IsPlannedWithTheZeroPapersBytes) {
+  const auto r = run_meshsim("plan --preset llama3-8b --cluster 8xh100 --zero 3 --precision fp16 "
+                             "--batch-size 1 --seq-len 2048 --json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto json = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+  const int64_t psi = preset_parameter_count("llama", find_preset("llama3-8b")->shape);
+  EXPECT_EQ(json["precision"].get<std::string>(), "fp16");
   EXPECT_EQ(json["stages"][0]["model_state_bytes"].get<int64_t>(), 16 * psi / 8);
 }
 
@@ -78,6 +91,38 @@ TEST(CliPlan, MicroBatchSizeAndSelectiveRecomputeAreTheLayout) {
   EXPECT_EQ(json["layout"]["recompute"], "selective");
 }
 
+// Llama 3 8B on one node of 8 H100s: every layout is tried, the fitting ones come fastest
+// first, the best is planned in full, and no layout puts tp across nodes.
+TEST(CliPlan, SearchRanksTheLayoutsThatFit) {
+  const auto r = run_meshsim("plan --search --preset llama3-8b --cluster 8xh100 --precision bf16 "
+                             "--global-batch-size 32 --seq-len 4096 --json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto json = nlohmann::json::parse(r.output.substr(r.output.find("{\n")));
+  const auto& layouts = json["layouts"];
+  ASSERT_FALSE(layouts.empty()) << r.output;
+  EXPECT_LE(layouts.size(), 10u);
+  EXPECT_TRUE(layouts[0]["planned_in_full"].get<bool>());
+  const int64_t memory = json["gpu_memory_bytes"].get<int64_t>();
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    const auto& l = layouts[i];
+    EXPECT_TRUE(l["fits"].get<bool>());
+    EXPECT_LE(l["peak_bytes"].get<int64_t>(), memory);
+    const auto& y = l["layout"];
+    EXPECT_EQ(y["dp"].get<int>() * y["tp"].get<int>() * y["pp"].get<int>(), 8);
+    EXPECT_EQ(y["micro_batch_size"].get<int64_t>() * y["micro_batches"].get<int>() *
+                  y["dp"].get<int>(),
+              32);
+    if (i > 0)
+      EXPECT_GE(layouts[i - 1]["tokens_per_s_per_gpu"].get<double>(),
+                l["tokens_per_s_per_gpu"].get<double>());
+  }
+  EXPECT_GT(json["invalid"].get<int>(), 0); // micro-batch sizes the batch does not divide into
+  EXPECT_EQ(json["planned"].get<int>() + json["invalid"].get<int>() <= json["candidates"].get<int>(),
+            true);
+  for (const auto& f : json["rejected"])
+    EXPECT_EQ(f["reason"].get<std::string>().rfind("does not ", 0), 0u) << f.dump();
+}
+
 TEST(CliPlan, BadInputIsOneLineAndExit2) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"plan --model gpt --cluster 8xh100 --tp 3", "not divisible"},
@@ -95,6 +140,8 @@ TEST(CliPlan, BadInputIsOneLineAndExit2) {
        "--micro-batches 4",
        "--micro-batches 4 conflicts with --micro-batch-size 2"},
       {"plan --model gpt --cluster 8xh100 --recompute partial", "unknown --recompute 'partial'"},
+      {"plan --model gpt --cluster 8xh100 --search", "--search needs --global-batch-size"},
+      {"train --model gpt --device meta", "meta is the device meshsim plan runs on"},
   };
   for (const auto& [args, expected] : cases) {
     const auto r = run_meshsim(args);

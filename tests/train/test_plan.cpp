@@ -368,12 +368,18 @@ int64_t expected_sequence_parallel_bytes(int64_t s, int64_t b, int64_t h, int64_
   return 32 * s * b * h / t + 2 * a * s * s * b / t + s * s + 8 * s * b / t;
 }
 
-TEST(PlanActivations, SequenceParallelPerLayerBytesAreKorthikantisFormulaWithoutDropout) {
+// The layer the sequence-parallel tests plan: h 256, 8 heads, s 512, vocabulary 1,024.
+GptOptions small_layer() {
   GptOptions shape;
   shape.hidden = 256;
   shape.heads = 8;
   shape.seq_len = 512;
   shape.vocab = 1024;
+  return shape;
+}
+
+TEST(PlanActivations, SequenceParallelPerLayerBytesAreKorthikantisFormulaWithoutDropout) {
+  const GptOptions shape = small_layer();
   const int64_t s = 512, b = 2, h = 256, a = 8, t = 2;
   EXPECT_EQ(sequence_parallel_bytes_per_layer(shape, t, b),
             expected_sequence_parallel_bytes(s, b, h, a, t));
@@ -381,13 +387,22 @@ TEST(PlanActivations, SequenceParallelPerLayerBytesAreKorthikantisFormulaWithout
 
 // With full recompute a block keeps only its input, which is this member's part: 2sbh/t.
 TEST(PlanActivations, SequenceParallelWithFullRecomputeKeepsTheInputsPart) {
-  GptOptions shape;
-  shape.hidden = 256;
-  shape.heads = 8;
-  shape.seq_len = 512;
-  shape.vocab = 1024;
+  const GptOptions shape = small_layer();
   const int64_t s = 512, b = 2, h = 256, t = 2;
   EXPECT_EQ(sequence_parallel_bytes_per_layer(shape, t, b, 2, "full"), 2 * s * b * h / t);
+}
+
+// Selective recompute with sequence parallelism, Korthikanti et al.'s 34sbh/t: the attention
+// core is recomputed, so neither its softmax (2as²b/t) nor the causal mask (s²) is kept, and
+// what remains is the layer above less those, 32sbh/t + 8sb/t: the paper's 34sbh/t less its
+// two dropout masks (2sbh/t), plus the LayerNorms' statistics.
+TEST(PlanActivations, SequenceParallelWithSelectiveRecomputeIsThirtyFourSbhOverT) {
+  const GptOptions shape = small_layer();
+  const int64_t s = 512, b = 2, h = 256, t = 2;
+  const int64_t got = sequence_parallel_bytes_per_layer(shape, t, b, 2, "selective");
+  EXPECT_EQ(got, 32 * s * b * h / t + 8 * s * b / t);
+  const double paper = 34.0 * s * b * h / t, without_dropout = paper - 2.0 * s * b * h / t;
+  EXPECT_LT(relative_to(got, without_dropout), 0.02);
 }
 
 // The models of Korthikanti et al. 2022's Table 3, at their tensor-parallel size (8), their

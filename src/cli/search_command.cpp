@@ -1,0 +1,117 @@
+// `meshsim plan --search`: the layouts of a model on a cluster, fastest first (train/search.h).
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "memory/category.h"
+#include "models/presets.h"
+#include "train/search.h"
+
+namespace meshsim {
+namespace {
+
+nlohmann::json layout_json(const Layout& l, int rank) {
+  const TrainConfig& c = l.config;
+  const PlanFigures& f = l.figures;
+  nlohmann::json out = {{"rank", rank},
+          {"layout", {{"dp", c.gpus / (c.tp * c.pp)}, {"tp", c.tp}, {"pp", c.pp}, {"zero", c.zero},
+                      {"sequence_parallel", c.sequence_parallel},
+                      {"micro_batches", c.micro_batches},
+                      {"micro_batch_size", c.batch_size / c.micro_batches},
+                      {"recompute", c.recompute}}},
+          {"step_seconds", f.step_seconds},
+          {"tokens_per_s_per_gpu", f.tokens_per_s_per_gpu},
+          {"tflops_per_gpu", f.tflops_per_gpu},
+          {"mfu", f.mfu},
+          {"peak_bytes", f.peak_bytes},
+          {"fits", f.fits},
+          {"planned_in_full", l.confirmed}};
+  if (l.confirmed)
+    out["estimated_step_seconds"] = l.estimated_step_seconds;
+  return out;
+}
+
+void print_search(const nlohmann::json& doc) {
+  fmt::print("meshsim plan --search: {} ({} parameters) on {}, {}, global batch {}\n",
+             doc["preset"].get<std::string>().empty() ? doc["model"].get<std::string>()
+                                                      : doc["preset"].get<std::string>(),
+             short_count(doc["parameters"].get<int64_t>()), doc["cluster"].get<std::string>(),
+             doc["precision"].get<std::string>(), doc["global_batch_size"].get<int64_t>());
+  fmt::print("{} layouts: {} do not divide, {} planned, {} fit ({:.1f} s)\n",
+             doc["candidates"].get<int>(), doc["invalid"].get<int>(), doc["planned"].get<int>(),
+             doc["fitting"].get<int>(), doc["seconds"].get<double>());
+  if (doc["layouts"].empty()) {
+    fmt::print("no layout fits\n");
+  } else {
+    fmt::print("{:>3} {:>3} {:>3} {:>5} {:>4} {:>4} {:>6} {:<9} {:<3} {:>9} {:>12} {:>8} {:>6} "
+               "{:>10}\n",
+               "#", "tp", "pp", "dp", "zero", "mbs", "micro", "recompute", "sp", "step (s)",
+               "tokens/s/GPU", "TFLOP/s", "MFU", "peak/GPU");
+    for (const auto& l : doc["layouts"]) {
+      const auto& y = l["layout"];
+      fmt::print("{:>3} {:>3} {:>3} {:>5} {:>4} {:>4} {:>6} {:<9} {:<3} {:>9.3f} {:>12.0f} {:>8.1f} "
+                 "{:>5.1f}% {:>10}{}\n",
+                 l["rank"].get<int>(), y["tp"].get<int>(), y["pp"].get<int>(), y["dp"].get<int>(),
+                 y["zero"].get<int>(), y["micro_batch_size"].get<int64_t>(),
+                 y["micro_batches"].get<int>(), y["recompute"].get<std::string>(),
+                 y["sequence_parallel"].get<bool>() ? "yes" : "no",
+                 l["step_seconds"].get<double>(), l["tokens_per_s_per_gpu"].get<double>(),
+                 l["tflops_per_gpu"].get<double>(), 100 * l["mfu"].get<double>(),
+                 format_bytes(l["peak_bytes"].get<int64_t>()),
+                 l["planned_in_full"].get<bool>() ? "  (planned in full)" : "");
+    }
+  }
+  if (!doc["rejected"].empty()) {
+    fmt::print("families (tp, pp) with no layout that fits:\n");
+    for (const auto& r : doc["rejected"])
+      fmt::print("  {}: {}\n", r["family"].get<std::string>(), r["reason"].get<std::string>());
+  }
+}
+
+} // namespace
+
+int run_search(const TrainConfig& config, const ClusterSpec& cluster, const PlanArgs& args) {
+  if (config.global_batch_size <= 0)
+    throw std::invalid_argument("meshsim plan --search needs --global-batch-size (the batch every "
+                                "layout must train on)");
+  const RunClock clock;
+  SearchOptions options;
+  options.top = args.top;
+  double last = 0;
+  options.progress = [&](int estimated, int fitting) {
+    if (clock.now() - last < 5)
+      return;
+    last = clock.now();
+    fmt::print(stderr, "meshsim: search: {} layouts estimated, {} fit so far ({:.0f} s)\n",
+               estimated, fitting, clock.now());
+  };
+  fmt::print(stderr, "meshsim: searching the layouts of {} on {}...\n",
+             config.preset.empty() ? config.model : config.preset, cluster.to_string());
+  const SearchResult r = search_layouts(config, cluster, options);
+  nlohmann::json layouts = nlohmann::json::array(), rejected = nlohmann::json::array();
+  for (size_t i = 0; i < r.best.size(); ++i)
+    layouts.push_back(layout_json(r.best[i], static_cast<int>(i) + 1));
+  for (const RejectedFamily& f : r.rejected)
+    rejected.push_back({{"family", f.family}, {"reason", f.reason}, {"candidates", f.candidates}});
+  const nlohmann::json doc{{"model", config.model},
+                           {"preset", config.preset},
+                           {"precision", config.precision},
+                           {"parameters", preset_parameter_count(config.model, config.gpt)},
+                           {"cluster", cluster.to_string()},
+                           {"gpu_memory_bytes", static_cast<int64_t>(cluster.gpu.mem_bytes)},
+                           {"global_batch_size", config.global_batch_size},
+                           {"candidates", r.candidates},
+                           {"invalid", r.invalid},
+                           {"planned", r.planned},
+                           {"fitting", r.fitting},
+                           {"seconds", clock.now()},
+                           {"layouts", layouts},
+                           {"rejected", rejected}};
+  if (args.json)
+    fmt::print("{}\n", doc.dump(2));
+  else
+    print_search(doc);
+  return kExitOk;
+}
+
+} // namespace meshsim
