@@ -125,15 +125,18 @@ PlanFigures estimate_layout(const TrainConfig& config, const ClusterSpec& cluste
   // Blocks: 1 and 2 per stage (the embedding and head are the same in both).
   const int64_t k1 = std::min<int64_t>(blocks, 1), k2 = std::min<int64_t>(blocks, 2);
   auto at = [&](int64_t k, int micro) { return plan_on(reduced(config, k, micro), cluster); };
-  auto in_blocks = [&](const PlanFigures& a, const PlanFigures& b) {
-    return extrapolate(a, b, static_cast<double>(k1), static_cast<double>(k2),
-                       static_cast<double>(blocks));
+  // `micro` micro-batches, carried on from k1 and k2 blocks per stage to all of them.
+  auto in_blocks = [&](int micro) {
+    const PlanFigures a = at(k1, micro);
+    return k2 == k1 ? a
+                    : extrapolate(a, at(k2, micro), static_cast<double>(k1),
+                                  static_cast<double>(k2), static_cast<double>(blocks));
   };
   // One micro-batch: the smallest each stage can hold. Over `stop_above` already: done.
-  const PlanFigures one = in_blocks(at(k1, 1), k2 == k1 ? at(k1, 1) : at(k2, 1));
+  const PlanFigures one = in_blocks(1);
   if (m == 1 || one.peak_bytes > stop_above)
     return one;
-  const PlanFigures two = in_blocks(at(k1, 2), k2 == k1 ? at(k1, 2) : at(k2, 2));
+  const PlanFigures two = in_blocks(2);
 
   // The step: one more micro-batch costs what the second did (a full pipeline's steady
   // state adds its slowest stage's forward and backward per micro-batch).
