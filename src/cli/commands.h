@@ -2,6 +2,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <vector>
@@ -60,6 +61,9 @@ struct PlanArgs {
 };
 void add_plan_flags(CLI::App& app, TrainConfig& config, PlanArgs& args);
 int run_plan(TrainConfig config, const PlanArgs& args);
+/// A plan's "layout" object: dp, tp, pp, zero, sequence_parallel, micro_batches,
+/// micro_batch_size, recompute of a validated configuration (plan.json, --search's rows).
+nlohmann::json layout_json(const TrainConfig& config);
 /// `meshsim plan --search` (search_command.cpp), called by run_plan with the cluster parsed;
 /// throws as run_plan's body does.
 int run_search(const TrainConfig& config, const ClusterSpec& cluster, const PlanArgs& args);

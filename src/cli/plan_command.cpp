@@ -90,6 +90,17 @@ void print_plan(const nlohmann::json& doc, const TrainConfig& c) {
 
 } // namespace
 
+nlohmann::json layout_json(const TrainConfig& c) {
+  return {{"dp", c.gpus / (c.tp * c.pp)},
+          {"tp", c.tp},
+          {"pp", c.pp},
+          {"zero", c.zero},
+          {"sequence_parallel", c.sequence_parallel},
+          {"micro_batches", c.micro_batches},
+          {"micro_batch_size", micro_batch_size_of(c)},
+          {"recompute", c.recompute}};
+}
+
 void add_plan_flags(CLI::App& app, TrainConfig& config, PlanArgs& args) {
   add_train_flags(app, config);
   app.add_flag("--json", args.json, "print one JSON object instead of the table");
@@ -132,18 +143,12 @@ int run_plan(TrainConfig config, const PlanArgs& args) {
     fmt::print(stderr, "meshsim: ran {} of {} GPUs (one per symmetry class) and replayed the step "
                        "in {:.1f} s\n",
                plan.ranks.size(), f.world, clock.now());
-    const int64_t micro_batch_size = config.batch_size / config.micro_batches;
     nlohmann::json doc{{"model", config.model},
                        {"preset", config.preset},
                        {"precision", config.precision},
                        {"parameters", parameter_count(config)},
                        {"cluster", cluster.to_string()},
-                       {"layout", {{"dp", f.world / (config.tp * config.pp)}, {"tp", config.tp},
-                                   {"pp", config.pp}, {"zero", config.zero},
-                                   {"sequence_parallel", config.sequence_parallel},
-                                   {"micro_batches", config.micro_batches},
-                                   {"micro_batch_size", micro_batch_size},
-                                   {"recompute", config.recompute}}},
+                       {"layout", layout_json(config)},
                        {"global_batch_size", f.tokens_per_step / config.gpt.seq_len},
                        {"step_seconds", f.step_seconds},
                        {"tokens_per_s_per_gpu", f.tokens_per_s_per_gpu},

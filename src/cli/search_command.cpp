@@ -10,15 +10,10 @@
 namespace meshsim {
 namespace {
 
-nlohmann::json layout_json(const Layout& l, int rank) {
-  const TrainConfig& c = l.config;
+nlohmann::json row_json(const Layout& l, int rank) {
   const PlanFigures& f = l.figures;
   nlohmann::json out = {{"rank", rank},
-          {"layout", {{"dp", c.gpus / (c.tp * c.pp)}, {"tp", c.tp}, {"pp", c.pp}, {"zero", c.zero},
-                      {"sequence_parallel", c.sequence_parallel},
-                      {"micro_batches", c.micro_batches},
-                      {"micro_batch_size", c.batch_size / c.micro_batches},
-                      {"recompute", c.recompute}}},
+          {"layout", layout_json(l.config)},
           {"step_seconds", f.step_seconds},
           {"tokens_per_s_per_gpu", f.tokens_per_s_per_gpu},
           {"tflops_per_gpu", f.tflops_per_gpu},
@@ -90,7 +85,7 @@ int run_search(const TrainConfig& config, const ClusterSpec& cluster, const Plan
   const SearchResult r = search_layouts(config, cluster, options);
   nlohmann::json layouts = nlohmann::json::array(), rejected = nlohmann::json::array();
   for (size_t i = 0; i < r.best.size(); ++i)
-    layouts.push_back(layout_json(r.best[i], static_cast<int>(i) + 1));
+    layouts.push_back(row_json(r.best[i], static_cast<int>(i) + 1));
   for (const RejectedFamily& f : r.rejected)
     rejected.push_back({{"family", f.family}, {"reason", f.reason}, {"candidates", f.candidates}});
   const nlohmann::json doc{{"model", config.model},

@@ -97,10 +97,10 @@ Prediction predict(const std::vector<Recorder>& ranks, int64_t samples_per_step,
     const auto recorded = std::count_if(ranks.begin(), ranks.end(), [](const Recorder& r) {
       return !r.compute.empty() || !r.collectives.empty();
     });
-    if (recorded > 0) {
-      flops *= static_cast<double>(ranks.size()) / static_cast<double>(recorded);
-      recomputed *= static_cast<double>(ranks.size()) / static_cast<double>(recorded);
-    }
+    const double scale =
+        recorded > 0 ? static_cast<double>(ranks.size()) / static_cast<double>(recorded) : 1.0;
+    flops *= scale;
+    recomputed *= scale;
   }
   p.flops = flops;
   p.model_flops = flops - recomputed;
@@ -115,7 +115,7 @@ Prediction predict(const std::vector<Recorder>& ranks, int64_t samples_per_step,
   if (p.step_time_s > 0 && p.world_size > 0) {
     p.samples_per_s = static_cast<double>(samples_per_step) / p.step_time_s;
     p.tflops_per_gpu = flops / p.world_size / p.step_time_s / 1e12;
-    p.mfu = (flops - recomputed) / p.world_size / p.step_time_s / cluster.gpu.peak_flops(options.dtype);
+    p.mfu = p.model_flops / p.world_size / p.step_time_s / cluster.gpu.peak_flops(options.dtype);
   }
   p.timeline = timeline_of(p.program, p.replay, p.step);
   return p;

@@ -1,6 +1,7 @@
 // DeviceMesh construction and the physical-device memory query behind `--gpu-mem auto`.
 #include "mesh/device_mesh.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <stdexcept>
 
@@ -109,6 +110,20 @@ void DeviceMesh::close_window(int rank, const std::string& phase) {
   VirtualGpu& g = gpu(rank);
   windows_.at(static_cast<size_t>(rank)).push_back({phase, g.stats()});
   g.reset_peaks();
+}
+
+MemoryStats DeviceMesh::peak_stats(int rank) const {
+  MemoryStats stats = gpu(rank).stats();
+  if (!options_.peak_windows)
+    return stats;
+  stats.peak = 0;
+  stats.peak_by_category.fill(0);
+  for (const PeakWindow& w : windows(rank)) {
+    stats.peak = std::max(stats.peak, w.stats.peak);
+    for (size_t c = 0; c < stats.peak_by_category.size(); ++c)
+      stats.peak_by_category[c] = std::max(stats.peak_by_category[c], w.stats.peak_by_category[c]);
+  }
+  return stats;
 }
 
 } // namespace meshsim

@@ -73,6 +73,9 @@ public:
   /// window only: the whole run's are the largest of the windows'.
   void close_window(int rank, const std::string& phase);
   const std::vector<PeakWindow>& windows(int rank) const { return windows_.at(rank); }
+  /// `rank`'s GPU stats over the whole run: with windows kept, the peaks are the largest of
+  /// the windows' (the GPU's own cover only the last); otherwise the GPU's own.
+  MemoryStats peak_stats(int rank) const;
 
 private:
   MeshOptions options_;

@@ -127,16 +127,8 @@ Plan make_plan(const TrainConfig& config, int64_t capacity_bytes, int64_t steps)
     PlannedRank p;
     p.rank = r;
     p.coord = plan.dims.coord(r);
-    p.stats = mesh.gpu(r).stats();
+    p.stats = mesh.peak_stats(r);
     p.windows = mesh.windows(r);
-    p.stats.peak = 0;
-    p.stats.peak_by_category.fill(0);
-    for (const PeakWindow& w : p.windows) {
-      p.stats.peak = std::max(p.stats.peak, w.stats.peak);
-      for (size_t c = 0; c < p.stats.peak_by_category.size(); ++c)
-        p.stats.peak_by_category[c] =
-            std::max(p.stats.peak_by_category[c], w.stats.peak_by_category[c]);
-    }
     p.model_state_bytes = state[static_cast<size_t>(r)];
     plan.ranks.push_back(p);
   }

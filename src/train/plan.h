@@ -107,6 +107,9 @@ PlanFigures plan_figures(const Plan& plan, const Prediction& prediction,
 PlanFigures plan_on(const TrainConfig& config, const ClusterSpec& cluster,
                     Prediction* prediction = nullptr, Plan* plan = nullptr);
 
+/// Samples per micro-batch of a validated configuration: its replica's batch ÷ micro-batches.
+inline int64_t micro_batch_size_of(const TrainConfig& c) { return c.batch_size / c.micro_batches; }
+
 /// Far above any GPU: a plan reports whether it fits instead of stopping at the first byte over.
 constexpr int64_t kPlanCapacity = int64_t{1} << 60;
 

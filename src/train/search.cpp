@@ -93,7 +93,7 @@ PlanFigures extrapolate(const PlanFigures& a, const PlanFigures& b, double ta, d
 TrainConfig reduced(const TrainConfig& config, int64_t blocks, int micro_batches) {
   TrainConfig c = config;
   const int dp = config.gpus / (config.tp * config.pp);
-  const int64_t micro_batch_size = config.batch_size / config.micro_batches;
+  const int64_t micro_batch_size = micro_batch_size_of(config);
   c.gpt.layers = blocks * config.pp;
   c.micro_batch_size = micro_batch_size;
   c.micro_batches = 0;
@@ -104,9 +104,54 @@ TrainConfig reduced(const TrainConfig& config, int64_t blocks, int micro_batches
 
 std::string describe(const TrainConfig& c) {
   return fmt::format("tp {} pp {} dp {} zero {} mbs {} recompute {}{}", c.tp, c.pp,
-                     c.gpus / (c.tp * c.pp), c.zero, c.batch_size / c.micro_batches, c.recompute,
+                     c.gpus / (c.tp * c.pp), c.zero, micro_batch_size_of(c), c.recompute,
                      c.sequence_parallel ? " sp" : "");
 }
+
+// Per stage: the most micro-batches it holds at once with `micro_batches` under the
+// configuration's schedule (one without a pipeline).
+std::vector<int> held_at_once(const TrainConfig& config, int micro_batches) {
+  if (config.pp == 1)
+    return {1};
+  return dry_run(make_schedule(config.schedule, config.pp, micro_batches)).peak_in_flight;
+}
+
+// `base` laid out as one candidate of the search (validate() still to run).
+TrainConfig candidate(const TrainConfig& base, int world, int tp, int pp, int zero, bool sp,
+                      int64_t micro_batch_size, const char* recompute) {
+  TrainConfig c = base;
+  c.gpus = world;
+  c.tp = tp;
+  c.pp = pp;
+  c.zero = zero;
+  c.micro_batch_size = micro_batch_size;
+  c.micro_batches = 0;
+  c.sequence_parallel = sp;
+  c.recompute = recompute;
+  c.schedule = "1f1b";
+  return c;
+}
+
+// A (tp, pp) family while it is searched: what the search reports if nothing of it fits, and
+// the least memory any of its candidates needs.
+struct Family {
+  RejectedFamily report;
+  int64_t least_bytes = -1;
+  std::string least; // "<layout> peaks at X" or "... holds a model state of at least X"
+
+  void note(int64_t bytes, const TrainConfig& c, bool model_state_alone) {
+    if (least_bytes >= 0 && bytes >= least_bytes)
+      return;
+    least_bytes = bytes;
+    least = fmt::format("{} {} {}", describe(c),
+                        model_state_alone ? "holds a model state of at least" : "peaks at",
+                        format_bytes(bytes));
+  }
+  void refuse(const std::string& why) {
+    if (report.reason.empty())
+      report.reason = "does not divide: " + why;
+  }
+};
 
 std::vector<int> divisors(int n) {
   std::vector<int> out;
@@ -144,13 +189,8 @@ PlanFigures estimate_layout(const TrainConfig& config, const ClusterSpec& cluste
   // Memory: a stage holds the activations of the micro-batches it has forwarded and not yet
   // backwarded, at most `held[s]` of them under the schedule; each costs what the second did.
   // The batch itself (token ids and targets, int64) grows with every micro-batch.
-  const int64_t batch_bytes = 2 * 8 * (config.batch_size / config.micro_batches) * config.gpt.seq_len;
-  const std::vector<int> held =
-      config.pp > 1 ? dry_run(make_schedule(config.schedule, config.pp, m)).peak_in_flight
-                    : std::vector<int>{1};
-  const std::vector<int> held_two =
-      config.pp > 1 ? dry_run(make_schedule(config.schedule, config.pp, 2)).peak_in_flight
-                    : std::vector<int>{1};
+  const int64_t batch_bytes = 2 * 8 * micro_batch_size_of(config) * config.gpt.seq_len;
+  const std::vector<int> held = held_at_once(config, m), held_two = held_at_once(config, 2);
   const std::vector<StageFigures> s1 = per_stage(one.stages), s2 = per_stage(two.stages);
   f.stages = s1;
   for (size_t i = 0; i < s1.size(); ++i) {
@@ -196,18 +236,7 @@ SearchResult search_layouts(const TrainConfig& base, const ClusterSpec& cluster,
   const auto memory = static_cast<int64_t>(cluster.gpu.mem_bytes);
   SearchResult result;
   std::vector<Layout> fitting;
-  std::vector<std::string> order;
-  std::map<std::string, RejectedFamily> families;
-  // Per family, the least memory any of its layouts needs: the bytes and why.
-  std::map<std::string, std::pair<int64_t, std::string>> smallest;
-  auto note_peak = [&](const std::string& family, int64_t bytes, const TrainConfig& c,
-                       bool model_state_alone) {
-    auto& best = smallest[family];
-    if (best.second.empty() || bytes < best.first)
-      best = {bytes, fmt::format("{} {} {}", describe(c),
-                                 model_state_alone ? "holds a model state of at least" : "peaks at",
-                                 format_bytes(bytes))};
-  };
+  std::vector<Family> families;
 
   // The families, in order: (tp, pp) with tp a power of two within a node.
   std::vector<std::pair<int, int>> shapes;
@@ -216,23 +245,17 @@ SearchResult search_layouts(const TrainConfig& base, const ClusterSpec& cluster,
       for (int pp : divisors(world / tp))
         shapes.emplace_back(tp, pp);
   for (const auto& [tp, pp] : shapes) {
-    const std::string family = fmt::format("tp {}, pp {}", tp, pp);
-    order.push_back(family);
-    RejectedFamily& rejected = families[family] = {family, "", 0};
-    auto refuse = [&](const std::string& why, int count) {
-      result.candidates += count;
-      result.invalid += count;
-      rejected.candidates += count;
-      if (rejected.reason.empty())
-        rejected.reason = "does not divide: " + why;
-    };
+    Family& family = families.emplace_back();
+    family.report.family = fmt::format("tp {}, pp {}", tp, pp);
     const std::vector<int> zeros = tp == 1 && pp == 1 ? std::vector<int>{3, 2, 1, 0}
                                                       : std::vector<int>{1, 0};
     const std::vector<bool> sps = tp > 1 ? std::vector<bool>{true, false} : std::vector<bool>{false};
-    const int per_family = static_cast<int>(zeros.size() * sps.size()) * 4 * 3;
     if (base.gpt.layers % pp != 0) { // Megatron's 1F1B needs equal stages too
-      refuse(fmt::format("{} layers do not split into {} equal stages", base.gpt.layers, pp),
-             per_family);
+      const int count = static_cast<int>(zeros.size() * sps.size()) * 4 * 3;
+      result.candidates += count;
+      result.invalid += count;
+      family.report.candidates += count;
+      family.refuse(fmt::format("{} layers do not split into {} equal stages", base.gpt.layers, pp));
       continue;
     }
     // Most memory saved first (more ZeRO sharding, sequence parallel, the smallest
@@ -244,28 +267,14 @@ SearchResult search_layouts(const TrainConfig& base, const ClusterSpec& cluster,
         bool sizes_done = false; // the larger sizes hold more or run slower: validated only
         bool smallest = true;    // no size of this (zero, sp) planned yet
         for (int64_t mbs : {1, 2, 4, 8}) {
-          auto config_for = [&](const char* recompute) {
-            TrainConfig c = base;
-            c.gpus = world;
-            c.tp = tp;
-            c.pp = pp;
-            c.zero = zero;
-            c.micro_batch_size = mbs;
-            c.micro_batches = 0;
-            c.sequence_parallel = sp;
-            c.recompute = recompute;
-            c.schedule = "1f1b";
-            return c;
-          };
           result.candidates += 3;
-          rejected.candidates += 3;
-          TrainConfig least = config_for("full");
+          family.report.candidates += 3;
+          TrainConfig least = candidate(base, world, tp, pp, zero, sp, mbs, "full");
           try {
             validate(least);
           } catch (const std::invalid_argument& e) {
             result.invalid += 3;
-            if (rejected.reason.empty())
-              rejected.reason = fmt::format("does not divide: {}", e.what());
+            family.refuse(e.what());
             continue;
           }
           if (!family_fits_somewhere || sizes_done)
@@ -276,14 +285,14 @@ SearchResult search_layouts(const TrainConfig& base, const ClusterSpec& cluster,
           // no layout of this family with this much sharding or less can fit.
           const int64_t floor = model_state_floor(least);
           if (floor > memory) {
-            note_peak(family, floor, least, true);
+            family.note(floor, least, true);
             family_fits_somewhere = !most_saving;
             sizes_done = true; // larger micro-batches hold more
             continue;
           }
           ++result.planned;
           const PlanFigures f = estimate_layout(least, cluster, memory);
-          note_peak(family, f.peak_bytes, least, false);
+          family.note(f.peak_bytes, least, false);
           if (!f.fits) {
             family_fits_somewhere = !most_saving;
             sizes_done = true;
@@ -293,7 +302,7 @@ SearchResult search_layouts(const TrainConfig& base, const ClusterSpec& cluster,
           // more never makes a step faster).
           Layout chosen{least, f, false};
           for (const char* level : {"none", "selective"}) {
-            TrainConfig c = config_for(level);
+            TrainConfig c = candidate(base, world, tp, pp, zero, sp, mbs, level);
             validate(c);
             ++result.planned;
             const PlanFigures g = estimate_layout(c, cluster, memory);
@@ -338,15 +347,13 @@ SearchResult search_layouts(const TrainConfig& base, const ClusterSpec& cluster,
     fitting.resize(static_cast<size_t>(options.top));
   result.best = std::move(fitting);
 
-  for (const std::string& name : order) {
-    RejectedFamily& f = families[name];
-    const auto it = smallest.find(name);
-    if (it == smallest.end()) { // every candidate refused
-      result.rejected.push_back(f);
-    } else if (it->second.first > memory) {
-      f.reason = fmt::format("does not fit: at the least, {}, over {}", it->second.second,
-                             format_bytes(memory));
-      result.rejected.push_back(f);
+  for (Family& f : families) {
+    if (f.least_bytes < 0) { // every candidate refused
+      result.rejected.push_back(f.report);
+    } else if (f.least_bytes > memory) {
+      f.report.reason =
+          fmt::format("does not fit: at the least, {}, over {}", f.least, format_bytes(memory));
+      result.rejected.push_back(f.report);
     }
   }
   return result;

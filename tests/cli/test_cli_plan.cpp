@@ -36,14 +36,26 @@ TEST(CliPlan, JsonHasEveryFieldAndTheOutFolderHoldsPlanAndTrace) {
   EXPECT_TRUE(std::filesystem::exists(dir / "memory.png")) << r.output; // make installs gnuplot
 }
 
+// `meshsim plan --json` of Llama 3 8B with ZeRO 3 on 8 H100s at `precision`, parsed.
+nlohmann::json plan_llama3_8b_zero3(const std::string& precision) {
+  const auto r = run_meshsim("plan --preset llama3-8b --cluster 8xh100 --zero 3 --precision " +
+                             precision + " --batch-size 1 --seq-len 2048 --json");
+  EXPECT_EQ(r.code, 0) << r.output;
+  const size_t open = r.output.find('{');
+  return open == std::string::npos ? nlohmann::json::object()
+                                   : nlohmann::json::parse(r.output.substr(open));
+}
+
+int64_t llama3_8b_parameters() {
+  return preset_parameter_count("llama", find_preset("llama3-8b")->shape);
+}
+
 TEST(CliPlan, ARealSizePresetIsPlannedOnTheMetaDevice) {
   // Llama 3 8B with ZeRO 3 over 8 GPUs: the model state per GPU between steps is the ZeRO
   // paper's 16Ψ/N in bf16 (Ψ divides by 8, so no padding), a number no CPU could hold.
-  const auto r = run_meshsim("plan --preset llama3-8b --cluster 8xh100 --zero 3 --precision bf16 "
-                             "--batch-size 1 --seq-len 2048 --json");
-  ASSERT_EQ(r.code, 0) << r.output;
-  const auto json = nlohmann::json::parse(r.output.substr(r.output.find('{')));
-  const int64_t psi = preset_parameter_count("llama", find_preset("llama3-8b")->shape);
+  const nlohmann::json json = plan_llama3_8b_zero3("bf16");
+  ASSERT_TRUE(json.contains("stages"));
+  const int64_t psi = llama3_8b_parameters();
   ASSERT_EQ(psi % 8, 0);
   EXPECT_EQ(json["stages"][0]["model_state_bytes"].get<int64_t>(), 16 * psi / 8);
 }
@@ -51,13 +63,10 @@ TEST(CliPlan, ARealSizePresetIsPlannedOnTheMetaDevice) {
 // fp16 (the ZeRO paper's mixed precision) is planned although no CPU can train it: the same
 // 2 + 2 + 12 bytes per parameter as bf16, sharded 8 ways by stage 3.
 TEST(CliPlan, Fp16IsPlannedWithTheZeroPapersBytes) {
-  const auto r = run_meshsim("plan --preset llama3-8b --cluster 8xh100 --zero 3 --precision fp16 "
-                             "--batch-size 1 --seq-len 2048 --json");
-  ASSERT_EQ(r.code, 0) << r.output;
-  const auto json = nlohmann::json::parse(r.output.substr(r.output.find('{')));
-  const int64_t psi = preset_parameter_count("llama", find_preset("llama3-8b")->shape);
+  const nlohmann::json json = plan_llama3_8b_zero3("fp16");
+  ASSERT_TRUE(json.contains("stages"));
   EXPECT_EQ(json["precision"].get<std::string>(), "fp16");
-  EXPECT_EQ(json["stages"][0]["model_state_bytes"].get<int64_t>(), 16 * psi / 8);
+  EXPECT_EQ(json["stages"][0]["model_state_bytes"].get<int64_t>(), 16 * llama3_8b_parameters() / 8);
 }
 
 // The same layout with and without sequence parallelism: the model state is the same, the
