@@ -1,7 +1,7 @@
 // `meshsim bench comm --cluster SPEC`: an nccl-tests-style table. For each size, the cost
-// model's time, algorithm bandwidth and bus bandwidth on the target cluster and, side by
-// side, the same collective measured on the in-process backend (rank threads on this
-// machine). Sizes follow nccl-tests: all_reduce the buffer, all_gather the total output,
+// model's time, algorithm and protocol, algorithm bandwidth and bus bandwidth on the target
+// cluster, the bus bandwidth the same model gives at the links' line rate, and, side by side,
+// the same collective measured on the in-process backend (rank threads on this machine). Sizes follow nccl-tests: all_reduce the buffer, all_gather the total output,
 // reduce_scatter the total input.
 #include <fmt/format.h>
 
@@ -60,6 +60,8 @@ std::vector<std::vector<double>> measure(int n, const std::vector<int64_t>& size
 }
 
 std::string human(int64_t bytes) {
+  if (bytes >= (int64_t{1} << 30))
+    return fmt::format("{} GiB", bytes >> 30);
   if (bytes >= (1 << 20))
     return fmt::format("{} MiB", bytes >> 20);
   if (bytes >= (1 << 10))
@@ -79,12 +81,20 @@ void add_bench_comm_flags(CLI::App& app, BenchCommArgs& a) {
   app.add_option("--min-bytes", a.min_bytes)->capture_default_str();
   app.add_option("--max-bytes", a.max_bytes)->capture_default_str();
   app.add_option("--iters", a.iters, "timed calls per size")->capture_default_str();
+  app.add_flag("!--model-only", a.measure, "print the model alone (no in-process measurement)");
+  app.add_option("--algorithm", a.algorithm, "all_reduce algorithm: auto | ring | tree | nvls")
+      ->capture_default_str();
 }
 
 int run_bench_comm(const BenchCommArgs& a) {
   ClusterSpec cluster;
+  Algorithm algorithm = Algorithm::Auto;
   try {
     cluster = parse_cluster_spec(a.cluster, a.intra, a.inter);
+    algorithm = parse_algorithm(a.algorithm);
+    if (algorithm == Algorithm::Nvls && (cluster.nodes > 1 || cluster.intra.nvls_efficiency <= 0))
+      throw std::invalid_argument("--algorithm nvls needs one node whose NVSwitch reduces "
+                                  "(nvlink4); " + cluster.to_string() + " has none");
     if (!cluster.note.empty()) fmt::print(stderr, "meshsim: {}\n", cluster.note);
     if (a.min_bytes < 1 || a.max_bytes < a.min_bytes || a.iters < 1)
       throw std::invalid_argument(
@@ -96,30 +106,45 @@ int run_bench_comm(const BenchCommArgs& a) {
   const int n = cluster.world_size();
   const int local = a.gpus > 0 ? a.gpus : std::min(n, 8);
   const auto sizes = sizes_of(a, n * local);
-  std::vector<std::vector<double>> measured;
+  std::vector<std::vector<double>> measured(3, std::vector<double>(sizes.size(), 0));
   try {
-    measured = measure(local, sizes, a.iters);
+    if (a.measure)
+      measured = measure(local, sizes, a.iters);
   } catch (const std::exception& e) {
     fmt::print(stderr, "meshsim: in-process measurement failed: {}\n", e.what());
     return kExitFailure;
   }
   const GroupShape shape = group_shape(Group::world(n).ranks, cluster);
-  fmt::print("# meshsim bench comm: model {} ({} GPUs) | measured: in-process backend, {} ranks\n",
-             cluster.to_string(), n, local);
-  fmt::print("# bandwidths in GB/s (1e9 bytes/s); busbw as nccl-tests defines it\n");
+  const ClusterSpec line_rate = at_line_rate(cluster);
+  fmt::print("# meshsim bench comm: model {} ({} GPUs){}\n", cluster.to_string(), n,
+             a.measure ? fmt::format(" | measured: in-process backend, {} ranks", local) : "");
+  fmt::print("# bandwidths in GB/s (1e9 bytes/s); busbw as nccl-tests defines it; the model's "
+             "links at their achieved rate (intra {:.1f} of {:.1f}, inter {:.1f} per GPU of "
+             "{:.1f}); \"line busbw\": the same model at line rate\n",
+             cluster.intra.achieved() / 1e9, cluster.intra.bandwidth / 1e9,
+             cluster.inter_per_gpu() / 1e9, line_rate.inter_per_gpu() / 1e9);
   for (int o = 0; o < 3; ++o) {
     fmt::print("\n# {}\n", to_string(kOps[o]));
-    fmt::print("{:>10} {:>12} {:>6} {:>10} {:>10} | {:>12} {:>10} {:>10}\n", "size", "model us",
-               "algo", "algbw", "busbw", "measured us", "algbw", "busbw");
+    fmt::print("{:>10} {:>12} {:>6} {:>6} {:>10} {:>10} {:>10}", "size", "model us", "algo",
+               "proto", "algbw", "busbw", "line busbw");
+    if (a.measure)
+      fmt::print(" | {:>12} {:>10} {:>10}", "measured us", "algbw", "busbw");
+    fmt::print("\n");
     for (size_t i = 0; i < sizes.size(); ++i) {
       const double bytes = static_cast<double>(sizes[i]);
-      const CollectiveCost cost = collective_cost(kOps[o], bytes, shape, cluster);
+      const CollectiveCost cost = collective_cost(kOps[o], bytes, shape, cluster, algorithm);
       const Bandwidths model = bandwidths(kOps[o], n, bytes, cost.time_s);
-      const Bandwidths local_bw = bandwidths(kOps[o], local, bytes, measured[o][i]);
-      fmt::print("{:>10} {:>12.2f} {:>6} {:>10.2f} {:>10.2f} | {:>12.2f} {:>10.2f} {:>10.2f}\n",
-                 human(sizes[i]), cost.time_s * 1e6, to_string(cost.algorithm), model.algbw / 1e9,
-                 model.busbw / 1e9, measured[o][i] * 1e6, local_bw.algbw / 1e9,
-                 local_bw.busbw / 1e9);
+      const Bandwidths line = bandwidths(
+          kOps[o], n, bytes, collective_cost(kOps[o], bytes, shape, line_rate, algorithm).time_s);
+      fmt::print("{:>10} {:>12.2f} {:>6} {:>6} {:>10.2f} {:>10.2f} {:>10.2f}", human(sizes[i]),
+                 cost.time_s * 1e6, to_string(cost.algorithm), to_string(cost.protocol),
+                 model.algbw / 1e9, model.busbw / 1e9, line.busbw / 1e9);
+      if (a.measure) {
+        const Bandwidths local_bw = bandwidths(kOps[o], local, bytes, measured[o][i]);
+        fmt::print(" | {:>12.2f} {:>10.2f} {:>10.2f}", measured[o][i] * 1e6, local_bw.algbw / 1e9,
+                   local_bw.busbw / 1e9);
+      }
+      fmt::print("\n");
     }
   }
   return kExitOk;

@@ -85,9 +85,20 @@ struct BenchCommArgs {
   int64_t min_bytes = 1024;
   int64_t max_bytes = 64 << 20;
   int iters = 5;
+  bool measure = true;             // --model-only: the model's columns alone
+  std::string algorithm = "auto";  // all_reduce: auto | ring | tree | nvls
 };
 void add_bench_comm_flags(CLI::App& app, BenchCommArgs& args);
 int run_bench_comm(const BenchCommArgs& args);
+
+/// `meshsim validate`: the published rows the cost model is held against (train/validation.h).
+struct ValidateArgs {
+  std::vector<std::string> only;  // --only nccl,narayanan
+  bool json = false;
+  bool progress = true;
+};
+void add_validate_flags(CLI::App& app, ValidateArgs& args);
+int run_validate(const ValidateArgs& args);
 
 } // namespace meshsim
 

@@ -48,6 +48,10 @@ int main(int argc, char** argv) {
   bench->require_subcommand(1);
   auto* bench_comm = bench->add_subcommand("comm", "collective bandwidth: cost model vs in-process");
   meshsim::add_bench_comm_flags(*bench_comm, bench_args);
+  meshsim::ValidateArgs validate_args;
+  auto* validate = app.add_subcommand(
+      "validate", "hold the cost model against every published measurement it knows");
+  meshsim::add_validate_flags(*validate, validate_args);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -72,5 +76,6 @@ int main(int argc, char** argv) {
   if (predict->parsed()) return meshsim::run_predict(predict_args);
   if (models->parsed()) return meshsim::run_models(models_args);
   if (bench_comm->parsed()) return meshsim::run_bench_comm(bench_args);
+  if (validate->parsed()) return meshsim::run_validate(validate_args);
   return meshsim::run_train(config);
 }

@@ -123,10 +123,10 @@ int run_plan(TrainConfig config, const PlanArgs& args) {
     if (config.gpus != cluster.world_size())
       throw std::invalid_argument(fmt::format("--gpus {} differs from --cluster {}'s {} GPUs",
                                               config.gpus, config.cluster, cluster.world_size()));
-    if (config.gpus > kMaxGpus)
+    if (config.gpus > kMaxPlannedGpus)
       throw std::invalid_argument(
           fmt::format("--cluster {} has {} GPUs; a plan covers at most {}", config.cluster,
-                      config.gpus, kMaxGpus));
+                      config.gpus, kMaxPlannedGpus));
     config.data = "synthetic"; // a plan reads no data
     config.device = "meta";    // and computes nothing: fp16 plans too, which CPUs cannot train
     check_plannable(config);

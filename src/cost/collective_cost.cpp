@@ -1,23 +1,28 @@
-// Collective cost model: implementation of the α–β formulas and the hierarchical composition
-// for groups that span nodes. See collective_cost.h and docs/cost-model.md.
+// Collective cost model: NCCL's algorithms and protocols timed with its own latency constants
+// and the links' achieved bandwidths. See collective_cost.h and docs/cost-model.md.
 #include "cost/collective_cost.h"
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <set>
 #include <stdexcept>
 
 namespace meshsim {
 namespace {
 
-double alpha(const LinkSpec& link) {
-  return link.latency;
-}
-double beta(const LinkSpec& link) {
-  if (link.bandwidth <= 0)
-    throw std::invalid_argument("link \"" + link.name + "\" has no bandwidth");
-  return link.bandwidth;
-}
+constexpr double kMicro = 1e-6;
+
+// NCCL's tuning model (src/graph/tuning.cc, 2.18 to 2.21), microseconds. Base latency of a
+// call, per algorithm { LL, LL128, Simple }; NVLS has none but a larger per-hop latency.
+constexpr double kBaseRing[3] = {6.6, 14.0, 8.4};
+constexpr double kBaseTree[3] = {6.8, 14.0, 8.4};
+// Per hop, per link kind { NVLink, PCIe, network }, per algorithm { LL, LL128, Simple }.
+constexpr double kHopRing[3][3] = {{0.6, 1.9, 3.4}, {1.0, 2.5, 5.7}, {2.7, 4.0, 14.0}};
+constexpr double kHopTree[3][3] = {{0.6, 1.25, 4.0}, {1.0, 1.9, 4.0}, {5.0, 8.5, 14.0}};
+constexpr double kHopNvls = 25.0; // NVLS, Simple only
+
+constexpr Protocol kProtocols[] = {Protocol::LL, Protocol::LL128, Protocol::Simple};
 
 int ceil_log2(int n) {
   int depth = 0;
@@ -26,60 +31,109 @@ int ceil_log2(int n) {
   return depth;
 }
 
-void check(int n, double bytes) {
-  if (n < 1)
-    throw std::invalid_argument("collective: group size must be >= 1");
+void check_bytes(double bytes) {
   if (bytes < 0)
     throw std::invalid_argument("collective: negative byte count");
 }
 
-// The inter-node stage moves a node's data through ranks_per_node NICs in parallel ("rails"):
-// one NIC per GPU, as on DGX/HGX systems.
-LinkSpec rails(const LinkSpec& inter, int ranks_per_node) {
-  LinkSpec wide = inter;
-  wide.bandwidth = inter.bandwidth * ranks_per_node;
-  return wide;
+// The terms of one algorithm on one shape: hops on each kind of link, and the bytes each rank
+// moves over the narrowest link it crosses, at that link's achieved bandwidth.
+struct Terms {
+  double intra_hops = 0;
+  double inter_hops = 0;
+  double bytes_per_rank = 0;
+  double bandwidth = 0; // bytes/s, before the protocol's share
+};
+
+// One ring through every member: inside a node it runs on NVLink (or PCIe); between nodes each
+// of the node's g members drives its share of the NICs, so the ring's rate is the slower of the
+// intra link and g NIC shares. `steps` ring steps, `crossings` of them leave a node.
+Terms ring_terms(double steps, double crossings, double bytes_per_rank, const GroupShape& s,
+                 const ClusterSpec& c) {
+  Terms t;
+  t.inter_hops = s.nodes > 1 ? crossings : 0;
+  t.intra_hops = std::max(0.0, steps - t.inter_hops);
+  t.bytes_per_rank = bytes_per_rank;
+  t.bandwidth = s.nodes > 1 ? std::min(c.intra.achieved(), s.ranks_per_node * c.inter_per_gpu())
+                            : c.intra.achieved();
+  return t;
 }
 
-CollectiveCost pick_all_reduce(int n, double bytes, const LinkSpec& link, Algorithm algorithm) {
-  const double ring = ring_all_reduce_time(n, bytes, link);
-  const double tree = tree_all_reduce_time(n, bytes, link);
-  if (algorithm == Algorithm::Ring || (algorithm == Algorithm::Auto && ring <= tree))
-    return {ring, Algorithm::Ring, false};
-  return {tree, Algorithm::Tree, false};
+double time_of(const Terms& t, double base, double intra_hop, double inter_hop, double share) {
+  if (t.bandwidth <= 0)
+    throw std::invalid_argument("collective: a link has no bandwidth");
+  return base + t.intra_hops * intra_hop + t.inter_hops * inter_hop +
+         t.bytes_per_rank / (share * t.bandwidth);
 }
 
-// Spanning nodes: intra reduce-scatter, then every local rank all-reduces its 1/g shard with
-// the same local rank of the other nodes (one rail each, all rails at once), then intra
-// all-gather. NCCL does the same for its tree; for the ring it gives the same bandwidth term
-// and fewer network hops.
-CollectiveCost hierarchical_all_reduce(double bytes, const GroupShape& s, const LinkSpec& intra,
-                                       const LinkSpec& inter, Algorithm algorithm) {
-  const int g = s.ranks_per_node;
-  const double intra_stages = 2 * ring_all_gather_time(g, bytes, intra);
-  CollectiveCost cost = pick_all_reduce(s.nodes, bytes / g, inter, algorithm);
-  cost.time_s += intra_stages;
-  cost.hierarchical = true;
-  return cost;
+int kind_index(LinkKind kind) {
+  return kind == LinkKind::NVLink ? 0 : kind == LinkKind::PCIe ? 1 : 2;
 }
 
-// all_gather spanning nodes: rails all-gather their shards across nodes (each rank ends with
-// B/g), then the node all-gathers the full B. reduce_scatter is the mirror image.
-double hierarchical_all_gather(double total_bytes, const GroupShape& s, const LinkSpec& intra,
-                               const LinkSpec& inter) {
-  const int g = s.ranks_per_node;
-  return ring_all_gather_time(s.nodes, total_bytes / g, inter) +
-         ring_all_gather_time(g, total_bytes, intra);
+bool nvls_possible(CollectiveOp op, const GroupShape& s, const ClusterSpec& c) {
+  return (op == CollectiveOp::AllReduce || op == CollectiveOp::Barrier) && s.nodes == 1 &&
+         c.intra.nvls_efficiency > 0;
 }
 
-// A chain through every rank: nodes*(g-1) hops inside nodes and nodes-1 hops between them;
-// g chains run at once over the g rails, so the slower of NVLink and g NICs bounds the flow.
-double hierarchical_chain(double bytes, const GroupShape& s, const LinkSpec& intra,
-                          const LinkSpec& inter) {
-  const int g = s.ranks_per_node;
-  const double hops_latency = s.nodes * (g - 1) * alpha(intra) + (s.nodes - 1) * alpha(inter);
-  const double bottleneck = std::min(beta(intra), beta(rails(inter, g)));
-  return hops_latency + bytes / bottleneck;
+// One algorithm with one protocol; +inf when that pair cannot run the op.
+double algorithm_time(CollectiveOp op, double bytes, const GroupShape& s, const ClusterSpec& c,
+                      Algorithm algorithm, Protocol protocol) {
+  const double n = s.ranks, nodes = s.nodes;
+  const double share = protocol_share(protocol);
+  const double intra_hop = hop_latency(c.intra.kind, algorithm, protocol);
+  const double inter_hop = hop_latency(LinkKind::Network, algorithm, protocol);
+  const double base = base_latency(algorithm, protocol);
+  const bool all_reduce = op == CollectiveOp::AllReduce || op == CollectiveOp::Barrier;
+
+  if (algorithm == Algorithm::Nvls) {
+    if (!nvls_possible(op, s, c) || protocol != Protocol::Simple)
+      return std::numeric_limits<double>::infinity();
+    // Every rank pushes its buffer to the switch and pulls the reduced one back: B each way,
+    // whatever n, at the NVLS share of the line rate.
+    return base + intra_hop + bytes / (c.intra.nvls_efficiency * c.intra.bandwidth);
+  }
+  if (algorithm == Algorithm::Tree) {
+    if (!all_reduce)
+      return std::numeric_limits<double>::infinity();
+    // A chain inside each node, a double binary tree between nodes (NCCL's tree): up and
+    // down once, each rank moving the whole buffer both ways.
+    Terms t = ring_terms(0, 0, 2 * bytes, s, c);
+    t.intra_hops = 2.0 * (s.ranks_per_node - 1);
+    t.inter_hops = 2.0 * ceil_log2(s.nodes);
+    return time_of(t, base, intra_hop, inter_hop, share);
+  }
+  switch (op) {
+  case CollectiveOp::Barrier:
+  case CollectiveOp::AllReduce: // reduce-scatter then all-gather around the ring
+    return time_of(ring_terms(2 * (n - 1), 2 * nodes, 2 * (n - 1) / n * bytes, s, c), base,
+                   intra_hop, inter_hop, share);
+  case CollectiveOp::AllGather:
+  case CollectiveOp::ReduceScatter:
+    return time_of(ring_terms(n - 1, nodes, (n - 1) / n * bytes, s, c), base, intra_hop,
+                   inter_hop, share);
+  case CollectiveOp::Broadcast:
+  case CollectiveOp::Reduce: // a chain pipelined in small chunks
+    return time_of(ring_terms(n - 1, nodes - 1, bytes, s, c), base, intra_hop, inter_hop, share);
+  case CollectiveOp::SendRecv: {
+    Terms t = ring_terms(1, 1, bytes, s, c);
+    if (s.nodes > 1)
+      t.bandwidth = c.inter_per_gpu(); // one rank's share of its node's NICs
+    return time_of(t, base, intra_hop, inter_hop, share);
+  }
+  }
+  throw std::invalid_argument("collective: unknown op");
+}
+
+// Inside one node NCCL's tree is a chain with the ring's hop count and twice its traffic, so
+// Auto offers it to groups spanning nodes only.
+std::vector<Algorithm> candidates(CollectiveOp op, const GroupShape& s, Algorithm algorithm) {
+  if (algorithm != Algorithm::Auto)
+    return {algorithm};
+  if (op != CollectiveOp::AllReduce && op != CollectiveOp::Barrier)
+    return {Algorithm::Ring};
+  if (s.nodes > 1)
+    return {Algorithm::Ring, Algorithm::Tree};
+  return {Algorithm::Ring, Algorithm::Nvls};
 }
 
 } // namespace
@@ -129,7 +183,9 @@ Algorithm parse_algorithm(const std::string& name) {
     return Algorithm::Ring;
   if (name == "tree")
     return Algorithm::Tree;
-  throw std::invalid_argument("unknown algorithm \"" + name + "\" (known: auto, ring, tree)");
+  if (name == "nvls")
+    return Algorithm::Nvls;
+  throw std::invalid_argument("unknown algorithm \"" + name + "\" (known: auto, ring, tree, nvls)");
 }
 
 const char* to_string(Algorithm algorithm) {
@@ -140,6 +196,8 @@ const char* to_string(Algorithm algorithm) {
     return "ring";
   case Algorithm::Tree:
     return "tree";
+  case Algorithm::Nvls:
+    return "nvls";
   }
   return "?";
 }
@@ -166,79 +224,100 @@ GroupShape group_shape(const std::vector<int>& global_ranks, const ClusterSpec& 
   return shape;
 }
 
-double ring_all_reduce_time(int n, double bytes, const LinkSpec& link) {
-  check(n, bytes);
-  if (n == 1)
-    return 0;
-  return 2.0 * (n - 1) * alpha(link) + 2.0 * (n - 1) / n * bytes / beta(link);
+double protocol_share(Protocol protocol) {
+  switch (protocol) {
+  case Protocol::LL:
+    return 0.5;
+  case Protocol::LL128:
+    return 120.0 / 128.0;
+  case Protocol::Simple:
+    return 1.0;
+  }
+  return 1.0;
 }
 
-double tree_all_reduce_time(int n, double bytes, const LinkSpec& link) {
-  check(n, bytes);
-  if (n == 1)
-    return 0;
-  return 2.0 * ceil_log2(n) * alpha(link) + 2.0 * bytes / beta(link);
+const char* to_string(Protocol protocol) {
+  switch (protocol) {
+  case Protocol::LL:
+    return "LL";
+  case Protocol::LL128:
+    return "LL128";
+  case Protocol::Simple:
+    return "Simple";
+  }
+  return "?";
 }
 
-double ring_all_gather_time(int n, double total_bytes, const LinkSpec& link) {
-  check(n, total_bytes);
-  if (n == 1)
-    return 0;
-  return (n - 1) * alpha(link) + static_cast<double>(n - 1) / n * total_bytes / beta(link);
+double hop_latency(LinkKind kind, Algorithm algorithm, Protocol protocol) {
+  const int p = static_cast<int>(protocol);
+  if (algorithm == Algorithm::Nvls)
+    return kHopNvls * kMicro;
+  const auto& table = algorithm == Algorithm::Tree ? kHopTree : kHopRing;
+  return table[kind_index(kind)][p] * kMicro;
 }
 
-double chain_broadcast_time(int n, double bytes, const LinkSpec& link) {
-  check(n, bytes);
-  if (n == 1)
+double base_latency(Algorithm algorithm, Protocol protocol) {
+  const int p = static_cast<int>(protocol);
+  if (algorithm == Algorithm::Nvls)
     return 0;
-  return (n - 1) * alpha(link) + bytes / beta(link);
-}
-
-double p2p_time(double bytes, const LinkSpec& link) {
-  check(2, bytes);
-  return alpha(link) + bytes / beta(link);
+  return (algorithm == Algorithm::Tree ? kBaseTree[p] : kBaseRing[p]) * kMicro;
 }
 
 CollectiveCost collective_cost(CollectiveOp op, double bytes, const GroupShape& s,
-                               const LinkSpec& intra, const LinkSpec& inter, Algorithm algorithm) {
-  check(s.ranks, bytes);
-  if (s.nodes < 1 || s.ranks_per_node < 1 || s.nodes * s.ranks_per_node < s.ranks)
+                               const ClusterSpec& cluster, Algorithm algorithm,
+                               Protocol protocol) {
+  check_bytes(bytes);
+  if (s.ranks < 1 || s.nodes < 1 || s.ranks_per_node < 1 || s.nodes * s.ranks_per_node < s.ranks)
     throw std::invalid_argument("collective: inconsistent group shape (" + std::to_string(s.ranks) +
                                 " ranks on " + std::to_string(s.nodes) + " nodes, at most " +
                                 std::to_string(s.ranks_per_node) + " per node)");
+  if (op == CollectiveOp::SendRecv && s.ranks != 2)
+    throw std::invalid_argument("sendrecv: group must be exactly {sender, receiver}");
+  if (algorithm == Algorithm::Tree && op != CollectiveOp::AllReduce && op != CollectiveOp::Barrier)
+    throw std::invalid_argument(std::string("collective: the tree algorithm runs all_reduce only, "
+                                            "not ") + to_string(op));
+  if (algorithm == Algorithm::Nvls && !nvls_possible(op, s, cluster))
+    throw std::invalid_argument("collective: NVLS runs all_reduce inside one node whose NVSwitch "
+                                "reduces (nvlink4), not " + std::string(to_string(op)) + " on " +
+                                cluster.intra.name + " over " + std::to_string(s.nodes) + " node(s)");
   if (s.ranks == 1)
-    return {0, Algorithm::Ring, false};
-  const bool spans = s.nodes > 1;
-  const int n = s.ranks;
-
-  switch (op) {
-  case CollectiveOp::Barrier: // a zero-byte all_reduce, as NCCL-based barriers are
-    bytes = 0;
-    [[fallthrough]];
-  case CollectiveOp::AllReduce:
-    return spans ? hierarchical_all_reduce(bytes, s, intra, inter, algorithm)
-                 : pick_all_reduce(n, bytes, intra, algorithm);
-  case CollectiveOp::AllGather:
-  case CollectiveOp::ReduceScatter:
-    return {spans ? hierarchical_all_gather(bytes, s, intra, inter)
-                  : ring_all_gather_time(n, bytes, intra),
-            Algorithm::Ring, spans};
-  case CollectiveOp::Broadcast:
-  case CollectiveOp::Reduce:
-    return {spans ? hierarchical_chain(bytes, s, intra, inter)
-                  : chain_broadcast_time(n, bytes, intra),
-            Algorithm::Ring, spans};
-  case CollectiveOp::SendRecv:
-    if (n != 2)
-      throw std::invalid_argument("sendrecv: group must be exactly {sender, receiver}");
-    return {p2p_time(bytes, spans ? inter : intra), Algorithm::Ring, false};
+    return {0, algorithm == Algorithm::Auto ? Algorithm::Ring : algorithm, protocol, false};
+  if (op == CollectiveOp::Barrier)
+    bytes = 0; // a zero-byte all_reduce, as NCCL-based barriers are
+  CollectiveCost best{std::numeric_limits<double>::infinity(), Algorithm::Ring, protocol,
+                      s.nodes > 1};
+  for (Algorithm a : candidates(op, s, algorithm)) {
+    const double t = algorithm_time(op, bytes, s, cluster, a, protocol);
+    if (t < best.time_s) {
+      best.time_s = t;
+      best.algorithm = a;
+    }
   }
-  throw std::invalid_argument("collective: unknown op");
+  return best;
 }
 
 CollectiveCost collective_cost(CollectiveOp op, double bytes, const GroupShape& shape,
                                const ClusterSpec& cluster, Algorithm algorithm) {
-  return collective_cost(op, bytes, shape, cluster.intra, cluster.inter, algorithm);
+  if (op != CollectiveOp::AllReduce && op != CollectiveOp::Barrier)
+    algorithm = Algorithm::Auto; // the choice is all_reduce's; other ops have one algorithm
+  CollectiveCost best;
+  best.time_s = std::numeric_limits<double>::infinity();
+  for (Protocol p : kProtocols) {
+    if (algorithm == Algorithm::Nvls && p != Protocol::Simple)
+      continue;
+    const CollectiveCost cost = collective_cost(op, bytes, shape, cluster, algorithm, p);
+    if (cost.time_s < best.time_s)
+      best = cost;
+  }
+  return best;
+}
+
+ClusterSpec at_line_rate(ClusterSpec cluster) {
+  cluster.intra.efficiency = 1;
+  cluster.inter.efficiency = 1;
+  if (cluster.intra.nvls_efficiency > 0)
+    cluster.intra.nvls_efficiency = 1;
+  return cluster;
 }
 
 double bus_bandwidth_factor(CollectiveOp op, int n) {

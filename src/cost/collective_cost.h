@@ -1,9 +1,12 @@
-// Collective cost model: α–β time of NCCL-style collectives on a target cluster.
+// Collective cost model: the time of NCCL's collectives on a target cluster.
 //
-// α is the per-hop latency and β the per-GPU, per-direction bandwidth of a LinkSpec. The
-// per-algorithm formulas follow NCCL's own tuning model (src/graph/tuning.cc): ring steps,
-// double-binary-tree depth, pipelined chains. Groups spanning nodes are modelled
-// hierarchically. docs/cost-model.md lists every formula.
+// Each collective is timed for every algorithm (ring, tree, NVLS) and protocol (LL, LL128,
+// Simple) NCCL could use, as NCCL's own tuning model does (src/graph/tuning.cc), and the
+// fastest is taken: latency = the protocol's base latency + hops x its per-hop latency on
+// each kind of link; bandwidth = the link's achieved rate (LinkSpec::efficiency) x the share
+// of each line the protocol spends on data. Groups spanning nodes run one ring through every
+// member, bounded by the slower of NVLink and the node's share of NICs (ClusterSpec). The
+// formulas are listed in docs/cost-model.md.
 //
 // Byte convention (the nccl-tests one): all_reduce/broadcast/reduce: the buffer size;
 // all_gather: the total OUTPUT size (n shards); reduce_scatter: the total INPUT size (n
@@ -32,11 +35,19 @@ enum class CollectiveOp {
 CollectiveOp parse_collective_op(const std::string& name);
 const char* to_string(CollectiveOp op);
 
-/// Ring or Tree pick the algorithm (for groups spanning nodes: of the inter-node stage);
-/// Auto picks whichever the model says is faster. Only all_reduce has a tree variant, as in NCCL.
-enum class Algorithm { Auto, Ring, Tree };
-Algorithm parse_algorithm(const std::string& name); // "auto", "ring", "tree"
+/// Ring, Tree or Nvls pick the all_reduce algorithm; Auto picks whichever the model says is
+/// faster. Nvls needs a single node whose NVSwitch reduces in the switch (LinkSpec::nvls).
+enum class Algorithm { Auto, Ring, Tree, Nvls };
+Algorithm parse_algorithm(const std::string& name); // "auto", "ring", "tree", "nvls"
 const char* to_string(Algorithm algorithm);
+
+/// NCCL's protocols: LL (8-byte lines, 4 of data and a 4-byte flag: lowest latency, half the
+/// bandwidth), LL128 (128-byte lines, 120 of data), Simple (whole buffers, fences: the most
+/// latency, all the bandwidth).
+enum class Protocol { LL, LL128, Simple };
+const char* to_string(Protocol protocol);
+/// The share of the link's achieved bandwidth a protocol carries as data: 0.5, 120/128, 1.
+double protocol_share(Protocol protocol);
 
 /// How a group lies on the cluster. `ranks_per_node` is the most members any one node holds
 /// (the busiest node bounds the intra-node stages when a group is uneven).
@@ -56,29 +67,27 @@ GroupShape group_shape(const std::vector<int>& global_ranks, const ClusterSpec& 
 struct CollectiveCost {
   double time_s = 0;
   Algorithm algorithm = Algorithm::Ring; // never Auto: what was picked
-  bool hierarchical = false;             // true when the group spans nodes
+  Protocol protocol = Protocol::Simple;
+  bool hierarchical = false; // true when the group spans nodes
 };
 
-// Single-link building blocks, n ranks on one kind of link.
-/// 2(n-1)·α + 2(n-1)/n · B/β
-double ring_all_reduce_time(int n, double bytes, const LinkSpec& link);
-/// 2·ceil(log2 n)·α + 2·B/β (pipelined double binary tree: each rank sends and receives the
-/// whole buffer once going up and once coming down).
-double tree_all_reduce_time(int n, double bytes, const LinkSpec& link);
-/// (n-1)·α + (n-1)/n · B/β with B the total size; all_gather and reduce_scatter alike.
-double ring_all_gather_time(int n, double total_bytes, const LinkSpec& link);
-/// (n-1)·α + B/β: a chain pipelined in small chunks; broadcast and reduce alike.
-double chain_broadcast_time(int n, double bytes, const LinkSpec& link);
-/// α + B/β
-double p2p_time(double bytes, const LinkSpec& link);
+/// Per-hop latency of `algorithm` with `protocol` on a link of `kind`, and the fixed latency
+/// of one call, in seconds: NCCL's tuning constants (docs/cost-model.md).
+double hop_latency(LinkKind kind, Algorithm algorithm, Protocol protocol);
+double base_latency(Algorithm algorithm, Protocol protocol);
 
-/// Time of one collective on a group of the given shape. `intra` serves groups inside a node,
-/// `inter` the node-to-node stages (one NIC per GPU, so a node drives ranks_per_node NICs).
-CollectiveCost collective_cost(CollectiveOp op, double bytes, const GroupShape& shape,
-                               const LinkSpec& intra, const LinkSpec& inter,
-                               Algorithm algorithm = Algorithm::Auto);
+/// Time of one collective on a group of the given shape, with one algorithm and protocol
+/// (`algorithm` Auto and the protocol: the fastest algorithm for that protocol), or with the
+/// fastest of all when `protocol` is not given. std::invalid_argument when the algorithm
+/// cannot run the op on that shape (Tree for anything but all_reduce, Nvls off an NVLS switch).
 CollectiveCost collective_cost(CollectiveOp op, double bytes, const GroupShape& shape,
                                const ClusterSpec& cluster, Algorithm algorithm = Algorithm::Auto);
+CollectiveCost collective_cost(CollectiveOp op, double bytes, const GroupShape& shape,
+                               const ClusterSpec& cluster, Algorithm algorithm, Protocol protocol);
+
+/// The same cluster with every link at its line rate (efficiency 1): what `bench comm` prints
+/// beside the achieved model.
+ClusterSpec at_line_rate(ClusterSpec cluster);
 
 /// nccl-tests bus-bandwidth factor: 2(n-1)/n all_reduce, (n-1)/n all_gather/reduce_scatter,
 /// 1 broadcast/reduce/sendrecv.

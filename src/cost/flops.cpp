@@ -6,6 +6,10 @@
 namespace meshsim {
 namespace {
 
+// Passes over the attention scores of an unfused attention core (flops.h).
+constexpr double kScorePassesForward = 6;
+constexpr double kScorePassesBackward = 9;
+
 double numel(at::IntArrayRef shape) {
   double n = 1;
   for (int64_t d : shape)
@@ -21,8 +25,20 @@ int64_t param_bytes_of(const torch::nn::Module& m) {
 }
 
 LayerWork work(const std::string& name, const char* op, double flops, double bytes,
-               int64_t param_bytes = 0) {
-  return {name, op, flops, bytes, param_bytes};
+               int64_t param_bytes = 0, int64_t kernels = 1) {
+  LayerWork w{name, op, flops, bytes, param_bytes};
+  w.kernels = kernels;
+  return w;
+}
+
+// One GEMM kernel (a Linear, a convolution, the attention core) added to `w`.
+void add_gemm(LayerWork& w, double flops, double bytes) {
+  w.flops += flops;
+  w.bytes += bytes;
+  w.gemm_flops += flops;
+  w.gemm_bytes += bytes;
+  ++w.gemms;
+  ++w.kernels;
 }
 
 // FLOPs per element of an elementwise leaf, by its type name; 1 for anything unknown.
@@ -80,8 +96,11 @@ void count_composite(const torch::nn::Module& m, double rows, double width, doub
       if (item.key() == "q")
         if (const auto w = linear_weight(*item.value()); w.defined()) d = static_cast<double>(w.size(0));
     const double whole = seq * parts;
-    total.flops += 4 * batch * whole * whole * d; // QK^T and AV
-    total.bytes += 4 * rows * parts * d * eb;     // q, k, v read, output written
+    // QK^T and AV as one fused kernel: q, k, v read, the output written.
+    add_gemm(total, 4 * batch * whole * whole * d, 4 * rows * parts * d * eb);
+    if (const auto* heads = dynamic_cast<const AttentionHeads*>(&m); heads && heads->head_dim() > 0)
+      total.score_bytes += kScorePassesForward * batch * (d / static_cast<double>(heads->head_dim())) *
+                           whole * whole * eb;
     total.attention_flops += 4 * batch * whole * whole * d;
     total.attention_bytes += 4 * rows * parts * d * eb;
   }
@@ -92,19 +111,22 @@ void count_composite(const torch::nn::Module& m, double rows, double width, doub
       const double out = static_cast<double>(w.size(0));
       const double in = static_cast<double>(w.size(1));
       const double r = rows * parts;
-      total.flops += 2 * r * in * out + (has_bias(child) ? r * out : 0);
-      total.bytes += (r * in + r * out) * eb + static_cast<double>(param_bytes_of(child));
+      add_gemm(total, 2 * r * in * out + (has_bias(child) ? r * out : 0),
+               (r * in + r * out) * eb + static_cast<double>(param_bytes_of(child)));
       width = out;
     } else if (!child.children().empty()) {
       count_composite(child, rows, width, batch, seq, eb, parts, total);
     } else if (type_of(child).find("Norm") != std::string::npos) {
       total.flops += 5 * rows * width;
       total.bytes += 2 * rows * width * eb + static_cast<double>(param_bytes_of(child));
+      ++total.kernels;
     } else if (child.parameters().empty()) {
       total.flops += elementwise_flops(type_of(child)) * rows * width;
       total.bytes += 2 * rows * width * eb;
+      ++total.kernels;
     } else { // an embedding-like lookup
       total.bytes += rows * width * eb;
+      ++total.kernels;
     }
   }
 }
@@ -120,19 +142,21 @@ LayerWork count_layer(const std::string& name, const torch::nn::Module& m, at::I
     const double k = static_cast<double>(lin->options.in_features());
     const double n = static_cast<double>(lin->options.out_features());
     const double rows = n_in / k;
-    const double flops = 2 * rows * k * n + (lin->bias.defined() ? rows * n : 0);
-    return work(name, "matmul", flops, (n_in + n_out) * eb + pb, pbytes);
+    LayerWork w = work(name, "matmul", 0, 0, pbytes, 0);
+    add_gemm(w, 2 * rows * k * n + (lin->bias.defined() ? rows * n : 0), (n_in + n_out) * eb + pb);
+    return w;
   }
   if (const auto* conv = m.as<torch::nn::Conv2d>()) {
     const auto& o = conv->options;
     const double per_output = static_cast<double>(o.in_channels() / o.groups()) *
                               static_cast<double>((*o.kernel_size())[0] * (*o.kernel_size())[1]);
-    const double flops = 2 * n_out * per_output + (o.bias() ? n_out : 0);
-    return work(name, "matmul", flops, (n_in + n_out) * eb + pb, pbytes);
+    LayerWork w = work(name, "matmul", 0, 0, pbytes, 0);
+    add_gemm(w, 2 * n_out * per_output + (o.bias() ? n_out : 0), (n_in + n_out) * eb + pb);
+    return w;
   }
   const std::string type = type_of(m);
   if (type == "FlattenImpl" || type == "IdentityImpl" || type == "UnflattenImpl")
-    return work(name, "elementwise", 0, 0, pbytes);
+    return work(name, "elementwise", 0, 0, pbytes, 0); // views: no kernel
   if (type.find("Pool") != std::string::npos) {
     double window = 1;
     if (const auto* p = m.as<torch::nn::MaxPool2d>())
@@ -153,7 +177,7 @@ LayerWork count_layer(const std::string& name, const torch::nn::Module& m, at::I
   const double rows = width > 0 ? n_in / width : 0;
   const double batch = in.size() >= 3 ? static_cast<double>(in[0]) : 1;
   const double seq = in.size() >= 3 ? static_cast<double>(in[in.size() - 2]) : rows;
-  LayerWork total = work(name, "matmul", 0, 0, pbytes);
+  LayerWork total = work(name, "matmul", 0, 0, pbytes, 0);
   count_composite(m, rows, width, batch, seq, eb, static_cast<double>(sequence_parts), total);
   return total;
 }
@@ -177,21 +201,39 @@ std::vector<LayerWork> backward_work(const std::vector<LayerWork>& forward) {
   std::vector<LayerWork> backward(forward.rbegin(), forward.rend());
   for (LayerWork& w : backward) {
     const bool gemm = w.op == "matmul" || w.op == "attention";
+    // The recomputed forward, in the forward's proportions of GEMMs (its whole forward under
+    // full recompute, the attention core, one fused kernel, under selective).
+    const double rerun_share = w.flops > 0 ? w.rerun_flops / w.flops : 0;
+    const bool whole = rerun_share > 0.999;
+    const double rerun_gemm_flops = whole ? w.gemm_flops : w.rerun_flops;
+    const double rerun_gemm_bytes = whole ? w.gemm_bytes : w.rerun_bytes;
+    const int64_t rerun_kernels = whole ? w.kernels : (w.rerun_flops > 0 ? 1 : 0);
+    const int64_t rerun_gemms = whole ? w.gemms : (w.rerun_flops > 0 ? 1 : 0);
     w.recompute_flops = w.rerun_flops;
     w.recompute_bytes = w.rerun_bytes;
     w.rerun_flops = w.rerun_bytes = 0;
     w.flops = w.flops * (gemm ? 2 : 1) + w.recompute_flops;
     w.bytes = w.bytes * 2 + w.recompute_bytes;
+    // Each GEMM's backward is two (the gradient of its input and of its weight); every other
+    // kernel has one backward kernel.
+    w.kernels = w.kernels + w.gemms + rerun_kernels;
+    w.gemms = 2 * w.gemms + rerun_gemms;
+    w.gemm_flops = 2 * w.gemm_flops + rerun_gemm_flops;
+    w.gemm_bytes = 2 * w.gemm_bytes + rerun_gemm_bytes;
+    // Both recompute modes run the attention core again.
+    w.score_bytes = w.score_bytes * (kScorePassesBackward / kScorePassesForward) +
+                    (rerun_share > 0 ? w.score_bytes : 0);
   }
   return backward;
 }
 
-LayerWork optimizer_work(int64_t params, const std::string& optimizer, bool momentum) {
+LayerWork optimizer_work(int64_t params, const std::string& optimizer, bool momentum,
+                         int64_t tensors) {
   const double n = static_cast<double>(params);
   if (optimizer == "adam")
-    return work("adam", "optimizer", 12 * n, 28 * n);
-  return momentum ? work("sgd", "optimizer", 4 * n, 20 * n)
-                  : work("sgd", "optimizer", 2 * n, 12 * n);
+    return work("adam", "optimizer", 12 * n, 28 * n, 0, tensors);
+  return momentum ? work("sgd", "optimizer", 4 * n, 20 * n, 0, tensors)
+                  : work("sgd", "optimizer", 2 * n, 12 * n, 0, tensors);
 }
 
 void attach_work(ComputeRecord& record, std::vector<LayerWork> layers) {

@@ -13,8 +13,18 @@
 //  - LayerNorm/BatchNorm/GroupNorm: 5 FLOPs per element; ReLU 1, GELU 8, dropout 2,
 //    softmax 5, pooling kh·kw per output element; bytes = input + output (+ parameters).
 //  - views (Flatten, Identity): nothing.
+//  - attention score traffic (LayerWork::score_bytes): what an attention core without a fused
+//    kernel moves through memory, B·heads·T² elements per pass: written by QKᵀ, read and
+//    written by softmax and by dropout, read by AV (6 passes forward); written by dP, read and
+//    written by dropout's backward, read twice and written by softmax's, read by dQ, dK and
+//    dV (9 passes backward). A fused (flash) kernel keeps them on chip; the prediction adds
+//    them only without one (PredictOptions::flash_attention).
+//  - kernels: one per leaf (a Linear, convolution, norm, activation, lookup), one for a fused
+//    attention core; of them the Linears, convolutions and attention cores are GEMMs, whose
+//    flops and bytes LayerWork::gemm_flops and gemm_bytes carry apart.
 //  - backward = 2× forward FLOPs for matmul and attention (grad of input and of weight),
-//    1× for the rest; 2× the bytes for every layer; plus, once, the forward work that
+//    1× for the rest; 2× the bytes for every layer; two kernels per GEMM, one per other
+//    kernel; plus, once, the forward work that
 //    activation recomputation runs again (a forward's LayerWork::rerun_flops and _bytes become
 //    the backward's recompute_flops and _bytes).
 #pragma once
@@ -27,6 +37,14 @@
 #include "mesh/recorder.h"
 
 namespace meshsim {
+
+/// Implemented by attention modules: the width of one head, so that the counts know the
+/// [B, heads, T, T] score matrices an attention core without a fused kernel writes.
+class AttentionHeads {
+public:
+  virtual ~AttentionHeads() = default;
+  virtual int64_t head_dim() const = 0;
+};
 
 /// Forward work of `module` (named `name`) that turned an input of shape `in` into one of
 /// shape `out`. Composite modules other than Sequential are counted from their leaves,
@@ -47,8 +65,10 @@ std::vector<LayerWork> backward_work(const std::vector<LayerWork>& forward);
 
 /// One optimizer step over `params` parameters: Adam reads p, g, m, v and writes p, m, v
 /// (28 bytes, ~12 FLOPs per fp32 parameter); SGD reads p, g (and the momentum buffer) and
-/// writes p (and it): 12 or 20 bytes, 2 or 4 FLOPs.
-LayerWork optimizer_work(int64_t params, const std::string& optimizer, bool momentum);
+/// writes p (and it): 12 or 20 bytes, 2 or 4 FLOPs. One kernel per parameter tensor
+/// (`tensors`; 0 when unknown).
+LayerWork optimizer_work(int64_t params, const std::string& optimizer, bool momentum,
+                         int64_t tensors = 0);
 
 /// Sums `layers` into `record` (flops, bytes, op = the class with most FLOPs, layers).
 void attach_work(ComputeRecord& record, std::vector<LayerWork> layers);

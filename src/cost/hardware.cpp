@@ -40,12 +40,24 @@ constexpr double network(double gbit_per_s) {
   return gbit_per_s * kGiga / 8;
 }
 
-// Per-hop latencies: NCCL's own tuning model (src/graph/tuning.cc, hwLat, Ring/LL protocol,
-// the protocol NCCL picks for the small messages where α matters): NVLink 0.6 us, PCI 1.0 us,
-// network 2.7 us.
-constexpr double kNvlinkHopLatency = 0.6e-6;
-constexpr double kPcieHopLatency = 1.0e-6;
-constexpr double kNetHopLatency = 2.7e-6;
+// What NCCL's bandwidth-bound protocol (Simple) achieves of each kind of link's line rate on
+// large messages. Only NVLink's and NVLS's are fitted, each on one calibration row that
+// `meshsim validate` lists (docs/cost-model.md); PCIe and network are the share of a packet
+// that is payload, from the protocols' own formats: no row is fitted to them.
+//  NVLink: nccl-tests #175, all_reduce of 8 A100 SXM over NVSwitch, 232.54 GB/s bus bandwidth
+//    at 4 GiB against 12 links x 25 GB/s. Used for every NVLink generation.
+//  NVLS: nccl #1455, 8 H100 SXM, NVLS all_reduce 480 GB/s bus bandwidth: algbw = 480 / (2 x 7/8)
+//    = 274.3 GB/s against NVLink 4's 450 GB/s.
+//  PCIe: 256-byte max payload per TLP with 26 bytes of header, sequence number, LCRC and framing.
+//  InfiniBand: 4096-byte MTU with 26 bytes of LRH, BTH, ICRC and VCRC per packet.
+//  Ethernet (RoCE v2): 4096-byte MTU with 82 bytes of Ethernet, IP, UDP, BTH, ICRC, preamble and
+//    inter-frame gap per packet.
+constexpr double kNvlinkEfficiency = 232.54 / 300.0;
+constexpr double kNvlsAlgbw = 480.0 / (2.0 * 7 / 8);
+constexpr double kNvlsEfficiency = kNvlsAlgbw / 450.0;
+constexpr double kPcieEfficiency = 256.0 / (256 + 26);
+constexpr double kInfinibandEfficiency = 4096.0 / (4096 + 26);
+constexpr double kRoceEfficiency = 4096.0 / (4096 + 82);
 
 // GPU table. Sources (each "dense, no sparsity"):
 //  V100 SXM2: NVIDIA Tesla V100 datasheet: FP32 15.7 TF, Tensor (FP16) 125 TF, HBM2 900 GB/s,
@@ -89,25 +101,26 @@ const std::vector<GpuSpec> kGpus = {
 };
 // clang-format on
 
-// Link table: bandwidth per GPU per direction.
+// Link table: line rate per GPU (network: per NIC) per direction.
 //  nvlink2: V100 SXM2, 6 links (datasheet "300 GB/s" counts both directions).
 //  nvlink3: A100 SXM, 12 links (datasheet "600 GB/s" bidirectional).
-//  nvlink4: H100/H200 SXM, 18 links (datasheet "900 GB/s" bidirectional).
+//  nvlink4: H100/H200 SXM, 18 links (datasheet "900 GB/s" bidirectional); HGX H100/H200's
+//    third-generation NVSwitch reduces in the switch (NVLink SHARP, NCCL's NVLS).
 //  NVLink numbers assume an NVSwitch (DGX/HGX) so every GPU reaches its peers at full rate.
 //  pcie3/4/5: 8/16/32 GT/s per lane, x16, 128b/130b (PCI-SIG base specifications).
 //  hdr/ndr: InfiniBand HDR 200 Gb/s and NDR 400 Gb/s per port (NVIDIA ConnectX-6/-7).
 //  100gbe: 100 Gb/s Ethernet (RoCE assumed; with TCP sockets the latency is ~10x higher).
 // clang-format off
 const std::vector<LinkSpec> kLinks = {
-    {"nvlink2", nvlink(6),     kNvlinkHopLatency},
-    {"nvlink3", nvlink(12),    kNvlinkHopLatency},
-    {"nvlink4", nvlink(18),    kNvlinkHopLatency},
-    {"pcie3",   pcie_x16(8),   kPcieHopLatency},
-    {"pcie4",   pcie_x16(16),  kPcieHopLatency},
-    {"pcie5",   pcie_x16(32),  kPcieHopLatency},
-    {"hdr",     network(200),  kNetHopLatency},
-    {"ndr",     network(400),  kNetHopLatency},
-    {"100gbe",  network(100),  kNetHopLatency},
+    {"nvlink2", nvlink(6),    kNvlinkEfficiency,     LinkKind::NVLink,  0},
+    {"nvlink3", nvlink(12),   kNvlinkEfficiency,     LinkKind::NVLink,  0},
+    {"nvlink4", nvlink(18),   kNvlinkEfficiency,     LinkKind::NVLink,  kNvlsEfficiency},
+    {"pcie3",   pcie_x16(8),  kPcieEfficiency,       LinkKind::PCIe,    0},
+    {"pcie4",   pcie_x16(16), kPcieEfficiency,       LinkKind::PCIe,    0},
+    {"pcie5",   pcie_x16(32), kPcieEfficiency,       LinkKind::PCIe,    0},
+    {"hdr",     network(200), kInfinibandEfficiency, LinkKind::Network, 0},
+    {"ndr",     network(400), kInfinibandEfficiency, LinkKind::Network, 0},
+    {"100gbe",  network(100), kRoceEfficiency,       LinkKind::Network, 0},
 };
 // clang-format on
 
@@ -240,9 +253,15 @@ std::string default_inter_link(const std::string& gpu_name) {
   return (gpu == "h100" || gpu == "h200") ? "ndr" : "hdr"; // DGX H100 ships NDR, DGX A100 HDR
 }
 
+double ClusterSpec::inter_per_gpu() const {
+  return inter.achieved() * std::min(1.0, static_cast<double>(nics()) / gpus_per_node);
+}
+
 std::string ClusterSpec::to_string() const {
+  const std::string nic_count =
+      nics_per_node > 0 ? std::to_string(nics_per_node) + "x" : std::string();
   return std::to_string(nodes) + "x" + std::to_string(gpus_per_node) + "x" + gpu.name + " (intra " +
-         intra.name + ", inter " + inter.name + ")";
+         intra.name + ", inter " + nic_count + inter.name + ")";
 }
 
 ClusterSpec parse_cluster_spec(const std::string& spec, const std::string& intra_override,
@@ -288,7 +307,20 @@ ClusterSpec parse_cluster_spec(const std::string& spec, const std::string& intra
   try {
     cluster.gpu = gpu_preset(rest);
     cluster.intra = link_preset(intra_override.empty() ? default_intra_link(rest) : intra_override);
-    cluster.inter = link_preset(inter_override.empty() ? default_inter_link(rest) : inter_override);
+    std::string inter = lower(inter_override);
+    const size_t x = inter.find('x');
+    if (x != std::string::npos && x > 0 && std::isdigit(static_cast<unsigned char>(inter[0]))) {
+      const std::string count = inter.substr(0, x);
+      const bool digits = std::all_of(count.begin(), count.end(),
+                                      [](unsigned char c) { return std::isdigit(c); });
+      if (!digits || count.size() > 6 || std::stoi(count) < 1 || std::stoi(count) > kMaxCount)
+        throw std::invalid_argument("NICs per node in --inter \"" + printable(inter_override) +
+                                    "\" must be a count from 1 to " + std::to_string(kMaxCount) +
+                                    " (as in 4xhdr)");
+      cluster.nics_per_node = std::stoi(count);
+      inter = inter.substr(x + 1);
+    }
+    cluster.inter = link_preset(inter.empty() ? default_inter_link(rest) : inter);
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument("invalid cluster spec \"" + printable(spec) + "\": " + e.what());
   }

@@ -1,8 +1,9 @@
 // Hardware presets for the cost model: GPUs, links, and the cluster spec that combines them.
 //
 // The cost model predicts how long work recorded on virtual GPUs would take on a real cluster;
-// these tables are its only source of hardware numbers. Every number is a vendor peak (dense,
-// no sparsity); the efficiency factors in roofline.h are where achieved-vs-peak lives.
+// these tables are its only source of hardware numbers. FLOP/s and line rates are vendor
+// peaks (dense, no sparsity); what kernels and collectives achieve of them is a factor beside
+// each (LinkSpec::efficiency here, the Efficiency table in roofline.h), with its source.
 // See docs/cost-model.md for sources and assumptions.
 #pragma once
 
@@ -33,14 +34,27 @@ struct GpuSpec {
   double peak_flops(Dtype dtype) const;
 };
 
-/// One interconnect. `bandwidth` is per GPU, per direction (see docs: a ring step sends and
-/// receives at once, so the unidirectional rate is what bounds it). `latency` is the per-hop
-/// α of the α–β model.
+/// What a link is made of: it picks NCCL's per-hop latencies (collective_cost.cpp).
+enum class LinkKind { NVLink, PCIe, Network };
+
+/// One interconnect. `bandwidth` is the line rate per GPU (for a network: per NIC), per
+/// direction (see docs: a ring step sends and receives at once, so the unidirectional rate is
+/// what bounds it). `efficiency` is the share of it that NCCL's bandwidth-bound protocol
+/// (Simple) achieves on large messages; hardware.cpp says where each comes from.
 struct LinkSpec {
   std::string name;
-  double bandwidth = 0; // bytes/s, one direction, one GPU
-  double latency = 0;   // seconds per hop
+  double bandwidth = 0;   // bytes/s, one direction, one GPU (network: one NIC)
+  double efficiency = 1;  // achieved / line rate, large messages
+  LinkKind kind = LinkKind::NVLink;
+  /// NVLink SHARP: an NVSwitch that reduces in the switch (H100/H200 HGX). NCCL's NVLS
+  /// all-reduce then moves each byte to the switch and back once, whatever the group size, at
+  /// this share of the line rate. 0: the switch cannot.
+  double nvls_efficiency = 0;
+
+  double achieved() const { return bandwidth * efficiency; }
 };
+
+
 
 const std::vector<GpuSpec>& gpu_presets();
 const std::vector<LinkSpec>& link_presets();
@@ -59,17 +73,24 @@ struct ClusterSpec {
   int gpus_per_node = 1;
   GpuSpec gpu;
   LinkSpec intra; // between GPUs of one node
-  LinkSpec inter; // between nodes; one NIC per GPU ("rail") assumed, see docs
+  LinkSpec inter; // between nodes, one NIC
+  /// NICs per node; 0: one per GPU ("rails", as DGX/HGX systems). With fewer, a node's GPUs
+  /// share them: every GPU of a node talks across nodes at once in a data-parallel step.
+  int nics_per_node = 0;
   std::string note; // set when the spec named a GPU by its bare name ("a100 taken as a100-80")
 
   int world_size() const { return nodes * gpus_per_node; }
   int node_of(int rank) const { return rank / gpus_per_node; }
-  std::string to_string() const; // "4x8xh100 (intra nvlink4, inter ndr)"
+  int nics() const { return nics_per_node > 0 ? nics_per_node : gpus_per_node; }
+  /// One GPU's achieved share of the node's network: inter.achieved() x min(1, NICs / GPUs).
+  double inter_per_gpu() const;
+  std::string to_string() const; // "4x8xh100 (intra nvlink4, inter ndr)", "... inter 4xhdr)"
 };
 
 /// Parses "NODESxGPUSxMODEL" ("4x8xh100"), "GPUSxMODEL" (one node, "8xa100-80") or "MODEL"
-/// (one GPU). Empty overrides keep the GPU's default links. Errors are std::invalid_argument
-/// with a one-line message.
+/// (one GPU). Empty overrides keep the GPU's default links. `inter_override` may name the NIC
+/// count per node too: "4xhdr" is 4 HDR NICs shared by the node's GPUs. Errors are
+/// std::invalid_argument with a one-line message.
 ClusterSpec parse_cluster_spec(const std::string& spec, const std::string& intra_override = "",
                                const std::string& inter_override = "");
 

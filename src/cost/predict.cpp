@@ -105,13 +105,17 @@ Prediction predict(const std::vector<Recorder>& ranks, int64_t samples_per_step,
   p.flops = flops;
   p.model_flops = flops - recomputed;
   p.replay = replay(p.program, cluster, replay_options);
-  p.step_time_s = p.replay.makespan_s;
   p.exposed_comm_s = p.replay.max_exposed_comm_s();
   p.bubble_fraction = p.replay.bubble_fraction;
+  double overlapped = 0; // communication hidden behind compute, on the rank with the most
   for (const RankStats& s : p.replay.ranks) {
     p.compute_s = std::max(p.compute_s, s.compute_busy_s);
     p.comm_s = std::max(p.comm_s, s.comm_busy_s);
+    overlapped = std::max(overlapped, s.comm_busy_s - s.exposed_comm_s);
   }
+  // Hidden is not free: the compute beside a collective runs slower (roofline.h).
+  p.overlap_penalty_s = options.efficiency.overlap_slowdown * std::max(0.0, overlapped);
+  p.step_time_s = p.replay.makespan_s + p.overlap_penalty_s;
   if (p.step_time_s > 0 && p.world_size > 0) {
     p.samples_per_s = static_cast<double>(samples_per_step) / p.step_time_s;
     p.tflops_per_gpu = flops / p.world_size / p.step_time_s / 1e12;
@@ -153,6 +157,7 @@ json to_json(const Prediction& p) {
           {"mfu", p.mfu},
           {"exposed_comm_s", p.exposed_comm_s},
           {"bubble_fraction", p.bubble_fraction},
+          {"overlap_penalty_s", p.overlap_penalty_s},
           {"compute_s", p.compute_s},
           {"comm_s", p.comm_s}};
 }
@@ -164,7 +169,9 @@ json records_to_json(const std::vector<Recorder>& ranks, int64_t samples_per_ste
     for (const ComputeRecord& c : r.compute) {
       json layers = json::array();
       for (const LayerWork& w : c.layers)
-        layers.push_back({w.layer, w.op, w.flops, w.bytes, w.param_bytes});
+        layers.push_back(
+            {w.layer, w.op, w.flops, w.bytes, w.param_bytes, w.kernels, w.gemms, w.gemm_flops,
+             w.gemm_bytes, w.score_bytes});
       compute.push_back({{"name", c.name},
                          {"step", c.step},
                          {"start_s", c.start_s},
@@ -209,10 +216,19 @@ std::vector<Recorder> records_from_json(const json& doc, int64_t* samples_per_st
         c.recompute_flops = j.value("recompute_flops", 0.0); // absent in records before it
         c.bytes = field<double>(j, "bytes");
         c.op = field<std::string>(j, "op");
-        for (const json& w : field<json>(j, "layers"))
-          c.layers.push_back({w.at(0).get<std::string>(), w.at(1).get<std::string>(),
-                              w.at(2).get<double>(), w.at(3).get<double>(),
-                              integer<int64_t>(w.at(4), "layers")});
+        for (const json& w : field<json>(j, "layers")) {
+          LayerWork layer{w.at(0).get<std::string>(), w.at(1).get<std::string>(),
+                          w.at(2).get<double>(), w.at(3).get<double>(),
+                          integer<int64_t>(w.at(4), "layers")};
+          if (w.size() >= 10) { // absent in records before kernels were counted
+            layer.kernels = integer<int64_t>(w.at(5), "layers");
+            layer.gemms = integer<int64_t>(w.at(6), "layers");
+            layer.gemm_flops = w.at(7).get<double>();
+            layer.gemm_bytes = w.at(8).get<double>();
+            layer.score_bytes = w.at(9).get<double>();
+          }
+          c.layers.push_back(std::move(layer));
+        }
         r.compute.push_back(std::move(c));
       }
       for (const json& j : field<json>(jr, "collectives")) {

@@ -35,6 +35,9 @@ struct PredictOptions {
   Algorithm algorithm = Algorithm::Auto; // all_reduce algorithm
   bool measured_compute = false;         // compute = measured time (target = this device)
   bool overlap_buckets = true;           // DDP buckets start as their gradients are ready
+  /// The target runs attention as one fused (flash) kernel; false: its score matrices go
+  /// through memory (LayerWork::score_bytes), as attention did before FlashAttention.
+  bool flash_attention = true;
   int64_t step = -1;                     // -1: representative_step()
   /// Ranks with no records are images of the recorded ones, each recorded rank standing for
   /// the same number of GPUs (a plan's symmetry classes): only the recorded ranks are
@@ -59,7 +62,7 @@ struct Prediction {
   int64_t step = 0;    // the recorded step that was replayed
   int world_size = 0;
   int64_t samples_per_step = 0;
-  double step_time_s = 0; // makespan of the replayed step
+  double step_time_s = 0; // makespan of the replayed step + overlap_penalty_s
   double samples_per_s = 0;
   double flops = 0;        // counted FLOPs of the step, every GPU, recomputation included
   double model_flops = 0;  // of them, the model's: recomputation excluded
@@ -69,6 +72,9 @@ struct Prediction {
   // time / the dtype's dense peak.
   double mfu = 0;
   double exposed_comm_s = 0;  // worst rank: communication not hidden behind compute
+  // Efficiency::overlap_slowdown x the most communication any rank hides behind compute: added
+  // to the replay's makespan in step_time_s.
+  double overlap_penalty_s = 0;
   double bubble_fraction = 0; // compute streams idle (pipeline bubbles, exposed comm)
   double compute_s = 0;       // busiest rank's compute time
   double comm_s = 0;          // busiest rank's communication time

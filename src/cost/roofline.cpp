@@ -88,6 +88,28 @@ double ridge_point(const GpuSpec& gpu, OpClass op, Dtype dtype, const Efficiency
   return eff.of(op) * op_peak_flops(gpu, op, dtype) / (eff.memory * gpu.mem_bw);
 }
 
+double gemm_efficiency(double flops, double peak_flops, const Efficiency& eff) {
+  if (flops <= 0 || peak_flops <= 0)
+    return eff.matmul;
+  const double at_peak = flops / peak_flops;
+  return eff.matmul * at_peak / (at_peak + eff.gemm_half_s);
+}
+
+double kernel_mix_time(const KernelMix& mix, const GpuSpec& gpu, const Efficiency& eff) {
+  double time = 0;
+  if (mix.gemms > 0 && (mix.gemm_flops > 0 || mix.gemm_bytes > 0)) {
+    const double peak = op_peak_flops(gpu, OpClass::Matmul, mix.dtype);
+    const double per_gemm = mix.gemm_flops / static_cast<double>(mix.gemms);
+    Efficiency sized = eff;
+    sized.matmul = gemm_efficiency(per_gemm, peak, eff);
+    time += roofline({mix.gemm_flops, mix.gemm_bytes, OpClass::Matmul, mix.dtype}, gpu, sized)
+                .time_s;
+  }
+  if (mix.other_flops > 0 || mix.other_bytes > 0)
+    time += roofline({mix.other_flops, mix.other_bytes, mix.other, mix.dtype}, gpu, eff).time_s;
+  return std::max(time, static_cast<double>(mix.kernels) * eff.launch_s);
+}
+
 ComputeWork matmul_work(double m, double n, double k, Dtype dtype) {
   constexpr double kFlopsPerMac = 2; // one multiply + one add
   ComputeWork work;

@@ -6,6 +6,8 @@
 // it is a plain struct so a calibration run can overwrite it.
 #pragma once
 
+#include <cstdint>
+
 #include "cost/hardware.h"
 
 namespace meshsim {
@@ -16,22 +18,52 @@ enum class OpClass { Matmul, Attention, Normalization, Elementwise, Optimizer };
 OpClass parse_op_class(const std::string& name); // "matmul", "conv", "attention", ...
 const char* to_string(OpClass op);
 
-/// Fraction of peak each op class achieves. Defaults (see docs/cost-model.md):
-///  matmul/conv 0.70: large cuBLAS/cuDNN GEMMs reach 70-80% of dense tensor-core peak;
-///  attention 0.50: FlashAttention-2 reports 50-73% forward on A100, less backward;
-///  normalization/elementwise/optimizer 0.50: these are memory bound, so the value rarely
-///    matters; they run on CUDA cores (fp32 peak), not tensor cores.
-///  memory 1.0: bytes / mem_bw exactly; measured STREAM-like kernels reach ~0.85-0.92.
+/// Fraction of peak each op class achieves, and the costs around kernels. Defaults and
+/// where each comes from: docs/cost-model.md.
+///  matmul: what a large GEMM achieves of the dense tensor-core peak; gemm_half_s: the time at
+///    peak of a GEMM that reaches half of that (smaller GEMMs do not fill the GPU's SMs). Both
+///    fitted on the calibration rows of `meshsim validate` (Narayanan et al. Table 1).
+///  attention 0.50: the attention core in records that carry no GEMM split (older records).
+///  normalization/elementwise/optimizer 0.50: memory bound, so the value rarely matters; they
+///    run on CUDA cores (fp32 peak), not tensor cores.
+///  memory 0.88: STREAM-like kernels reach 0.85-0.92 of the datasheet bandwidth.
+///  launch_s 5 us: one kernel's launch and the framework's dispatch, the floor of any kernel.
+///  overlap_slowdown 0.1: compute runs this much slower while a collective runs beside it
+///    (NCCL's kernels take 8-16 of the GPU's 108-132 SMs and a share of its memory bandwidth).
 struct Efficiency {
-  double matmul = 0.70;
+  double matmul = 0.80;
+  double gemm_half_s = 20e-6;
   double attention = 0.50;
   double normalization = 0.50;
   double elementwise = 0.50;
   double optimizer = 0.50;
-  double memory = 1.0;
+  double memory = 0.88;
+  double launch_s = 5e-6;
+  double overlap_slowdown = 0.1;
 
   double of(OpClass op) const;
 };
+
+/// What a GEMM of `flops` achieves of the peak `peak_flops`: matmul x t / (t + gemm_half_s),
+/// with t = flops / peak_flops, its time at peak.
+double gemm_efficiency(double flops, double peak_flops, const Efficiency& eff);
+
+/// A pass of one layer: `gemms` GEMM kernels with their FLOPs and bytes, and the other kernels'
+/// (`kernels` in all, the GEMMs included) of class `other`.
+struct KernelMix {
+  double gemm_flops = 0;
+  double gemm_bytes = 0;
+  int64_t gemms = 0;
+  double other_flops = 0;
+  double other_bytes = 0;
+  OpClass other = OpClass::Elementwise;
+  int64_t kernels = 0;
+  Dtype dtype = Dtype::BF16;
+};
+
+/// The GEMMs' roofline at their average size's efficiency, plus the other kernels' roofline,
+/// and never less than `kernels` launches.
+double kernel_mix_time(const KernelMix& mix, const GpuSpec& gpu, const Efficiency& eff = {});
 
 /// What one kernel does: its math and its device-memory traffic.
 struct ComputeWork {

@@ -68,6 +68,26 @@ Window window_of(const Recorder& r, int64_t step) {
   return w;
 }
 
+// One layer's pass on the target: its GEMMs by size and the rest memory bound, at least its
+// launches (roofline.h); a layer from older records, with no kernel counts, as one roofline.
+double layer_time(const LayerWork& w, const GpuSpec& gpu, const PredictOptions& o) {
+  const OpClass op = parse_op_class(w.op);
+  if (w.kernels == 0 && w.gemms == 0)
+    return roofline({w.flops, w.bytes, op, o.dtype}, gpu, o.efficiency).time_s;
+  KernelMix mix;
+  mix.gemm_flops = w.gemm_flops;
+  mix.gemm_bytes = w.gemm_bytes;
+  mix.gemms = w.gemms;
+  mix.other_flops = std::max(0.0, w.flops - w.gemm_flops);
+  mix.other_bytes = std::max(0.0, w.bytes - w.gemm_bytes) + (o.flash_attention ? 0 : w.score_bytes);
+  // What is not a GEMM in a matmul-class layer (a transformer block's norms, activations and
+  // residual adds) is elementwise work.
+  mix.other = op == OpClass::Matmul || op == OpClass::Attention ? OpClass::Elementwise : op;
+  mix.kernels = w.kernels;
+  mix.dtype = o.dtype;
+  return kernel_mix_time(mix, gpu, o.efficiency);
+}
+
 // Time of a region on the target, and the cumulative fraction after each of its layers.
 double region_time(const ComputeRecord& c, const GpuSpec& gpu, const PredictOptions& o,
                    std::vector<double>* cumulative) {
@@ -81,8 +101,7 @@ double region_time(const ComputeRecord& c, const GpuSpec& gpu, const PredictOpti
   std::vector<double> times;
   double total = 0;
   for (const LayerWork& w : c.layers) {
-    times.push_back(
-        roofline({w.flops, w.bytes, parse_op_class(w.op), o.dtype}, gpu, o.efficiency).time_s);
+    times.push_back(layer_time(w, gpu, o));
     total += times.back();
   }
   if (cumulative) {

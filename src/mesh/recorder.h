@@ -53,6 +53,16 @@ struct LayerWork {
   // In a backward: the forward work it ran again, included in flops and bytes.
   double recompute_flops = 0;
   double recompute_bytes = 0;
+  // Kernels the layer's pass launches, and of them the GEMMs (matmul, convolution, the
+  // attention core) with their share of flops and bytes: the cost model times GEMMs by their
+  // size and the rest as memory bound, and charges every launch. 0 in older records.
+  int64_t kernels = 0;
+  int64_t gemms = 0;
+  double gemm_flops = 0;
+  double gemm_bytes = 0;
+  // The attention score matrices' traffic, were the attention core not one fused kernel
+  // (cost/flops.h); not in `bytes`.
+  double score_bytes = 0;
 };
 
 struct ComputeRecord {

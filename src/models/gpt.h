@@ -13,6 +13,7 @@
 
 #include <torch/torch.h>
 
+#include "cost/flops.h"
 #include "models/models.h"
 
 namespace meshsim {
@@ -67,12 +68,14 @@ public:
 /// q's output features / head_dim, so a column shard of q, k, v (whole heads) runs unchanged.
 class CausalSelfAttentionImpl : public torch::nn::Module,
                                 public LinearSlots,
-                                public CheckpointedAttention {
+                                public CheckpointedAttention,
+                                public AttentionHeads {
 public:
   CausalSelfAttentionImpl(int64_t hidden, int64_t heads, const torch::TensorOptions& tensors = {});
   torch::Tensor forward(const torch::Tensor& x);
   void replace_linear(const std::string& name, torch::nn::AnyModule module) override;
   int64_t shard_granularity(const std::string& name) const override { return head_dim_; }
+  int64_t head_dim() const override { return head_dim_; }
 
 private:
   torch::nn::AnyModule& slot(const std::string& name);

@@ -53,13 +53,15 @@ torch::Tensor apply_rotary(const torch::Tensor& x, double theta);
 /// heads (heads/tp query and kv_heads/tp kv heads) runs unchanged.
 class LlamaAttentionImpl : public torch::nn::Module,
                            public LinearSlots,
-                           public CheckpointedAttention {
+                           public CheckpointedAttention,
+                           public AttentionHeads {
 public:
   LlamaAttentionImpl(int64_t hidden, int64_t heads, int64_t kv_heads, double rope_theta,
                      const torch::TensorOptions& tensors = {});
   torch::Tensor forward(const torch::Tensor& x);
   void replace_linear(const std::string& name, torch::nn::AnyModule module) override;
   int64_t shard_granularity(const std::string& name) const override;
+  int64_t head_dim() const override { return head_dim_; }
 
 private:
   torch::nn::AnyModule& slot(const std::string& name);

@@ -105,7 +105,8 @@ void Replica::optimizer_step(RankContext& ctx, int64_t step, bool grads_finite) 
   int64_t numel = 0;
   for (const auto& p : params) numel += p.numel();
   const auto& o = optimizer->options();
-  attach_work(ctx.recorder.compute.back(), {optimizer_work(numel, o.name, o.momentum != 0)});
+  attach_work(ctx.recorder.compute.back(),
+              {optimizer_work(numel, o.name, o.momentum != 0, static_cast<int64_t>(params.size()))});
   ctx.sample_memory(step, "optimizer");
 }
 

@@ -153,8 +153,9 @@ bool uses_mesh_layout(const TrainConfig& c) {
 }
 
 void validate(TrainConfig& c) {
-  require(c.gpus >= 1 && c.gpus <= kMaxGpus,
-          fmt::format("--gpus must be between 1 and {}, got {}", kMaxGpus, c.gpus));
+  const int max_gpus = c.device == "meta" ? kMaxPlannedGpus : kMaxGpus;
+  require(c.gpus >= 1 && c.gpus <= max_gpus,
+          fmt::format("--gpus must be between 1 and {}, got {}", max_gpus, c.gpus));
   require(contains(strategy_names(), c.strategy),
           fmt::format("unknown strategy '{}' (choose single, ddp or dp)", c.strategy));
   if (!contains(model_names(), c.model)) {

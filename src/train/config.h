@@ -19,6 +19,9 @@ constexpr const char* kDefaultText = "/usr/share/common-licenses/GPL-3";
 
 /// Limits of the flags: what this process can hold, and what its clock can count.
 constexpr int kMaxGpus = 1024;
+/// A plan runs on the meta device and executes one GPU per symmetry class: it may cover the
+/// largest clusters built.
+constexpr int kMaxPlannedGpus = 100000;
 constexpr double kMaxCommTimeoutS = 7 * 24 * 3600.0;
 constexpr double kMaxBucketMb = 1 << 20;
 constexpr int64_t kMaxBatchSize = int64_t{1} << 40;

@@ -194,9 +194,9 @@ PlanFigures plan_figures(const Plan& plan, const Prediction& prediction,
 }
 
 PlanFigures plan_on(const TrainConfig& config, const ClusterSpec& cluster, Prediction* prediction,
-                    Plan* plan_out) {
+                    Plan* plan_out, const PredictOptions& target) {
   Plan plan = make_plan(config, kPlanCapacity);
-  PredictOptions options;
+  PredictOptions options = target;
   options.dtype = parse_dtype(config.precision); // the math of the planned run
   options.images = true; // the GPUs not executed are images of those that were
   const Prediction p = predict(plan.recorders, plan.samples_per_step, cluster, options);

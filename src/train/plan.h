@@ -103,9 +103,11 @@ PlanFigures plan_figures(const Plan& plan, const Prediction& prediction,
 
 /// make_plan(config) and its prediction on `cluster` (replaying the executed GPUs as images of
 /// the others). `prediction`, when given, receives the prediction (its timeline: trace.json),
-/// and `plan` the plan.
+/// and `plan` the plan. `target` carries what the target runs differently (efficiencies, an
+/// unfused attention); its dtype and images are the plan's own.
 PlanFigures plan_on(const TrainConfig& config, const ClusterSpec& cluster,
-                    Prediction* prediction = nullptr, Plan* plan = nullptr);
+                    Prediction* prediction = nullptr, Plan* plan = nullptr,
+                    const PredictOptions& target = {});
 
 /// Samples per micro-batch of a validated configuration: its replica's batch ÷ micro-batches.
 inline int64_t micro_batch_size_of(const TrainConfig& c) { return c.batch_size / c.micro_batches; }

@@ -164,12 +164,14 @@ std::vector<int> divisors(int n) {
 } // namespace
 
 PlanFigures estimate_layout(const TrainConfig& config, const ClusterSpec& cluster,
-                            int64_t stop_above) {
+                            int64_t stop_above, const PredictOptions& target) {
   const int64_t blocks = config.gpt.layers / config.pp; // validate: layers divide by pp
   const int m = config.micro_batches;
   // Blocks: 1 and 2 per stage (the embedding and head are the same in both).
   const int64_t k1 = std::min<int64_t>(blocks, 1), k2 = std::min<int64_t>(blocks, 2);
-  auto at = [&](int64_t k, int micro) { return plan_on(reduced(config, k, micro), cluster); };
+  auto at = [&](int64_t k, int micro) {
+    return plan_on(reduced(config, k, micro), cluster, nullptr, nullptr, target);
+  };
   // `micro` micro-batches, carried on from k1 and k2 blocks per stage to all of them.
   auto in_blocks = [&](int micro) {
     const PlanFigures a = at(k1, micro);

@@ -91,6 +91,6 @@ SearchResult search_layouts(const TrainConfig& base, const ClusterSpec& cluster,
 /// above `stop_above` bytes, returns that plan's figures (a lower bound on the memory, its
 /// step time not carried on to the real micro-batches).
 PlanFigures estimate_layout(const TrainConfig& config, const ClusterSpec& cluster,
-                            int64_t stop_above = kPlanCapacity);
+                            int64_t stop_above = kPlanCapacity, const PredictOptions& target = {});
 
 } // namespace meshsim

@@ -64,7 +64,9 @@ TEST(CostReplay, ModelledDurationsComeFromTheCostModel) {
   ReplayOptions options;
   options.algorithm = Algorithm::Ring;
   const ReplayResult result = replay(program, cluster, options);
-  const double ar = 2 * 1 * cluster.intra.latency + 2.0 * 1 / 2 * 1e6 / cluster.intra.bandwidth;
+  const double ar = collective_cost(CollectiveOp::AllReduce, 1e6, GroupShape::within_node(2),
+                                    cluster, Algorithm::Ring)
+                        .time_s;
   EXPECT_NEAR(result.task("ar0").end_s - result.task("ar0").start_s, ar, 1e-15);
   EXPECT_NEAR(result.task("later1").end_s - result.task("later1").start_s,
               roofline(gemm, cluster.gpu).time_s, 1e-15);

@@ -1,0 +1,87 @@
+// `meshsim validate`: every published row the cost model is held against, predicted with its
+// publication's configuration, with the error; calibration rows marked. See train/validation.h.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "train/validation.h"
+
+namespace meshsim {
+
+void add_validate_flags(CLI::App& app, ValidateArgs& a) {
+  app.add_option("--only", a.only,
+                 "rows of these groups only: nccl (nccl-tests), narayanan (Megatron-LM Table 1)")
+      ->delimiter(',');
+  app.add_flag("--json", a.json, "print the rows and the summary as JSON");
+  app.add_flag("!--no-progress", a.progress, "do not report each row on stderr");
+}
+
+int run_validate(const ValidateArgs& a) {
+  for (const std::string& g : a.only)
+    if (g != "nccl" && g != "narayanan") {
+      fmt::print(stderr, "meshsim: --only {}: unknown group (known: nccl, narayanan)\n", g);
+      return kExitUsage;
+    }
+  const std::vector<PublishedRow> rows = published_rows(a.only);
+  const ValidationSummary s = validate_rows(rows, [&](size_t i, size_t n, const PublishedRow& row) {
+    if (a.progress)
+      fmt::print(stderr, "meshsim validate: [{}/{}] {}\n", i + 1, n, row.name);
+  });
+  for (const RowResult& r : s.rows)
+    if (!r.failure.empty())
+      fmt::print(stderr, "meshsim: validate: {}: {}\n", r.row->name, r.failure);
+  if (a.json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const RowResult& r : s.rows)
+      out.push_back({{"group", r.row->group},
+                     {"row", r.row->name},
+                     {"source", r.row->source},
+                     {"unit", r.row->unit},
+                     {"published_low", r.row->low},
+                     {"published_high", r.row->high},
+                     {"predicted", r.predicted},
+                     {"error", r.error},
+                     {"calibration", r.row->calibration()},
+                     {"fitted", r.row->fitted},
+                     {"failure", r.failure}});
+    fmt::print("{}\n", nlohmann::json{{"rows", out},
+                                      {"held_out", s.held_out},
+                                      {"held_out_mean_abs_error", s.held_out_mean_abs},
+                                      {"held_out_worst_abs_error", s.held_out_worst},
+                                      {"calibration_mean_abs_error", s.calibration_mean_abs},
+                                      {"failed", s.failed}}
+                           .dump(2));
+    return s.failed > 0 ? kExitFailure : kExitOk;
+  }
+  std::string group;
+  for (const RowResult& r : s.rows) {
+    if (r.row->group != group) {
+      group = r.row->group;
+      fmt::print("\n# {} ({})\n", group, r.row->unit);
+      fmt::print("| row | source | published | predicted | error | set |\n");
+      fmt::print("|---|---|---:|---:|---:|---|\n");
+    }
+    const std::string published = r.row->low == r.row->high
+                                      ? fmt::format("{:.1f}", r.row->low)
+                                      : fmt::format("{:.0f}–{:.0f}", r.row->low, r.row->high);
+    const std::string set =
+        r.row->calibration() ? "calibration (" + r.row->fitted + ")" : "held out";
+    if (!r.failure.empty())
+      fmt::print("| {} | {} | {} | failed: {} | | {} |\n", r.row->name, r.row->source, published,
+                 r.failure, set);
+    else
+      fmt::print("| {} | {} | {} | {:.1f} | {:+.1f} % | {} |\n", r.row->name, r.row->source,
+                 published, r.predicted, 100 * r.error, set);
+  }
+  fmt::print("\nheld out: {} rows, mean |error| {:.1f} %, worst {:.1f} % (targets 5 % and 10 %); "
+             "calibration rows: mean |error| {:.1f} %\n",
+             s.held_out, 100 * s.held_out_mean_abs, 100 * s.held_out_worst,
+             100 * s.calibration_mean_abs);
+  if (s.failed > 0) {
+    fmt::print("{} row(s) could not be predicted (above)\n", s.failed);
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
+} // namespace meshsim
