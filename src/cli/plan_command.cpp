@@ -94,6 +94,7 @@ nlohmann::json layout_json(const TrainConfig& c) {
   return {{"dp", c.gpus / (c.tp * c.pp)},
           {"tp", c.tp},
           {"pp", c.pp},
+          {"virtual_stages", c.virtual_stages},
           {"zero", c.zero},
           {"sequence_parallel", c.sequence_parallel},
           {"micro_batches", c.micro_batches},

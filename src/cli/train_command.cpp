@@ -254,7 +254,12 @@ int run_train(TrainConfig config) {
       uses_mesh_layout(config)
           ? fmt::format(" as {}{}, zero {}{}, {} micro-batches, recompute {}", dims.describe(),
                         config.sequence_parallel ? " with sequence parallel" : "", config.zero,
-                        dims.pp > 1 ? ", " + config.schedule + " schedule" : "",
+                        dims.pp > 1
+                            ? ", " + config.schedule + " schedule" +
+                                  (config.virtual_stages > 1
+                                       ? fmt::format(" ({} virtual stages)", config.virtual_stages)
+                                       : "")
+                            : "",
                         config.micro_batches, config.recompute)
           : "";
   fmt::print(stderr,
@@ -270,6 +275,7 @@ int run_train(TrainConfig config) {
                             {"strategy", config.strategy},
                             {"layout", {{"dp", dims.dp}, {"tp", dims.tp}, {"pp", dims.pp},
                                         {"zero", config.zero}, {"schedule", config.schedule},
+                                        {"virtual_stages", config.virtual_stages},
                                         {"micro_batches", config.micro_batches},
                                         {"recompute", config.recompute},
                                         {"sequence_parallel", config.sequence_parallel}}},

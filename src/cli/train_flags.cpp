@@ -49,6 +49,11 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
       ->capture_default_str();
   app.add_option("--schedule", c.schedule, "pipeline schedule: naive | gpipe | 1f1b")
       ->capture_default_str();
+  app.add_option("--virtual-stages", c.virtual_stages,
+                 "model chunks per pipeline stage: more than 1 interleaves them (1f1b; "
+                 "micro-batches a multiple of --pp)")
+      ->capture_default_str()
+      ->check(whole_number(/*min=*/1));
   app.add_option("--micro-batches", c.micro_batches,
                  "micro-batches per step (pipeline, or accumulation); default 1, or what "
                  "--micro-batch-size makes")

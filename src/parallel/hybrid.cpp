@@ -5,7 +5,9 @@
 //      layout starts from the weights `single` starts from;
 //   2. tensor parallel: apply the plan by module name (this rank keeps its shards), with
 //      sequence parallelism if asked;
-//   3. pipeline parallel: keep this rank's stage, a contiguous run of the model's children;
+//   3. pipeline parallel: keep this rank's stage, a contiguous run of the model's children, or
+//      with V virtual stages its V chunks r, r+P, ... of the model cut into P·V (Megatron's
+//      interleaved placement), the pipeline then a ring;
 //   4. data parallel with ZeRO over the ranks that hold the same part (dp group): its flat
 //      buffers, allocated on this rank's GPU as `parameters`, take over the stage's
 //      parameters, so the GPU is charged once for what it keeps and never for the rest.
@@ -15,6 +17,8 @@
 // the dp group and takes the optimizer step on this rank's part; under sequence parallelism,
 // the gradients of the parameters that saw part of the sequence are then summed over the tp
 // group too (Megatron's all-reduce of the layernorm gradients). Layout: mesh/parallel_dims.h.
+#include <numeric>
+
 #include <fmt/format.h>
 
 #include "cost/flops.h"
@@ -57,10 +61,23 @@ public:
     pipe_.module = zero_->module();
     pipe_.stage = coord_.pp;
     pipe_.stages = dims_.pp;
-    if (coord_.pp > 0) pipe_.prev_rank = dims_.rank({coord_.dp, coord_.tp, coord_.pp - 1});
-    if (coord_.pp + 1 < dims_.pp) pipe_.next_rank = dims_.rank({coord_.dp, coord_.tp, coord_.pp + 1});
+    const int V = options.virtual_stages, P = dims_.pp;
+    if (V > 1) {  // the chunks, as the module ZeRO runs holds them (chunk after chunk)
+      size_t begin = 0;
+      for (size_t n : chunk_sizes_) {
+        std::vector<size_t> indices(n);
+        std::iota(indices.begin(), indices.end(), begin);
+        pipe_.chunks.push_back(children_module(zero_->module(), indices));
+        begin += n;
+      }
+    }
+    // With virtual stages the last stage's chunk feeds the first stage's next chunk: a ring.
+    if (coord_.pp > 0 || V > 1)
+      pipe_.prev_rank = dims_.rank({coord_.dp, coord_.tp, (coord_.pp + P - 1) % P});
+    if (coord_.pp + 1 < P || V > 1)
+      pipe_.next_rank = dims_.rank({coord_.dp, coord_.tp, (coord_.pp + 1) % P});
     if (dims_.pp > 1) {
-      const Schedule schedule = make_schedule(options.schedule, dims_.pp, micro_batches_);
+      const Schedule schedule = make_schedule(options.schedule, dims_.pp, micro_batches_, V);
       const DryRun check = dry_run(schedule);  // never run a schedule that would deadlock
       if (!check.ok)
         throw std::logic_error(fmt::format("{} schedule: {}", options.schedule, check.error));
@@ -124,10 +141,16 @@ public:
   std::pair<int64_t, int64_t> evaluate(const Batch& batch) override {
     auto model = zero_->module();
     model->eval();
-    torch::Tensor x = model_inputs(batch.inputs, compute_dtype(options_));
-    if (pipe_.prev_rank >= 0) x = ctx_.comm.recv(pipe_.prev_rank, kTagEvalActivations);
-    torch::Tensor out = model->forward(x);
-    if (pipe_.next_rank >= 0) ctx_.comm.send(out, pipe_.next_rank, kTagEvalActivations);
+    torch::Tensor x = model_inputs(batch.inputs, compute_dtype(options_)), out;
+    // Through this rank's chunks in turn (one without virtual stages); the messages between
+    // two ranks come in chunk order on both sides.
+    const int V = pipe_.virtual_stages(), chunks = dims_.pp * V;
+    for (int k = 0; k < V; ++k) {
+      const int c = coord_.pp + k * dims_.pp;  // the virtual stage
+      if (c > 0) x = ctx_.comm.recv(pipe_.prev_rank, kTagEvalActivations);
+      out = (V == 1 ? model : pipe_.chunks[static_cast<size_t>(k)])->forward(x);
+      if (c < chunks - 1) ctx_.comm.send(out, pipe_.next_rank, kTagEvalActivations);
+    }
     model->train();
     if (!reports_loss()) return {0, 0};
     return {out.argmax(-1).eq(batch.targets).sum().item<int64_t>(), batch.targets.numel()};
@@ -142,12 +165,21 @@ public:
       for (const auto& p : mine) ctx_.comm.send(p, 0, kTagParameters);
       return {};
     }
+    std::vector<std::vector<torch::Tensor>> parts(static_cast<size_t>(dims_.pp));
+    parts[0] = std::move(mine);
     for (int s = 1; s < dims_.pp; ++s) {
       const int src = dims_.rank({0, 0, s});
       const int64_t n = ctx_.comm.recv(src, kTagParameters).item<int64_t>();
-      for (int64_t i = 0; i < n; ++i) mine.push_back(ctx_.comm.recv(src, kTagParameters));
+      for (int64_t i = 0; i < n; ++i) parts[s].push_back(ctx_.comm.recv(src, kTagParameters));
     }
-    return mine;
+    // A stage's part is its chunks' parameters, chunk after chunk: deal them out in model order.
+    std::vector<torch::Tensor> all;
+    std::vector<size_t> taken(parts.size(), 0);
+    for (size_t c = 0; c < chunk_parameters_.size(); ++c) {
+      const size_t s = c % parts.size();
+      for (size_t i = 0; i < chunk_parameters_[c]; ++i) all.push_back(parts[s].at(taken[s]++));
+    }
+    return all;
   }
 
   bool checkpoints_per_rank() const override { return true; }
@@ -173,7 +205,18 @@ private:
       if (dims_.tp > 1)
         parallelize_tensor(full, tensor_parallel_plan(options_.model), ctx_.comm, tp_, coord_.tp,
                            options_.sequence_parallel);
-      stage = dims_.pp > 1 ? stage_module(full, dims_.pp, coord_.pp) : full;
+      // Parameter tensors of every chunk, in model order, for full_parameters(); and the
+      // children of this rank's chunks, which form its stage.
+      const int chunks = dims_.pp * options_.virtual_stages;
+      std::vector<size_t> mine;
+      for (int c = 0; c < chunks; ++c) {
+        const std::vector<size_t> indices = stage_children(full, chunks, c);
+        chunk_parameters_.push_back(children_module(full, indices)->parameters().size());
+        if (c % dims_.pp != coord_.pp) continue;
+        chunk_sizes_.push_back(indices.size());
+        mine.insert(mine.end(), indices.begin(), indices.end());
+      }
+      stage = dims_.pp > 1 ? children_module(full, mine) : full;
       set_recompute(stage, options_.recompute);
     }
     return stage;
@@ -230,6 +273,8 @@ private:
   std::unique_ptr<ZeroDataParallel> zero_;
   PipelineStage pipe_;
   std::vector<Action> actions_;
+  std::vector<size_t> chunk_sizes_;       // children of each of this rank's chunks, in order
+  std::vector<size_t> chunk_parameters_;  // parameter tensors of every chunk of the model
 };
 
 } // namespace

@@ -32,31 +32,34 @@ std::vector<size_t> unit_starts(const torch::nn::Sequential& model) {
   return starts;
 }
 
-// Messages of micro-batch m: activations on even tags, their gradients on odd ones.
+// Messages of micro-batch m into local chunk k: activations on even tags, gradients on odd.
 constexpr int kPipelineTagBase = 1 << 20;
 
 // Everything one micro-batch holds between its actions on this stage.
 struct MicroBatch {
-  torch::Tensor input;       // received activation (a leaf that requires grad); stage > 0
-  torch::Tensor output;      // stage output, still attached to its graph; not the last stage
-  torch::Tensor loss;        // last stage: this micro-batch's loss, attached to its graph
-  torch::Tensor output_grad; // gradient of `output`, received from the next stage
-  torch::Tensor input_grad;  // gradient of `input`, to send to the previous stage
-  std::vector<LayerWork> work;  // its forward's FLOPs and bytes, per layer (for the cost model)
+  torch::Tensor input;         // received activation (a leaf that requires grad); stage > 0
+  torch::Tensor output;        // stage output, still attached to its graph; not the last stage
+  torch::Tensor loss;          // last stage: this micro-batch's loss, attached to its graph
+  torch::Tensor output_grad;   // gradient of `output`, received from the next stage
+  torch::Tensor input_grad;    // gradient of `input`, to send to the previous stage
+  std::vector<LayerWork> work; // its forward's FLOPs and bytes, per layer (for the cost model)
 };
 
 void check_stage(const PipelineStage& stage, const std::vector<Action>& actions) {
   if (stage.stages < 1 || stage.stage < 0 || stage.stage >= stage.stages)
     throw std::invalid_argument("pipeline stage " + std::to_string(stage.stage) +
                                 " is not in [0, " + std::to_string(stage.stages) + ")");
-  if (stage.stage > 0 && stage.prev_rank < 0)
+  // With virtual stages every rank has chunks on both sides of it (the ring wraps).
+  const bool chunked = stage.virtual_stages() > 1;
+  if ((stage.stage > 0 || chunked) && stage.prev_rank < 0)
     throw std::invalid_argument("pipeline stage " + std::to_string(stage.stage) +
                                 " has no prev_rank");
-  if (stage.stage < stage.stages - 1 && stage.next_rank < 0)
+  if ((stage.stage < stage.stages - 1 || chunked) && stage.next_rank < 0)
     throw std::invalid_argument("pipeline stage " + std::to_string(stage.stage) +
                                 " has no next_rank");
+  const int chunks = stage.stages * stage.virtual_stages();
   for (const auto& a : actions)
-    if (a.stage != stage.stage)
+    if (a.stage < 0 || a.stage >= chunks || a.stage % stage.stages != stage.stage)
       throw std::invalid_argument("pipeline stage " + std::to_string(stage.stage) +
                                   " was given action " + a.str());
 }
@@ -67,11 +70,11 @@ int pipeline_units(const torch::nn::Sequential& model) {
   return static_cast<int>(unit_starts(model).size());
 }
 
-int pipeline_activation_tag(int micro_batch) {
-  return kPipelineTagBase + 2 * micro_batch;
+int pipeline_activation_tag(int micro_batch, int chunk, int virtual_stages) {
+  return kPipelineTagBase + 2 * (micro_batch * virtual_stages + chunk);
 }
-int pipeline_grad_tag(int micro_batch) {
-  return kPipelineTagBase + 2 * micro_batch + 1;
+int pipeline_grad_tag(int micro_batch, int chunk, int virtual_stages) {
+  return pipeline_activation_tag(micro_batch, chunk, virtual_stages) + 1;
 }
 
 std::vector<size_t> stage_children(const torch::nn::Sequential& model, int stages, int stage) {
@@ -96,10 +99,15 @@ std::vector<size_t> stage_children(const torch::nn::Sequential& model, int stage
 }
 
 torch::nn::Sequential stage_module(const torch::nn::Sequential& model, int stages, int stage) {
+  return children_module(model, stage_children(model, stages, stage));
+}
+
+torch::nn::Sequential children_module(const torch::nn::Sequential& model,
+                                      const std::vector<size_t>& indices) {
   torch::nn::Sequential whole = model; // shares the module; gives non-const access
   const auto children = whole->named_children();
   torch::nn::Sequential out;
-  for (size_t i : stage_children(model, stages, stage))
+  for (size_t i : indices)
     out->push_back(children[i].key(), *(whole->begin() + static_cast<std::ptrdiff_t>(i)));
   return out;
 }
@@ -110,38 +118,46 @@ double run_pipeline_step(
     const std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)>& loss_fn,
     int64_t step) {
   check_stage(stage, actions);
-  const bool first = stage.stage == 0, last = stage.stage == stage.stages - 1;
+  const int V = stage.virtual_stages(), P = stage.stages, chunks = P * V;
+  // This rank holds the model's first chunk (the inputs) or its last (the targets).
+  const bool has_inputs = stage.stage == 0, has_targets = stage.stage == P - 1;
   int micro_batches = 0;
   for (const auto& a : actions)
     micro_batches = std::max(micro_batches, a.micro_batch + 1);
-  if (first && static_cast<int>(inputs.size()) < micro_batches)
+  if (has_inputs && static_cast<int>(inputs.size()) < micro_batches)
     throw std::invalid_argument("the first pipeline stage needs " + std::to_string(micro_batches) +
                                 " input micro-batches, got " + std::to_string(inputs.size()));
-  if (last && static_cast<int>(targets.size()) < micro_batches)
+  if (has_targets && static_cast<int>(targets.size()) < micro_batches)
     throw std::invalid_argument("the last pipeline stage needs " + std::to_string(micro_batches) +
                                 " target micro-batches, got " + std::to_string(targets.size()));
   int64_t local_batch = 0;
-  if (last)
+  if (has_targets)
     for (int m = 0; m < micro_batches; ++m)
       local_batch += targets[m].size(0);
 
   CategoryScope scope(MemoryCategory::Activations);
-  stage.module->train();
-  std::vector<MicroBatch> mbs(micro_batches);
+  auto module_of = [&](int k) -> torch::nn::Sequential& {
+    return V == 1 ? stage.module : stage.chunks[static_cast<size_t>(k)];
+  };
+  for (int k = 0; k < V; ++k)
+    module_of(k)->train();
+  // One per (local chunk, micro-batch): chunk k's micro-batch m at k·M + m.
+  std::vector<MicroBatch> mbs(static_cast<size_t>(V) * micro_batches);
   double loss_sum = 0; // sum over micro-batches of mean loss * size
   for (const Action& a : actions) {
-    MicroBatch& mb = mbs[a.micro_batch];
-    const int m = a.micro_batch;
+    const int m = a.micro_batch, k = a.stage / P; // the chunk's index on this rank
+    const bool first = a.stage == 0, last = a.stage == chunks - 1;
+    MicroBatch& mb = mbs[static_cast<size_t>(k) * micro_batches + m];
     switch (a.kind) {
     case ActionKind::RecvActivation:
-      mb.input = ctx.comm.recv(stage.prev_rank, pipeline_activation_tag(m));
+      mb.input = ctx.comm.recv(stage.prev_rank, pipeline_activation_tag(m, k, V));
       // A leaf, so backward leaves the gradient to send back in input.grad().
       if (mb.input.is_floating_point())
         mb.input.requires_grad_(true);
       break;
     case ActionKind::Forward: {
       const double t = ctx.now();
-      torch::Tensor out = forward_counting(stage.module, first ? inputs[m] : mb.input, mb.work);
+      torch::Tensor out = forward_counting(module_of(k), first ? inputs[m] : mb.input, mb.work);
       if (last) {
         mb.loss = loss_fn(out, targets[m]);
         loss_sum += loss_value(mb.loss) * static_cast<double>(targets[m].size(0));
@@ -156,10 +172,12 @@ double run_pipeline_step(
     case ActionKind::SendActivation:
       if (!mb.output.defined())
         throw std::invalid_argument("pipeline action " + a.str() + " before its forward");
-      ctx.comm.send(mb.output.detach(), stage.next_rank, pipeline_activation_tag(m));
+      // Into the next virtual stage, the next rank's chunk (a.stage + 1) / P.
+      ctx.comm.send(mb.output.detach(), stage.next_rank,
+                    pipeline_activation_tag(m, (a.stage + 1) / P, V));
       break;
     case ActionKind::RecvGrad:
-      mb.output_grad = ctx.comm.recv(stage.next_rank, pipeline_grad_tag(m));
+      mb.output_grad = ctx.comm.recv(stage.next_rank, pipeline_grad_tag(m, k, V));
       break;
     case ActionKind::Backward: {
       const double t = ctx.now();
@@ -193,12 +211,13 @@ double run_pipeline_step(
     case ActionKind::SendGrad:
       if (!mb.input_grad.defined())
         throw std::invalid_argument("pipeline action " + a.str() + " before its backward");
-      ctx.comm.send(mb.input_grad, stage.prev_rank, pipeline_grad_tag(m));
+      // Back to the previous virtual stage, the previous rank's chunk (a.stage - 1) / P.
+      ctx.comm.send(mb.input_grad, stage.prev_rank, pipeline_grad_tag(m, (a.stage - 1) / P, V));
       mb.input_grad = torch::Tensor();
       break;
     }
   }
-  return last && local_batch > 0 ? loss_sum / static_cast<double>(local_batch) : 0.0;
+  return has_targets && local_batch > 0 ? loss_sum / static_cast<double>(local_batch) : 0.0;
 }
 
 } // namespace meshsim

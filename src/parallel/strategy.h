@@ -41,6 +41,7 @@ struct StrategyOptions {
   bool sequence_parallel = false; // with tp > 1: norms and residuals on 1/tp of the sequence
   int zero = 0;                 // ZeRO stage on the data-parallel dimension
   std::string schedule = "1f1b";
+  int virtual_stages = 1;       // model chunks per pipeline stage (interleaved 1F1B when > 1)
   int micro_batches = 1;
   Recompute recompute = Recompute::None; // what the transformer blocks recompute in backward
   torch::Dtype dtype = torch::kFloat32; // parameters and activations (float64 in tests)

@@ -235,9 +235,14 @@ CheckpointIdentity checkpoint_identity(const TrainConfig& config) {
   if (config.precision != "fp32")
     id.optimizer += " with " + config.precision + " mixed precision";
   // What decides the shapes of a rank's part; micro-batches, schedule and recompute do not.
+  // Virtual stages do (a rank holds other layers), and are named only when there are some,
+  // so that the layouts of older checkpoints read as before.
   if (id.kind == kPerRankCheckpoint)
-    id.layout = fmt::format("{} GPUs as {}, zero {}, buckets of {} MiB", config.gpus,
+    id.layout = fmt::format("{} GPUs as {}{}, zero {}, buckets of {} MiB", config.gpus,
                             ParallelDims::make(config.gpus, config.tp, config.pp).describe(),
+                            config.virtual_stages > 1
+                                ? fmt::format(" with {} virtual stages", config.virtual_stages)
+                                : "",
                             config.zero, config.bucket_mb);
   return id;
 }

@@ -71,6 +71,19 @@ void validate_layout(TrainConfig& c) {
   resolve_micro_batches(c, dims);
   require(c.recompute == "none" || c.recompute == "selective" || c.recompute == "full",
           fmt::format("unknown --recompute '{}' (choose none, selective or full)", c.recompute));
+  require(c.virtual_stages >= 1,
+          fmt::format("--virtual-stages must be at least 1, got {}", c.virtual_stages));
+  require(c.virtual_stages == 1 || c.pp > 1,
+          fmt::format("--virtual-stages {} needs --pp 2 or more: it interleaves the chunks of "
+                      "several pipeline stages",
+                      c.virtual_stages));
+  require(c.virtual_stages == 1 || c.schedule == "1f1b",
+          fmt::format("--virtual-stages {} runs with --schedule 1f1b (interleaved), not {}",
+                      c.virtual_stages, c.schedule));
+  require(c.virtual_stages == 1 || c.micro_batches % c.pp == 0,
+          fmt::format("--micro-batches {} is not a multiple of --pp {}: the interleaved schedule "
+                      "runs micro-batches in groups of pp",
+                      c.micro_batches, c.pp));
   require(c.schedule != "naive" || c.micro_batches == 1,
           "--schedule naive runs the whole batch at once; use --micro-batches 1, or gpipe or 1f1b");
   require(!uses_mesh_layout(c) || c.strategy == "ddp",
@@ -95,6 +108,11 @@ void validate_layout(TrainConfig& c) {
                         g.seq_len, c.tp));
     require(g.layers >= c.pp,
             fmt::format("--layers {} is fewer than --pp {}: every stage needs a layer", g.layers, c.pp));
+    require(g.layers / c.pp >= c.virtual_stages,
+            fmt::format("--layers {} is fewer than --pp {} × --virtual-stages {} = {}: every model "
+                        "chunk needs a layer",
+                        g.layers, c.pp, c.virtual_stages,
+                        static_cast<int64_t>(c.pp) * c.virtual_stages));
     require(!g.tie_head || c.zero < 3,
             "--tie-head with --zero 3 is not supported yet: stage 3 frees the gathered embedding "
             "weight that the tied head reads; use --no-tie-head");
@@ -108,6 +126,11 @@ void validate_layout(TrainConfig& c) {
     const int units = pipeline_units(build_model(c.model, {}));
     require(c.pp <= units, fmt::format("--pp {} is more than {}'s {} layers with parameters", c.pp,
                                        c.model, units));
+    require(units / c.pp >= c.virtual_stages,
+            fmt::format("--pp {} × --virtual-stages {} = {} is more than {}'s {} layers with "
+                        "parameters: every model chunk needs one",
+                        c.pp, c.virtual_stages, static_cast<int64_t>(c.pp) * c.virtual_stages,
+                        c.model, units));
   }
 
   const int64_t per_step = static_cast<int64_t>(dims.dp) * c.micro_batches;
@@ -263,6 +286,7 @@ nlohmann::json to_json(const TrainConfig& c) {
           {"dp", c.gpus / (c.tp * c.pp)},
           {"zero", c.zero},
           {"schedule", c.schedule},
+          {"virtual_stages", c.virtual_stages},
           {"micro_batches", c.micro_batches},
           {"micro_batch_size", c.micro_batch_size},
           {"recompute", c.recompute},
@@ -396,6 +420,7 @@ TrainConfig config_from_json(const json& doc) {
       {"dp", derived},
       {"zero", to(c.zero)},
       {"schedule", to(c.schedule)},
+      {"virtual_stages", to(c.virtual_stages)},
       {"micro_batches", to(c.micro_batches)},
       {"micro_batch_size", to(c.micro_batch_size)},
       {"recompute", to(c.recompute)},

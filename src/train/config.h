@@ -37,6 +37,7 @@ struct TrainConfig {
   int tp = 1, pp = 1;         // dp = gpus / (tp · pp)
   int zero = 0;
   std::string schedule = "1f1b";
+  int virtual_stages = 1;       // model chunks per pipeline stage: interleaved 1F1B when > 1
   int micro_batches = 0;        // 0: not given: 1, or what micro_batch_size makes (validate)
   int64_t micro_batch_size = 0; // samples per micro-batch; 0: batch ÷ micro_batches
   std::string recompute = "none";

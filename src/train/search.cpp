@@ -129,6 +129,7 @@ TrainConfig candidate(const TrainConfig& base, int world, int tp, int pp, int ze
   c.sequence_parallel = sp;
   c.recompute = recompute;
   c.schedule = "1f1b";
+  c.virtual_stages = 1; // the search plans plain 1F1B
   return c;
 }
 

@@ -53,6 +53,7 @@ StrategyOptions strategy_options(const TrainConfig& config) {
   options.sequence_parallel = config.sequence_parallel;
   options.zero = config.zero;
   options.schedule = config.schedule;
+  options.virtual_stages = config.virtual_stages;
   options.micro_batches = config.micro_batches;
   options.recompute = parse_recompute(config.recompute);
   options.precision = config.precision;

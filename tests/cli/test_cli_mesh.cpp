@@ -120,6 +120,78 @@ TEST(CliMesh, EightGpusTwoByTwoByTwoTrains) {
   fs::remove_all(out);
 }
 
+// --virtual-stages: each bad value is one line and exit 2, before anything runs.
+TEST(CliMesh, VirtualStagesBadValuesAreOneLineUsageErrors) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"--gpus 2 --pp 2 --virtual-stages 0", "--virtual-stages: must be at least 1, got 0"},
+      {"--gpus 2 --layers 4 --virtual-stages 2",
+       "--virtual-stages 2 needs --pp 2 or more: it interleaves the chunks of several pipeline "
+       "stages"},
+      {"--gpus 2 --pp 2 --layers 4 --schedule gpipe --micro-batches 2 --virtual-stages 2",
+       "--virtual-stages 2 runs with --schedule 1f1b (interleaved), not gpipe"},
+      {"--gpus 2 --pp 2 --layers 4 --batch-size 6 --micro-batches 3 --virtual-stages 2",
+       "--micro-batches 3 is not a multiple of --pp 2: the interleaved schedule runs "
+       "micro-batches in groups of pp"},
+      {"--gpus 2 --pp 2 --layers 3 --micro-batches 2 --virtual-stages 2",
+       "--layers 3 is fewer than --pp 2 × --virtual-stages 2 = 4: every model chunk needs a "
+       "layer"},
+  };
+  for (const auto& [args, message] : cases) {
+    const auto out = fresh_dir("virtual-stages-bad");
+    const auto r = run_meshsim(kGpt + args + " --out " + out.string());
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n" << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << "\n" << r.output;
+    EXPECT_FALSE(fs::exists(out)) << args;
+  }
+  const auto r = run_meshsim("train --model cnn --data synthetic --gpus 2 --pp 2 --micro-batches 2 "
+                             "--virtual-stages 4");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--pp 2 × --virtual-stages 4 = 8 is more than cnn's 4 layers with "
+                          "parameters: every model chunk needs one"),
+            std::string::npos)
+      << r.output;
+}
+
+// Interleaved 1F1B from the command line: 4 blocks as 4 chunks on 2 stages, beside dp 2. It
+// learns, and the run folder says how it was laid out.
+TEST(CliMesh, InterleavedPipelineTrainsAndIsSavedInTheRunFolder) {
+  const auto out = fresh_dir("interleaved");
+  const auto r = run_meshsim(kGpt +
+                             "--layers 4 --gpus 4 --pp 2 --virtual-stages 2 --micro-batches 4 "
+                             "--batch-size 8 --max-steps 10 --log-every 1 --eval-limit 16 --out " +
+                             out.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("dp=2 × tp=1 × pp=2, zero 0, 1f1b schedule (2 virtual stages), 4 "
+                          "micro-batches"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(read_json(out / "config.json")["virtual_stages"], 2);
+  const auto s = read_json(out / "summary.json");
+  EXPECT_EQ(s["layout"]["virtual_stages"], 2);
+  EXPECT_GT(s["test_samples"].get<int64_t>(), 0); // evaluation went through the chunks too
+  std::istringstream metrics(read_text(out / "metrics.jsonl"));
+  std::string line;
+  std::vector<double> losses;
+  while (std::getline(metrics, line))
+    losses.push_back(nlohmann::json::parse(line)["loss"]);
+  ASSERT_EQ(losses.size(), 10u);
+  EXPECT_LT(losses.back(), losses.front()) << r.output;
+  // Each stage holds two blocks; stage 0 the embedding too, stage 1 the final norm and head.
+  const auto& g = s["gpus"];
+  EXPECT_NE(g[0]["peak_by_category"]["parameters"], g[2]["peak_by_category"]["parameters"]);
+  EXPECT_EQ(g[0]["peak_by_category"]["parameters"], g[1]["peak_by_category"]["parameters"]);
+
+  // A rerun from config.json keeps the layout.
+  const auto again = fresh_dir("interleaved-again");
+  const auto rerun = run_meshsim("train --config " + (out / "config.json").string() +
+                                 " --max-steps 2 --out " + again.string());
+  ASSERT_EQ(rerun.code, 0) << rerun.output;
+  EXPECT_EQ(read_json(again / "config.json")["virtual_stages"], 2);
+  fs::remove_all(out);
+  fs::remove_all(again);
+}
+
 // --micro-batch-size makes the micro-batches from the global batch; config.json keeps the
 // size, and a rerun from it that names --micro-batches instead takes that count.
 TEST(CliMesh, MicroBatchSizeSetsTheMicroBatchesAndSurvivesConfigJson) {

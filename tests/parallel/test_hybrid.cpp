@@ -113,6 +113,18 @@ TEST(MeshEquivalence, PipelineGpt) {
   expect_matches_single(4, with(1, 4, 0, "1f1b", 4), "pp4 1f1b");
   expect_matches_single(4, with(1, 4, 0, "naive"), "pp4 naive");
 }
+// Interleaved 1F1B: the 4 blocks as 4 chunks on 2 stages, rank 0 holding blocks 0 (with the
+// embedding) and 2, rank 1 blocks 1 and 3 (with the head), activations going round twice.
+TEST(MeshEquivalence, InterleavedPipelineGpt) {
+  const auto interleaved = [](StrategyOptions o) {
+    o.virtual_stages = 2;
+    return o;
+  };
+  expect_matches_single(2, interleaved(with(1, 2, 0, "1f1b", 4)), "pp2 V2 1f1b");
+  expect_matches_single(2, interleaved(with(1, 2, 0, "1f1b", 2)), "pp2 V2 1f1b, M = P");
+  expect_matches_single(4, interleaved(with(1, 2, 0, "1f1b", 4)), "dp2 pp2 V2 1f1b");
+  expect_matches_single(8, interleaved(with(2, 2, 1, "1f1b", 2)), "dp2 tp2 pp2 V2 zero1 1f1b");
+}
 TEST(MeshEquivalence, ZeroStagesOnGpt) {
   for (int stage = 1; stage <= 3; ++stage)
     expect_matches_single(4, with(1, 1, stage), "zero" + std::to_string(stage));

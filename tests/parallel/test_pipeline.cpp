@@ -1,6 +1,7 @@
 // Pipeline parallelism run for real: where the models are cut, and the executor against
 // single-device training of the same batches (in float64, losses and final parameters
-// within kFloat64Tolerance relative, for every schedule), plus the activation memory each schedule really holds.
+// within kFloat64Tolerance relative, for every schedule, interleaved too), plus the activation
+// memory each schedule really holds.
 #include <gtest/gtest.h>
 
 #include <iostream>
@@ -20,7 +21,7 @@ using meshsim::testing::relative_error;
 namespace {
 
 constexpr uint64_t kSeed = 3;
-constexpr double kTolerance = meshsim::testing::kFloat64Tolerance;  // in float64
+constexpr double kTolerance = meshsim::testing::kFloat64Tolerance; // in float64
 
 OptimizerOptions sgd() {
   OptimizerOptions o;
@@ -70,16 +71,21 @@ TrainResult train_single(const Batches& batches) {
   return r;
 }
 
-// One rank per stage; each rank builds the whole model from the same seed and keeps its stage.
+// One rank per stage; each rank builds the whole model from the same seed and keeps its stage,
+// or with virtual stages its chunks s, s + P, ... of the model cut into P·V.
 TrainResult train_pipeline(DeviceMesh& mesh, const Schedule& schedule, const Batches& batches,
                            std::vector<Recorder>* recorders = nullptr) {
   const int stages = static_cast<int>(schedule.size());
-  int micro_batches = 0;
-  for (const auto& a : schedule[0])
-    micro_batches = std::max(micro_batches, a.micro_batch + 1);
+  int micro_batches = 0, chunks = 0;
+  for (const auto& list : schedule)
+    for (const auto& a : list) {
+      micro_batches = std::max(micro_batches, a.micro_batch + 1);
+      chunks = std::max(chunks, a.stage + 1);
+    }
+  const int V = chunks / stages;
   TrainResult r;
   r.losses.assign(batches.inputs.size(), 0.0);
-  std::vector<std::vector<torch::Tensor>> stage_params(stages);
+  std::vector<std::vector<torch::Tensor>> chunk_params(chunks);
   std::mutex mutex;
   auto records = run_ranks(mesh, [&](RankContext& ctx) {
     const int s = ctx.rank;
@@ -89,12 +95,23 @@ TrainResult train_pipeline(DeviceMesh& mesh, const Schedule& schedule, const Bat
       model = build_model("cnn", ModelOptions{kSeed, s, {}, batches.inputs[0].scalar_type()});
     }
     PipelineStage stage;
-    stage.module = stage_module(model, stages, s);
     stage.stage = s;
     stage.stages = stages;
-    stage.prev_rank = s > 0 ? s - 1 : -1;
-    stage.next_rank = s < stages - 1 ? s + 1 : -1;
-    auto params = stage.module->parameters();
+    std::vector<torch::Tensor> params;
+    if (V == 1) {
+      stage.module = stage_module(model, stages, s);
+      stage.prev_rank = s > 0 ? s - 1 : -1;
+      stage.next_rank = s < stages - 1 ? s + 1 : -1;
+      params = stage.module->parameters();
+    } else {
+      for (int k = 0; k < V; ++k) {
+        stage.chunks.push_back(stage_module(model, chunks, s + k * stages));
+        for (const auto& p : stage.chunks.back()->parameters())
+          params.push_back(p);
+      }
+      stage.prev_rank = (s + stages - 1) % stages;
+      stage.next_rank = (s + 1) % stages;
+    }
     allocate_gradients(params);
     Optimizer opt(params, sgd());
     for (size_t k = 0; k < batches.inputs.size(); ++k) {
@@ -114,12 +131,15 @@ TrainResult train_pipeline(DeviceMesh& mesh, const Schedule& schedule, const Bat
     }
     GpuGuard host(nullptr);
     std::lock_guard<std::mutex> lock(mutex);
-    for (const auto& p : params)
-      stage_params[s].push_back(p.detach().clone());
+    for (int k = 0; k < V; ++k) {
+      const auto& module = V == 1 ? stage.module : stage.chunks[k];
+      for (const auto& p : module->parameters())
+        chunk_params[s + k * stages].push_back(p.detach().clone());
+    }
   });
   if (recorders)
     *recorders = records;
-  for (const auto& list : stage_params)
+  for (const auto& list : chunk_params)
     r.parameters.insert(r.parameters.end(), list.begin(), list.end());
   return r;
 }
@@ -236,6 +256,34 @@ TEST(PipelineExecutor, EverySchedulerMatchesSingleDeviceTraining) {
   }
 }
 
+TEST(PipelineExecutor, InterleavedMatchesSingleDeviceTraining) {
+  // The CNN's 4 units as 4 chunks on 2 ranks: rank 0 runs conv1 and fc1, rank 1 conv2 and fc2,
+  // so every activation crosses ranks, both ways between the same two ranks.
+  const Batches batches = make_batches(10, 32, torch::kFloat64);
+  const TrainResult ref = train_single(batches);
+  for (int micro_batches : {2, 4, 8}) {
+    const std::string what = "pp=2 V=2 M=" + std::to_string(micro_batches);
+    DeviceMesh mesh(mesh_options(2));
+    const TrainResult got =
+        train_pipeline(mesh, make_schedule("1f1b", 2, micro_batches, 2), batches);
+    ASSERT_EQ(got.losses.size(), ref.losses.size()) << what;
+    double worst = 0;
+    for (size_t k = 0; k < ref.losses.size(); ++k) {
+      EXPECT_NEAR(got.losses[k], ref.losses[k], kTolerance * std::abs(ref.losses[k]))
+          << what << " step " << k + 1;
+      worst = std::max(worst, std::abs(got.losses[k] - ref.losses[k]) / std::abs(ref.losses[k]));
+    }
+    ASSERT_EQ(got.parameters.size(), ref.parameters.size()) << what;
+    for (size_t i = 0; i < ref.parameters.size(); ++i) {
+      const double err = relative_error(got.parameters[i], ref.parameters[i]);
+      EXPECT_LT(err, kTolerance) << what << " parameter " << i;
+      worst = std::max(worst, err);
+    }
+    std::cout << what << ": final loss " << got.losses.back() << " (single " << ref.losses.back()
+              << "), worst relative error " << worst << "\n";
+  }
+}
+
 TEST(PipelineExecutor, OneFOneBHoldsFewerActivationsThanGPipe) {
   // P=4, M=8: stage 0 holds 8 micro-batches' activations under GPipe and 4 under 1F1B.
   const Batches batches = make_batches(2, 64);
@@ -293,5 +341,22 @@ TEST(PipelineExecutor, RejectsActionsOfAnotherStageAndMissingInputs) {
                  std::invalid_argument);
     const auto one = gpipe_schedule(1, 2);
     EXPECT_THROW(run_pipeline_step(ctx, stage, one[0], {}, {}, loss_fn, 1), std::invalid_argument);
+
+    // Rank 0 of 2 holding chunks 0 and 2: chunk 4 is no chunk of it, and it needs both peers.
+    PipelineStage chunked;
+    chunked.stages = 2;
+    chunked.chunks = {stage_module(build_model("cnn", {}), 4, 0),
+                      stage_module(build_model("cnn", {}), 4, 2)};
+    chunked.next_rank = 0;
+    try {
+      run_pipeline_step(ctx, chunked, interleaved_one_f_one_b_schedule(2, 2, 2)[0], {}, {}, loss_fn,
+                        1);
+      FAIL() << "expected invalid_argument";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_STREQ(e.what(), "pipeline stage 0 has no prev_rank"); // rank 0's chunk 2 receives
+    }
+    chunked.prev_rank = 0;
+    const std::vector<Action> wrong{{4, ActionKind::Forward, 0}};
+    EXPECT_THROW(run_pipeline_step(ctx, chunked, wrong, {}, {}, loss_fn, 1), std::invalid_argument);
   });
 }

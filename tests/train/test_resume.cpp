@@ -116,6 +116,32 @@ TEST(TrainResume, MeshRunsResumeFromTheirPerRankParts) {
   expect_mesh_resume("zero3", "--gpus 4 --zero 3 --optimizer adam", 4);
 }
 
+// Interleaved 1F1B: each rank's part is its two chunks (blocks r and r + 2 of 4), saved and
+// resumed as any part; resuming it with another number of virtual stages is refused.
+TEST(TrainResume, InterleavedPipelineResumesAndRefusesAnotherVirtualStageCount) {
+  std::string gpt4 = kSmallGpt;
+  gpt4.replace(gpt4.find("--layers 2"), 10, "--layers 4");
+  const std::string layout = "--gpus 4 --pp 2 --virtual-stages 2 --micro-batches 2 ";
+  expect_resume_matches("interleaved", gpt4 + layout, 10, 4, 2, [](const fs::path& first) {
+    for (int rank = 0; rank < 4; ++rank)
+      EXPECT_TRUE(fs::exists(first / "checkpoint" / "step-00000004" / ("rank-" + std::to_string(rank) + ".pt")));
+  });
+
+  const auto run = fresh_dir("interleaved-run"), out = fresh_dir("interleaved-out");
+  ASSERT_EQ(run_meshsim(gpt4 + layout + "--max-steps 2 --out " + run.string()).code, 0);
+  const auto r = run_meshsim(gpt4 + "--gpus 4 --pp 2 --micro-batches 2 --max-steps 4 --resume " +
+                             run.string() + " --out " + out.string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(
+      r.output.find("it was written by 4 GPUs as dp=2 × tp=1 × pp=2 with 2 virtual stages, "
+                    "zero 0, buckets of 25 MiB; this run is 4 GPUs as dp=2 × tp=1 × pp=2, zero 0"),
+      std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(out));
+  for (const auto& d : {run, out})
+    fs::remove_all(d);
+}
+
 TEST(TrainResume, ACheckpointOfAnotherLayoutIsRefusedInOneLine) {
   const auto mesh = fresh_dir("layout-mesh"), plain = fresh_dir("layout-plain"), out = fresh_dir("layout-out");
   ASSERT_EQ(run_meshsim(kSmallGpt + "--gpus 4 --tp 2 --max-steps 2 --out " + mesh.string()).code, 0);
