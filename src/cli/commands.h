@@ -95,6 +95,8 @@ int run_bench_comm(const BenchCommArgs& args);
 struct ValidateArgs {
   std::vector<std::string> only;  // --only nccl,narayanan
   bool json = false;
+  double matmul_efficiency = 0;    // > 0: try this large-GEMM efficiency
+  double gemm_half_us = -1;        // >= 0: and this GEMM half-efficiency time
   bool progress = true;
 };
 void add_validate_flags(CLI::App& app, ValidateArgs& args);

@@ -13,6 +13,10 @@ void add_validate_flags(CLI::App& app, ValidateArgs& a) {
                  "rows of these groups only: nccl (nccl-tests), narayanan (Megatron-LM Table 1)")
       ->delimiter(',');
   app.add_flag("--json", a.json, "print the rows and the summary as JSON");
+  app.add_option("--matmul-efficiency", a.matmul_efficiency,
+                 "try this large-GEMM efficiency instead of the calibrated one (0 < E <= 1)");
+  app.add_option("--gemm-half-us", a.gemm_half_us,
+                 "try this GEMM half-efficiency time in microseconds (>= 0)");
   app.add_flag("!--no-progress", a.progress, "do not report each row on stderr");
 }
 
@@ -22,7 +26,23 @@ int run_validate(const ValidateArgs& a) {
       fmt::print(stderr, "meshsim: --only {}: unknown group (known: nccl, narayanan)\n", g);
       return kExitUsage;
     }
-  const std::vector<PublishedRow> rows = published_rows(a.only);
+  Efficiency efficiency;
+  if (a.matmul_efficiency != 0) {
+    if (!(a.matmul_efficiency > 0 && a.matmul_efficiency <= 1)) {
+      fmt::print(stderr, "meshsim: --matmul-efficiency must be in (0, 1], got {}\n",
+                 a.matmul_efficiency);
+      return kExitUsage;
+    }
+    efficiency.matmul = a.matmul_efficiency;
+  }
+  if (a.gemm_half_us != -1) {
+    if (!(a.gemm_half_us >= 0 && a.gemm_half_us < 1e6)) {
+      fmt::print(stderr, "meshsim: --gemm-half-us must be in [0, 1e6), got {}\n", a.gemm_half_us);
+      return kExitUsage;
+    }
+    efficiency.gemm_half_s = a.gemm_half_us * 1e-6;
+  }
+  const std::vector<PublishedRow> rows = published_rows(a.only, efficiency);
   const ValidationSummary s = validate_rows(rows, [&](size_t i, size_t n, const PublishedRow& row) {
     if (a.progress)
       fmt::print(stderr, "meshsim validate: [{}/{}] {}\n", i + 1, n, row.name);

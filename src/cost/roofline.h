@@ -20,9 +20,11 @@ const char* to_string(OpClass op);
 
 /// Fraction of peak each op class achieves, and the costs around kernels. Defaults and
 /// where each comes from: docs/cost-model.md.
-///  matmul: what a large GEMM achieves of the dense tensor-core peak; gemm_half_s: the time at
-///    peak of a GEMM that reaches half of that (smaller GEMMs do not fill the GPU's SMs). Both
-///    fitted on the calibration rows of `meshsim validate` (Narayanan et al. Table 1).
+///  matmul 0.70: what a large GEMM achieves of the dense tensor-core peak, fitted on the three
+///    calibration rows of Narayanan et al. Table 1 in `meshsim validate` (docs/cost-model.md).
+///  gemm_half_s 10 us: the time at peak of a GEMM that reaches half of that: one wave of
+///    128x256 output tiles with k = 512 on each of an A100's 108 SMs (3.6 GFLOP, 11.6 us at
+///    312 TFLOP/s). Derived, not fitted: Table 1's GEMMs are all far larger.
 ///  attention 0.50: the attention core in records that carry no GEMM split (older records).
 ///  normalization/elementwise/optimizer 0.50: memory bound, so the value rarely matters; they
 ///    run on CUDA cores (fp32 peak), not tensor cores.
@@ -31,8 +33,8 @@ const char* to_string(OpClass op);
 ///  overlap_slowdown 0.1: compute runs this much slower while a collective runs beside it
 ///    (NCCL's kernels take 8-16 of the GPU's 108-132 SMs and a share of its memory bandwidth).
 struct Efficiency {
-  double matmul = 0.80;
-  double gemm_half_s = 20e-6;
+  double matmul = 0.70;
+  double gemm_half_s = 10e-6;
   double attention = 0.50;
   double normalization = 0.50;
   double elementwise = 0.50;

@@ -113,7 +113,8 @@ std::string describe(const TrainConfig& c) {
 std::vector<int> held_at_once(const TrainConfig& config, int micro_batches) {
   if (config.pp == 1)
     return {1};
-  return dry_run(make_schedule(config.schedule, config.pp, micro_batches)).peak_in_flight;
+  return dry_run(make_schedule(config.schedule, config.pp, micro_batches, config.virtual_stages))
+      .peak_in_flight;
 }
 
 // `base` laid out as one candidate of the search (validate() still to run).
@@ -166,10 +167,14 @@ std::vector<int> divisors(int n) {
 
 PlanFigures estimate_layout(const TrainConfig& config, const ClusterSpec& cluster,
                             int64_t stop_above, const PredictOptions& target) {
-  const int64_t blocks = config.gpt.layers / config.pp; // validate: layers divide by pp
+  // Interleaved 1F1B (V chunks per stage) plans whole chunks of 1 and 2 blocks and a multiple
+  // of the pipeline's depth of micro-batches, as its schedule needs: P and 2P.
+  const int v = config.virtual_stages;
+  const int64_t blocks = config.gpt.layers / config.pp; // validate: layers divide by pp (and V)
   const int m = config.micro_batches;
-  // Blocks: 1 and 2 per stage (the embedding and head are the same in both).
-  const int64_t k1 = std::min<int64_t>(blocks, 1), k2 = std::min<int64_t>(blocks, 2);
+  const int m1 = v > 1 ? config.pp : 1, m2 = 2 * m1;
+  // Blocks: 1 and 2 per chunk (the embedding and head are the same in both).
+  const int64_t k1 = std::min<int64_t>(blocks, v), k2 = std::min<int64_t>(blocks, 2 * v);
   auto at = [&](int64_t k, int micro) {
     return plan_on(reduced(config, k, micro), cluster, nullptr, nullptr, target);
   };
@@ -180,29 +185,30 @@ PlanFigures estimate_layout(const TrainConfig& config, const ClusterSpec& cluste
                     : extrapolate(a, at(k2, micro), static_cast<double>(k1),
                                   static_cast<double>(k2), static_cast<double>(blocks));
   };
-  // One micro-batch: the smallest each stage can hold. Over `stop_above` already: done.
-  const PlanFigures one = in_blocks(1);
-  if (m == 1 || one.peak_bytes > stop_above)
+  // The fewest micro-batches: the least each stage can hold. Over `stop_above` already: done.
+  const PlanFigures one = in_blocks(m1);
+  if (m == m1 || one.peak_bytes > stop_above)
     return one;
-  const PlanFigures two = in_blocks(2);
+  const PlanFigures two = in_blocks(m2);
 
-  // The step: one more micro-batch costs what the second did (a full pipeline's steady
-  // state adds its slowest stage's forward and backward per micro-batch).
-  PlanFigures f = extrapolate(one, two, 1, 2, m);
+  // The step: each further micro-batch costs what those from m1 to m2 did (a full pipeline's
+  // steady state adds its slowest stage's forward and backward per micro-batch).
+  PlanFigures f = extrapolate(one, two, m1, m2, m);
   // Memory: a stage holds the activations of the micro-batches it has forwarded and not yet
-  // backwarded, at most `held[s]` of them under the schedule; each costs what the second did.
-  // The batch itself (token ids and targets, int64) grows with every micro-batch.
+  // backwarded, at most `held[s]` of them under the schedule; each costs what those from m1 to
+  // m2 did. The batch itself (token ids and targets, int64) grows with every micro-batch.
   const int64_t batch_bytes = 2 * 8 * micro_batch_size_of(config) * config.gpt.seq_len;
-  const std::vector<int> held = held_at_once(config, m), held_two = held_at_once(config, 2);
+  const std::vector<int> held = held_at_once(config, m), held_one = held_at_once(config, m1),
+                         held_two = held_at_once(config, m2);
   const std::vector<StageFigures> s1 = per_stage(one.stages), s2 = per_stage(two.stages);
   f.stages = s1;
   for (size_t i = 0; i < s1.size(); ++i) {
     const auto stage = static_cast<size_t>(s1[i].stage);
-    const int extra_two = held_two[stage] - 1, extra = held[stage] - 1;
-    const int64_t growth = batch_bytes * (m - 1);
+    const int extra_two = held_two[stage] - held_one[stage], extra = held[stage] - held_one[stage];
     auto carry = [&](int64_t a, int64_t b, bool batch) {
-      const int64_t per_held = extra_two > 0 ? (b - a - (batch ? batch_bytes : 0)) / extra_two : 0;
-      return a + per_held * extra + (batch ? growth : 0);
+      const int64_t measured_batch = batch ? batch_bytes * (m2 - m1) : 0;
+      const int64_t per_held = extra_two > 0 ? (b - a - measured_batch) / extra_two : 0;
+      return a + per_held * extra + (batch ? batch_bytes * (m - m1) : 0);
     };
     const size_t activations = static_cast<size_t>(MemoryCategory::Activations);
     StageFigures& out = f.stages[i];

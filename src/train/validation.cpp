@@ -113,15 +113,19 @@ TrainConfig megatron_config(const MegatronRun& run) {
   c.recompute = "full"; // --recompute-method uniform: every layer recomputed
   c.micro_batch_size = run.micro_batch;
   c.global_batch_size = run.global_batch;
+  if (run.layers_per_virtual_stage > 0)
+    c.virtual_stages =
+        static_cast<int>(c.gpt.layers / run.pp / run.layers_per_virtual_stage);
   c.progress = false;
   validate(c);
   return c;
 }
 
-double megatron_tflops(const MegatronRun& run) {
+double megatron_tflops(const MegatronRun& run, const Efficiency& efficiency) {
   const TrainConfig c = megatron_config(run);
   const ClusterSpec cluster = parse_cluster_spec(fmt::format("{}x8xa100-80", run.gpus / 8));
   PredictOptions target;
+  target.efficiency = efficiency;
   target.flash_attention = false; // Megatron-LM in 2021: softmax fused, the scores in memory
   const PlanFigures f = estimate_layout(c, cluster, kPlanCapacity, target);
   const double flops =
@@ -131,7 +135,7 @@ double megatron_tflops(const MegatronRun& run) {
   return flops / run.gpus / f.step_seconds / 1e12;
 }
 
-std::vector<PublishedRow> narayanan_rows() {
+std::vector<PublishedRow> narayanan_rows(const Efficiency& efficiency) {
   std::vector<PublishedRow> rows;
   for (const MegatronRun& run : kTable1) {
     const int64_t dp = run.gpus / (run.tp * run.pp);
@@ -144,7 +148,7 @@ std::vector<PublishedRow> narayanan_rows() {
     rows.push_back({"Narayanan et al. SC'21 Table 1", name,
                     "Narayanan et al. SC'21 Table 1; Megatron-LM examples/sc21/run_table_1.sh",
                     "TFLOP/s per GPU", run.tflops, run.tflops, run.fitted,
-                    [&run] { return megatron_tflops(run); }});
+                    [&run, efficiency] { return megatron_tflops(run, efficiency); }});
   }
   return rows;
 }
@@ -174,12 +178,13 @@ double published_error(double predicted, double low, double high) {
   return 0;
 }
 
-std::vector<PublishedRow> published_rows(const std::vector<std::string>& groups) {
+std::vector<PublishedRow> published_rows(const std::vector<std::string>& groups,
+                                         const Efficiency& efficiency) {
   std::vector<PublishedRow> rows;
   for (auto& row : nccl_rows())
     if (wanted(row.group, groups))
       rows.push_back(std::move(row));
-  for (auto& row : narayanan_rows())
+  for (auto& row : narayanan_rows(efficiency))
     if (wanted(row.group, groups))
       rows.push_back(std::move(row));
   return rows;

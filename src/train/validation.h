@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "cost/roofline.h"
+
 namespace meshsim {
 
 struct PublishedRow {
@@ -44,8 +46,10 @@ struct ValidationSummary {
 };
 
 /// Every row meshsim knows. `groups` empty: all of them; else only those whose group starts
-/// with one of the given words ("nccl", "narayanan").
-std::vector<PublishedRow> published_rows(const std::vector<std::string>& groups = {});
+/// with one of the given words ("nccl", "narayanan"). Compute is predicted with `efficiency`
+/// (the defaults, or a calibration being tried).
+std::vector<PublishedRow> published_rows(const std::vector<std::string>& groups = {},
+                                         const Efficiency& efficiency = {});
 
 /// The error of `predicted` against a published [low, high].
 double published_error(double predicted, double low, double high);
