@@ -92,9 +92,10 @@ int run_bench_comm(const BenchCommArgs& a) {
   try {
     cluster = parse_cluster_spec(a.cluster, a.intra, a.inter);
     algorithm = parse_algorithm(a.algorithm);
-    if (algorithm == Algorithm::Nvls && (cluster.nodes > 1 || cluster.intra.nvls_efficiency <= 0))
-      throw std::invalid_argument("--algorithm nvls needs one node whose NVSwitch reduces "
-                                  "(nvlink4); " + cluster.to_string() + " has none");
+    // The model refuses an algorithm the cluster cannot run, in its own words.
+    collective_cost(CollectiveOp::AllReduce, 0,
+                    group_shape(Group::world(cluster.world_size()).ranks, cluster), cluster,
+                    algorithm);
     if (!cluster.note.empty()) fmt::print(stderr, "meshsim: {}\n", cluster.note);
     if (a.min_bytes < 1 || a.max_bytes < a.min_bytes || a.iters < 1)
       throw std::invalid_argument(

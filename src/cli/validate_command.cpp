@@ -11,37 +11,24 @@ namespace meshsim {
 void add_validate_flags(CLI::App& app, ValidateArgs& a) {
   app.add_option("--only", a.only,
                  "rows of these groups only: nccl (nccl-tests), narayanan (Megatron-LM Table 1)")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->check(CLI::IsMember({"nccl", "narayanan"}));
   app.add_flag("--json", a.json, "print the rows and the summary as JSON");
   app.add_option("--matmul-efficiency", a.matmul_efficiency,
-                 "try this large-GEMM efficiency instead of the calibrated one (0 < E <= 1)");
+                 "try this large-GEMM efficiency instead of the calibrated one (0 < E <= 1)")
+      ->check(CLI::Range(1e-9, 1.0));
   app.add_option("--gemm-half-us", a.gemm_half_us,
-                 "try this GEMM half-efficiency time in microseconds (>= 0)");
+                 "try this GEMM half-efficiency time in microseconds (>= 0)")
+      ->check(CLI::Range(0.0, 1e6));
   app.add_flag("!--no-progress", a.progress, "do not report each row on stderr");
 }
 
 int run_validate(const ValidateArgs& a) {
-  for (const std::string& g : a.only)
-    if (g != "nccl" && g != "narayanan") {
-      fmt::print(stderr, "meshsim: --only {}: unknown group (known: nccl, narayanan)\n", g);
-      return kExitUsage;
-    }
   Efficiency efficiency;
-  if (a.matmul_efficiency != 0) {
-    if (!(a.matmul_efficiency > 0 && a.matmul_efficiency <= 1)) {
-      fmt::print(stderr, "meshsim: --matmul-efficiency must be in (0, 1], got {}\n",
-                 a.matmul_efficiency);
-      return kExitUsage;
-    }
+  if (a.matmul_efficiency > 0)
     efficiency.matmul = a.matmul_efficiency;
-  }
-  if (a.gemm_half_us != -1) {
-    if (!(a.gemm_half_us >= 0 && a.gemm_half_us < 1e6)) {
-      fmt::print(stderr, "meshsim: --gemm-half-us must be in [0, 1e6), got {}\n", a.gemm_half_us);
-      return kExitUsage;
-    }
+  if (a.gemm_half_us >= 0)
     efficiency.gemm_half_s = a.gemm_half_us * 1e-6;
-  }
   const std::vector<PublishedRow> rows = published_rows(a.only, efficiency);
   const ValidationSummary s = validate_rows(rows, [&](size_t i, size_t n, const PublishedRow& row) {
     if (a.progress)

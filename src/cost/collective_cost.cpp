@@ -277,9 +277,10 @@ CollectiveCost collective_cost(CollectiveOp op, double bytes, const GroupShape& 
     throw std::invalid_argument(std::string("collective: the tree algorithm runs all_reduce only, "
                                             "not ") + to_string(op));
   if (algorithm == Algorithm::Nvls && !nvls_possible(op, s, cluster))
-    throw std::invalid_argument("collective: NVLS runs all_reduce inside one node whose NVSwitch "
-                                "reduces (nvlink4), not " + std::string(to_string(op)) + " on " +
-                                cluster.intra.name + " over " + std::to_string(s.nodes) + " node(s)");
+    throw std::invalid_argument("collective: NVLS runs all_reduce only, inside one node whose "
+                                "NVSwitch reduces (nvlink4); asked for " +
+                                std::string(to_string(op)) + " over " + std::to_string(s.nodes) +
+                                " node(s) of " + cluster.intra.name);
   if (s.ranks == 1)
     return {0, algorithm == Algorithm::Auto ? Algorithm::Ring : algorithm, protocol, false};
   if (op == CollectiveOp::Barrier)

@@ -151,15 +151,15 @@ const T& find_by_name(const std::vector<T>& table, const std::string& name, cons
 constexpr int kMaxCount = 100000;
 
 // A positive decimal count, with a one-line error naming the whole spec and the value.
-int parse_count(const std::string& text, const std::string& spec, const char* what) {
+int parse_count(const std::string& text, const std::string& spec, const char* what,
+                const char* form = "NODESxGPUSxMODEL, e.g. 4x8xh100") {
   const bool digits =
       !text.empty() &&
       std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c); });
   const std::string head =
       "invalid cluster spec \"" + printable(spec) + "\": " + what + " " + printable(text);
   if (!digits)
-    throw std::invalid_argument(head + " is not a positive integer (expected NODESxGPUSxMODEL, "
-                                       "e.g. 4x8xh100)");
+    throw std::invalid_argument(head + " is not a positive integer (expected " + form + ")");
   // Compare as text first: no overflow whatever the length.
   const std::string trimmed = text.substr(std::min(text.find_first_not_of('0'), text.size()));
   if (trimmed.empty()) throw std::invalid_argument(head + " must be at least 1");
@@ -304,22 +304,17 @@ ClusterSpec parse_cluster_spec(const std::string& spec, const std::string& intra
                      bare + "-... for another board)";
       rest = preset;
     }
+  // "--inter 4xhdr": NICs per node, then the link.
+  std::string inter = lower(inter_override);
+  if (const size_t x = inter.find('x');
+      x != std::string::npos && x > 0 && std::isdigit(static_cast<unsigned char>(inter[0]))) {
+    cluster.nics_per_node =
+        parse_count(inter.substr(0, x), spec, "NICs per node", "NICSxLINK in --inter, e.g. 4xhdr");
+    inter = inter.substr(x + 1);
+  }
   try {
     cluster.gpu = gpu_preset(rest);
     cluster.intra = link_preset(intra_override.empty() ? default_intra_link(rest) : intra_override);
-    std::string inter = lower(inter_override);
-    const size_t x = inter.find('x');
-    if (x != std::string::npos && x > 0 && std::isdigit(static_cast<unsigned char>(inter[0]))) {
-      const std::string count = inter.substr(0, x);
-      const bool digits = std::all_of(count.begin(), count.end(),
-                                      [](unsigned char c) { return std::isdigit(c); });
-      if (!digits || count.size() > 6 || std::stoi(count) < 1 || std::stoi(count) > kMaxCount)
-        throw std::invalid_argument("NICs per node in --inter \"" + printable(inter_override) +
-                                    "\" must be a count from 1 to " + std::to_string(kMaxCount) +
-                                    " (as in 4xhdr)");
-      cluster.nics_per_node = std::stoi(count);
-      inter = inter.substr(x + 1);
-    }
     cluster.inter = link_preset(inter.empty() ? default_inter_link(rest) : inter);
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument("invalid cluster spec \"" + printable(spec) + "\": " + e.what());
