@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -59,6 +60,15 @@ inline std::string read_text(const std::filesystem::path& p) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// The loss of every step a run folder's metrics.jsonl logged, in order.
+inline std::vector<double> run_losses(const std::filesystem::path& run) {
+  std::istringstream metrics(read_text(run / "metrics.jsonl"));
+  std::vector<double> out;
+  for (std::string line; std::getline(metrics, line);)
+    out.push_back(nlohmann::json::parse(line)["loss"]);
+  return out;
 }
 
 } // namespace meshsim::testing

@@ -12,15 +12,6 @@ namespace {
 
 const std::string kLlama = "train --model llama --hidden 32 --heads 4 --seq-len 16 ";
 
-std::vector<double> losses(const fs::path& run) {
-  std::istringstream metrics(read_text(run / "metrics.jsonl"));
-  std::string line;
-  std::vector<double> out;
-  while (std::getline(metrics, line))
-    out.push_back(nlohmann::json::parse(line)["loss"]);
-  return out;
-}
-
 } // namespace
 
 TEST(CliLlama, TrainsOnTextWithTensorAndPipelineParallel) {
@@ -36,7 +27,7 @@ TEST(CliLlama, TrainsOnTextWithTensorAndPipelineParallel) {
   const auto s = read_json(out / "summary.json");
   EXPECT_EQ(s["layout"]["tp"], 2);
   EXPECT_EQ(s["layout"]["pp"], 2);
-  const auto l = losses(out);
+  const auto l = run_losses(out);
   ASSERT_EQ(l.size(), 12u);
   EXPECT_LT(l.back(), l.front()) << r.output;
   fs::remove_all(out);

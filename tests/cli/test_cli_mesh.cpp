@@ -86,11 +86,7 @@ TEST(CliMesh, SequenceParallelTrainsAndIsSavedInTheRunFolder) {
   EXPECT_EQ(read_json(out / "config.json")["sequence_parallel"], true);
   const auto s = read_json(out / "summary.json");
   EXPECT_EQ(s["layout"]["sequence_parallel"], true);
-  std::istringstream metrics(read_text(out / "metrics.jsonl"));
-  std::string line;
-  std::vector<double> losses;
-  while (std::getline(metrics, line))
-    losses.push_back(nlohmann::json::parse(line)["loss"]);
+  const std::vector<double> losses = run_losses(out);
   ASSERT_EQ(losses.size(), 10u);
   EXPECT_LT(losses.back(), losses.front()) << r.output;
   fs::remove_all(out);
@@ -170,11 +166,7 @@ TEST(CliMesh, InterleavedPipelineTrainsAndIsSavedInTheRunFolder) {
   const auto s = read_json(out / "summary.json");
   EXPECT_EQ(s["layout"]["virtual_stages"], 2);
   EXPECT_GT(s["test_samples"].get<int64_t>(), 0); // evaluation went through the chunks too
-  std::istringstream metrics(read_text(out / "metrics.jsonl"));
-  std::string line;
-  std::vector<double> losses;
-  while (std::getline(metrics, line))
-    losses.push_back(nlohmann::json::parse(line)["loss"]);
+  const std::vector<double> losses = run_losses(out);
   ASSERT_EQ(losses.size(), 10u);
   EXPECT_LT(losses.back(), losses.front()) << r.output;
   // Each stage holds two blocks; stage 0 the embedding too, stage 1 the final norm and head.

@@ -228,6 +228,30 @@ TEST(PipelinePartition, TransformerBlocksAreTheUnits) {
   EXPECT_EQ(stage_children(mlp, 2, 1), range(3, 4));
 }
 
+namespace {
+
+// A pipeline run's losses and final parameters against single-device training's, within
+// kTolerance, with the worst relative error printed.
+void expect_matches_single(const TrainResult& got, const TrainResult& ref, const std::string& what) {
+  ASSERT_EQ(got.losses.size(), ref.losses.size()) << what;
+  double worst = 0;
+  for (size_t k = 0; k < ref.losses.size(); ++k) {
+    EXPECT_NEAR(got.losses[k], ref.losses[k], kTolerance * std::abs(ref.losses[k]))
+        << what << " step " << k + 1;
+    worst = std::max(worst, std::abs(got.losses[k] - ref.losses[k]) / std::abs(ref.losses[k]));
+  }
+  ASSERT_EQ(got.parameters.size(), ref.parameters.size()) << what;
+  for (size_t i = 0; i < ref.parameters.size(); ++i) {
+    const double err = relative_error(got.parameters[i], ref.parameters[i]);
+    EXPECT_LT(err, kTolerance) << what << " parameter " << i;
+    worst = std::max(worst, err);
+  }
+  std::cout << what << ": final loss " << got.losses.back() << " (single " << ref.losses.back()
+            << "), worst relative error " << worst << "\n";
+}
+
+} // namespace
+
 TEST(PipelineExecutor, EverySchedulerMatchesSingleDeviceTraining) {
   const Batches batches = make_batches(10, 32, torch::kFloat64);
   const TrainResult ref = train_single(batches);
@@ -237,21 +261,7 @@ TEST(PipelineExecutor, EverySchedulerMatchesSingleDeviceTraining) {
       const std::string what = name + " pp=" + std::to_string(stages);
       DeviceMesh mesh(mesh_options(stages));
       const TrainResult got = train_pipeline(mesh, make_schedule(name, stages, 4), batches);
-      ASSERT_EQ(got.losses.size(), ref.losses.size()) << what;
-      double worst = 0;
-      for (size_t k = 0; k < ref.losses.size(); ++k) {
-        EXPECT_NEAR(got.losses[k], ref.losses[k], kTolerance * std::abs(ref.losses[k]))
-            << what << " step " << k + 1;
-        worst = std::max(worst, std::abs(got.losses[k] - ref.losses[k]) / std::abs(ref.losses[k]));
-      }
-      ASSERT_EQ(got.parameters.size(), ref.parameters.size()) << what;
-      for (size_t i = 0; i < ref.parameters.size(); ++i) {
-        const double err = relative_error(got.parameters[i], ref.parameters[i]);
-        EXPECT_LT(err, kTolerance) << what << " parameter " << i;
-        worst = std::max(worst, err);
-      }
-      std::cout << what << ": final loss " << got.losses.back() << " (single " << ref.losses.back()
-                << "), worst relative error " << worst << "\n";
+      expect_matches_single(got, ref, what);
     }
   }
 }
@@ -266,21 +276,7 @@ TEST(PipelineExecutor, InterleavedMatchesSingleDeviceTraining) {
     DeviceMesh mesh(mesh_options(2));
     const TrainResult got =
         train_pipeline(mesh, make_schedule("1f1b", 2, micro_batches, 2), batches);
-    ASSERT_EQ(got.losses.size(), ref.losses.size()) << what;
-    double worst = 0;
-    for (size_t k = 0; k < ref.losses.size(); ++k) {
-      EXPECT_NEAR(got.losses[k], ref.losses[k], kTolerance * std::abs(ref.losses[k]))
-          << what << " step " << k + 1;
-      worst = std::max(worst, std::abs(got.losses[k] - ref.losses[k]) / std::abs(ref.losses[k]));
-    }
-    ASSERT_EQ(got.parameters.size(), ref.parameters.size()) << what;
-    for (size_t i = 0; i < ref.parameters.size(); ++i) {
-      const double err = relative_error(got.parameters[i], ref.parameters[i]);
-      EXPECT_LT(err, kTolerance) << what << " parameter " << i;
-      worst = std::max(worst, err);
-    }
-    std::cout << what << ": final loss " << got.losses.back() << " (single " << ref.losses.back()
-              << "), worst relative error " << worst << "\n";
+    expect_matches_single(got, ref, what);
   }
 }
 
