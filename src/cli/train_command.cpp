@@ -335,17 +335,19 @@ int run_train(TrainConfig config) {
   } catch (const std::exception& e) {
     fmt::print(stderr, "meshsim: warning: {}\n", one_line(e));
   }
+  // The line that says why the run ended comes last, after any warning from writing the
+  // run folder.
+  std::string ending;
   if (const int sig = g_stop_signal.load(); sig != 0 && code == kExitOk) {
     code = kExitSignalBase + sig;
     summary["status"] = "interrupted";
     summary["exit_code"] = code;
-    fmt::print(stderr, "\nmeshsim: interrupted by signal {} after step {}\n", sig,
-               result.steps);
+    ending = fmt::format("interrupted by signal {} after step {}", sig, result.steps);
   } else if (code != kExitOk) {
     summary["status"] = "failed";
     summary["error"] = error;
     summary["exit_code"] = code;
-    fmt::print(stderr, "\nmeshsim: {}\n", error);
+    ending = error;
   }
   try {
     write_outputs(*run, mesh, config, summary, trained ? &result : nullptr);
@@ -353,6 +355,8 @@ int run_train(TrainConfig config) {
     fmt::print(stderr, "meshsim: could not write the run folder: {}\n", one_line(e));
     if (code == kExitOk) code = kExitFailure;
   }
+  if (!ending.empty())
+    fmt::print(stderr, "\nmeshsim: {}\n", ending);
   if (code == kExitOk)
     fmt::print(stderr, "meshsim: done: {} steps, final loss {:.4f}, test accuracy {:.2f}%, {:.1f} s; wrote {}\n",
                summary["steps"].get<int64_t>(), summary["final_loss"].get<double>(),

@@ -1,7 +1,9 @@
 // Meta kernels for the ops the 1.13 C++ library runs only on real devices (checked from C++:
 // native_layer_norm, its backward, index_select and embedding_dense_backward have no meta
 // kernel there; Python 1.13 has them, in Python). Each mirrors the outputs of the CPU kernel,
-// which is what the accounting compares against.
+// which is what the accounting compares against. Later LibTorch versions have some of them
+// (2.x) and changed some signatures (embedding_dense_backward's padding_idx became a SymInt);
+// an op that already has a meta kernel keeps it.
 #include "mesh/meta_device.h"
 
 #include <mutex>
@@ -9,7 +11,9 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
+#include <torch/version.h>
 
 namespace meshsim {
 namespace {
@@ -64,8 +68,14 @@ Tensor index_select_meta(const Tensor& self, int64_t dim, const Tensor& index) {
   return at::empty(sizes, self.options());
 }
 
+#if TORCH_VERSION_MAJOR >= 2
+using PaddingIndex = c10::SymInt;
+#else
+using PaddingIndex = int64_t;
+#endif
+
 Tensor embedding_backward_meta(const Tensor& grad_output, const Tensor&, c10::SymInt num_weights,
-                               int64_t, bool) {
+                               PaddingIndex, bool) {
   return at::empty({num_weights.expect_int(), grad_output.size(-1)}, grad_output.options());
 }
 
@@ -77,10 +87,18 @@ void register_meta_kernels() {
     // Never destroyed: the registrations must outlive every plan.
     auto* library = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::Meta,
                                        __FILE__, __LINE__);
-    library->impl("native_layer_norm", TORCH_FN(layer_norm_meta));
-    library->impl("native_layer_norm_backward", TORCH_FN(layer_norm_backward_meta));
-    library->impl("index_select", TORCH_FN(index_select_meta));
-    library->impl("embedding_dense_backward", TORCH_FN(embedding_backward_meta));
+    const auto missing = [](const char* op) {
+      const auto handle = c10::Dispatcher::singleton().findSchema({op, ""});
+      return !handle || !handle->hasKernelForDispatchKey(c10::DispatchKey::Meta);
+    };
+    if (missing("aten::native_layer_norm"))
+      library->impl("native_layer_norm", TORCH_FN(layer_norm_meta));
+    if (missing("aten::native_layer_norm_backward"))
+      library->impl("native_layer_norm_backward", TORCH_FN(layer_norm_backward_meta));
+    if (missing("aten::index_select"))
+      library->impl("index_select", TORCH_FN(index_select_meta));
+    if (missing("aten::embedding_dense_backward"))
+      library->impl("embedding_dense_backward", TORCH_FN(embedding_backward_meta));
   });
 }
 

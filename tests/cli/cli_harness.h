@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -42,6 +43,10 @@ inline CliResult run_meshsim_exactly(const std::string& args) {
 inline CliResult run_meshsim(const std::string& args) {
   return run_meshsim_exactly(args + " --no-progress");
 }
+
+// memory.png is drawn by gnuplot, which `make` installs; a machine without it (a GPU machine's
+// bare image) writes every other file of the run folder and says why the picture is missing.
+inline bool picture_expected() { return std::system("command -v gnuplot >/dev/null 2>&1") == 0; }
 
 inline std::filesystem::path fresh_dir(const std::string& name) {
   auto dir = std::filesystem::temp_directory_path() /

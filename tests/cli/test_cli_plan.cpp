@@ -33,7 +33,9 @@ TEST(CliPlan, JsonHasEveryFieldAndTheOutFolderHoldsPlanAndTrace) {
   EXPECT_TRUE(plan["fits"].get<bool>());
   EXPECT_GT(plan["step_seconds"].get<double>(), 0);
   EXPECT_TRUE(std::filesystem::exists(dir / "trace.json"));
-  EXPECT_TRUE(std::filesystem::exists(dir / "memory.png")) << r.output; // make installs gnuplot
+  if (meshsim::testing::picture_expected()) {
+    EXPECT_TRUE(std::filesystem::exists(dir / "memory.png")) << r.output;
+  }
 }
 
 // `meshsim plan --json` of Llama 3 8B with ZeRO 3 on 8 H100s at `precision`, parsed.
