@@ -94,6 +94,12 @@ public:
   void device_out_of_memory(const std::string& device_message);
 
   int64_t current_bytes() const { return current_.load(std::memory_order_relaxed); }
+  std::array<int64_t, kNumCategories> current_by_category() const {
+    std::array<int64_t, kNumCategories> out{};
+    for (int c = 0; c < kNumCategories; ++c)
+      out[static_cast<size_t>(c)] = current_by_category_[static_cast<size_t>(c)].load(std::memory_order_relaxed);
+    return out;
+  }
   int64_t peak_bytes() const { return peak_.load(std::memory_order_relaxed); }
   MemoryStats stats() const;
   /// Resets peaks to the current values (e.g. after setup, to measure a step alone).

@@ -93,8 +93,11 @@ void DeviceMesh::sample_memory(int64_t step, const std::string& phase) {
   s.step = step;
   s.phase = phase;
   s.bytes.reserve(gpus_.size());
-  for (const auto& g : gpus_)
+  s.by_category.reserve(gpus_.size());
+  for (const auto& g : gpus_) {
     s.bytes.push_back(g->current_bytes());
+    s.by_category.push_back(g->current_by_category());
+  }
   if (nvml_ != nullptr) {
     if (const auto card = nvml_->sample(nvml_index_)) {
       s.phys_used_bytes = card->used_bytes;

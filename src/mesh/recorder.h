@@ -5,12 +5,15 @@
 // the shared MemoryTimeline, which is guarded.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "memory/category.h"
 
 namespace meshsim {
 
@@ -91,6 +94,9 @@ struct MemorySample {
   int64_t step = 0;
   std::string phase;
   std::vector<int64_t> bytes;  // one per GPU
+  // The same bytes by category (MemoryCategory order), one array per GPU; empty when the
+  // sample was made without them (tests' hand-made samples).
+  std::vector<std::array<int64_t, kNumCategories>> by_category;
   std::optional<int64_t> phys_used_bytes = std::nullopt;  // the card's used memory
   std::optional<int> phys_util_pct = std::nullopt;        // the card's utilisation, percent
 };
