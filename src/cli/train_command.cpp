@@ -21,6 +21,7 @@
 #include "memory/allocator.h"
 #include "memory/virtual_gpu.h"
 #include "mesh/device_mesh.h"
+#include "mesh/memory_snapshot.h"
 #include "mesh/parallel_dims.h"
 #include "mesh/rank_runner.h"
 #include "models/models.h"
@@ -45,6 +46,9 @@ std::string one_line(const std::exception& e) {
 }
 
 namespace {
+
+// --memory-snapshot keeps this many training steps (the last ones) of every GPU's allocations.
+constexpr int kSnapshotSteps = 3;
 
 // Set by SIGINT/SIGTERM: the ranks stop after the current step and the run folder is
 // written. A second signal ends the process at once.
@@ -130,10 +134,11 @@ nlohmann::json collectives_json(const std::vector<Recorder>& recorders) {
 
 void write_outputs(RunFolder& run, DeviceMesh& mesh, const TrainConfig& config,
                    nlohmann::json summary, const TrainResult* result) {
-  std::vector<int64_t> capacities;
+  MemoryPictureInput picture;
   nlohmann::json gpus = nlohmann::json::array();
   for (int r = 0; r < mesh.world_size(); ++r) {
-    capacities.push_back(mesh.gpu(r).capacity());
+    picture.capacities.push_back(mesh.gpu(r).capacity());
+    picture.peaks.push_back(mesh.gpu(r).stats().peak_by_category); // as summary.json's
     gpus.push_back(gpu_json(mesh.gpu(r), result));
   }
   summary["gpus"] = gpus;
@@ -143,12 +148,23 @@ void write_outputs(RunFolder& run, DeviceMesh& mesh, const TrainConfig& config,
                                              config.gpus / (config.tp * config.pp), config.tp,
                                              config.pp, config.zero)
                                : "";
-  const std::string title = fmt::format("meshsim: {} {} on {} virtual GPUs{}", config.model,
-                                        config.strategy, config.gpus, layout);
+  picture.title = fmt::format("meshsim: {} {} on {} virtual GPUs{}", config.model,
+                              config.strategy, config.gpus, layout);
+  picture.samples = mesh.timeline().samples();
   // A run that failed before its first memory sample has nothing to plot: no warning then.
-  const bool drawn = run.write_memory(mesh.timeline().samples(), capacities, title, &plot_error);
-  if (!drawn && !mesh.timeline().samples().empty())
+  const bool drawn = run.write_memory(picture, &plot_error);
+  if (!drawn && !picture.samples.empty())
     fmt::print(stderr, "meshsim: warning: memory.png not drawn: {}\n", plot_error);
+  if (config.memory_snapshot) {
+    if (mesh.on_card())
+      fmt::print(stderr, "meshsim: warning: --memory-snapshot records CPU virtual GPUs only; on "
+                         "the card, PyTorch's torch.cuda.memory._record_memory_history does\n");
+    try {
+      write_memory_snapshots(run.dir() / "memory_snapshot", mesh);
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "meshsim: warning: memory snapshot not written: {}\n", e.what());
+    }
+  }
   run.write_json("summary.json", summary);
 }
 
@@ -242,6 +258,7 @@ int run_train(TrainConfig config) {
   mesh_options.world_size = config.gpus;
   mesh_options.capacity_bytes = config.gpu_mem_bytes;
   mesh_options.device = config.device;
+  mesh_options.history_steps = config.memory_snapshot ? kSnapshotSteps : 0;
   mesh_options.comm_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(config.comm_timeout_s * 1000));
   DeviceMesh mesh(mesh_options);

@@ -137,6 +137,9 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--inject-fault", c.inject_fault,
                  "RANK:STEP — that rank leaves the run at that step (tests failure handling)");
   app.add_flag("!--no-progress", c.progress, "no progress bar or lines");
+  app.add_flag("--memory-snapshot", c.memory_snapshot,
+               "memory_snapshot/gpuN.pickle: each GPU's allocations of the last 3 steps, in "
+               "PyTorch's memory snapshot format");
   app.add_option("--cluster", c.cluster, "also predict the run on this cluster, e.g. 8xa100-80 or 4x8xh100");
   app.add_option("--intra", c.intra, "with --cluster: link inside a node (nvlink3, nvlink4, pcie3, ...)");
   app.add_option("--inter", c.inter, "with --cluster: link between nodes (hdr, ndr, 100gbe)");

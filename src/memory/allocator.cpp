@@ -14,6 +14,8 @@
 #include <mutex>
 #include <new>
 
+#include "memory/allocation_history.h"
+
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 
@@ -36,8 +38,11 @@ std::atomic<int64_t> g_host_bytes{0};
 void free_block(void* data) {
   if (data == nullptr) return;
   auto* header = reinterpret_cast<BlockHeader*>(static_cast<char*>(data) - kAlignment);
-  if (header->gpu != nullptr)
+  if (header->gpu != nullptr) {
+    if (AllocationHistory* history = header->gpu->history())
+      history->record(false, reinterpret_cast<uintptr_t>(data), header->size, header->category);
     header->gpu->release(header->size, header->category);
+  }
   else
     g_host_bytes.fetch_sub(header->size, std::memory_order_relaxed);
   std::free(header);
@@ -75,6 +80,9 @@ private:
     header->gpu = gpu;
     header->category = t_category;
     void* data = static_cast<char*>(raw) + kAlignment;
+    if (gpu != nullptr)
+      if (AllocationHistory* history = gpu->history())
+        history->record(true, reinterpret_cast<uintptr_t>(data), bytes, t_category);
     return {data, data, &free_block, c10::Device(c10::DeviceType::CPU)};
   }
 };

@@ -59,6 +59,8 @@ private:
 /// headroom for meshsim's own untracked memory (threads, kernels' scratch, the data set).
 int64_t host_memory_for_gpus();
 
+class AllocationHistory;
+
 class VirtualGpu {
 public:
   /// `host` (may be null, must outlive the GPU) is shared by every GPU of a mesh.
@@ -112,6 +114,11 @@ public:
   /// The OutOfMemory message if this GPU ever ran out, else empty.
   std::string oom_message() const;
 
+  /// Where this GPU's allocations and frees are recorded (--memory-snapshot); null: nowhere.
+  /// The history must outlive every allocation made while it is set.
+  void set_history(AllocationHistory* history) { history_.store(history, std::memory_order_release); }
+  AllocationHistory* history() const { return history_.load(std::memory_order_acquire); }
+
 private:
   std::string describe_oom(int64_t request, MemoryCategory category) const;
   std::string describe_host_oom(int64_t request, MemoryCategory category) const;
@@ -120,6 +127,7 @@ private:
   const int64_t capacity_;
   HostBudget* host_;
   bool on_card_ = false;
+  std::atomic<AllocationHistory*> history_{nullptr};
   std::atomic<int64_t> current_{0};
   std::atomic<int64_t> peak_{0};
   std::atomic<int64_t> allocations_{0};

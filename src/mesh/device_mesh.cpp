@@ -59,6 +59,11 @@ DeviceMesh::DeviceMesh(const MeshOptions& options)
     gpus_.push_back(
         std::make_unique<VirtualGpu>(r, options_.capacity_bytes, on_host ? &host_ : nullptr));
   windows_.resize(gpus_.size());
+  if (options_.history_steps > 0 && on_host)
+    for (auto& g : gpus_) {
+      histories_.push_back(std::make_unique<AllocationHistory>(clock_.start()));
+      g->set_history(histories_.back().get());
+    }
   if (on_card()) {
     streams_.reserve(gpus_.size());
     for (auto& g : gpus_) {
@@ -85,13 +90,14 @@ std::unique_ptr<Communicator> DeviceMesh::make_communicator(int rank) {
   return comm;
 }
 
-void DeviceMesh::sample_memory(int64_t step, const std::string& phase) {
+void DeviceMesh::sample_memory(int64_t step, const std::string& phase, int rank) {
   if (!options_.timeline)
     return;
   MemorySample s;
   s.time_s = clock_.now();
   s.step = step;
   s.phase = phase;
+  s.rank = rank;
   s.bytes.reserve(gpus_.size());
   s.by_category.reserve(gpus_.size());
   for (const auto& g : gpus_) {
@@ -104,7 +110,25 @@ void DeviceMesh::sample_memory(int64_t step, const std::string& phase) {
       s.phys_util_pct = card->util_pct;
     }
   }
+  if (!histories_.empty() && step >= 1)
+    forget_old_steps(step, s.time_s);
   timeline_.add(std::move(s));
+}
+
+// The histories keep the last history_steps steps: once step s is sampled, what happened up
+// to the end of step s - history_steps is dropped.
+void DeviceMesh::forget_old_steps(int64_t step, double time_s) {
+  std::lock_guard<std::mutex> lock(history_mutex_);
+  if (step <= forgotten_through_)
+    return; // a late sample of a step already dropped (another rank was behind)
+  double& end = step_ends_[step];
+  end = std::max(end, time_s);
+  const auto old = step_ends_.find(step - options_.history_steps);
+  if (old == step_ends_.end())
+    return;
+  for (auto& h : histories_) h->drop_before(old->second);
+  forgotten_through_ = old->first;
+  step_ends_.erase(step_ends_.begin(), std::next(old));
 }
 
 void DeviceMesh::close_window(int rank, const std::string& phase) {

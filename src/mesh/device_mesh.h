@@ -2,11 +2,14 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "comm/sim_backend.h"
+#include "memory/allocation_history.h"
 #include "memory/cuda_allocator.h"
 #include "memory/virtual_gpu.h"
 #include "mesh/physical_device.h"
@@ -37,6 +40,9 @@ struct MeshOptions {
   /// plans carry each phase's peak to larger models (train/search.h).
   bool peak_windows = false;
   Nvml* nvml = nullptr; // where a CUDA run reads the card; null: Nvml::instance()
+  /// --memory-snapshot: every GPU keeps its allocations and frees of the last this many
+  /// training steps (memory/allocation_history.h); 0: none kept. CPU runs only.
+  int history_steps = 0;
 };
 
 /// The memory the physical device can give split evenly over `world_size` virtual GPUs: on
@@ -61,10 +67,12 @@ public:
   /// Rank `rank`'s communicator: the in-process backend, record-only on the meta device.
   std::unique_ptr<Communicator> make_communicator(int rank);
   MemoryTimeline& timeline() { return timeline_; }
+  const MemoryTimeline& timeline() const { return timeline_; }
   const RunClock& clock() const { return clock_; }
 
-  /// Appends one memory.csv row: every GPU's live bytes now, and on CUDA the card's NVML reading.
-  void sample_memory(int64_t step, const std::string& phase);
+  /// Appends one memory.csv row: every GPU's live bytes now (by category too), the rank whose
+  /// phase ended, and on CUDA the card's NVML reading.
+  void sample_memory(int64_t step, const std::string& phase, int rank = -1);
 
   /// With MeshOptions::peak_windows: ends the window of `rank`'s GPU that its previous call (or
   /// the mesh's start) opened, keeping the window's peaks under `phase`, and opens the next.
@@ -76,8 +84,16 @@ public:
   /// `rank`'s GPU stats over the whole run: with windows kept, the peaks are the largest of
   /// the windows' (the GPU's own cover only the last); otherwise the GPU's own.
   MemoryStats peak_stats(int rank) const;
+  /// `rank`'s allocation history (MeshOptions::history_steps); null when none is kept.
+  const AllocationHistory* history(int rank) const {
+    return histories_.empty() ? nullptr : histories_.at(rank).get();
+  }
 
 private:
+  void forget_old_steps(int64_t step, double time_s);
+
+  // Outlives gpus_ (declared before them), whose allocations it records.
+  std::vector<std::unique_ptr<AllocationHistory>> histories_;
   MeshOptions options_;
   RunClock clock_;
   HostBudget host_; // all GPUs together live in the host's memory
@@ -89,6 +105,9 @@ private:
   std::vector<std::vector<PeakWindow>> windows_; // per rank, written by its own thread
   Nvml* nvml_ = nullptr; // set with nvml_index_ on a CUDA run whose card NVML can read
   int nvml_index_ = -1;  // that card's NVML index; -1: no card columns (not CUDA, no NVML)
+  std::mutex history_mutex_;
+  std::map<int64_t, double> step_ends_; // the last sample's time of each step (histories kept)
+  int64_t forgotten_through_ = 0;        // the steps the histories no longer hold
 };
 
 } // namespace meshsim

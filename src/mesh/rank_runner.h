@@ -33,7 +33,7 @@ struct RankContext {
   /// Records a memory.csv row (all GPUs) tagged with this rank's step and phase, and closes
   /// this rank's peak window there (DeviceMesh::close_window, when the mesh keeps them).
   void sample_memory(int64_t step, const std::string& phase) {
-    mesh.sample_memory(step, phase);
+    mesh.sample_memory(step, phase, rank);
     mesh.close_window(rank, phase);
   }
   /// Records a compute region [start_s, now] for the trace and the cost model.

@@ -24,6 +24,7 @@ public:
   double now() const {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   }
+  std::chrono::steady_clock::time_point start() const { return start_; }
 
 private:
   std::chrono::steady_clock::time_point start_;
@@ -99,6 +100,7 @@ struct MemorySample {
   std::vector<std::array<int64_t, kNumCategories>> by_category;
   std::optional<int64_t> phys_used_bytes = std::nullopt;  // the card's used memory
   std::optional<int> phys_util_pct = std::nullopt;        // the card's utilisation, percent
+  int rank = -1;  // the rank whose phase ended (-1: none in particular)
 };
 
 /// Samples shared by all ranks, appended under a mutex.

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <stdexcept>
 
 #include "report/atomic_file.h"
@@ -41,6 +42,17 @@ std::string csv_field(const std::string& s) {
   return out + "\"";
 }
 
+/// The last non-empty line of gnuplot's output: its error ("script", line N: ...).
+std::string last_line(const std::string& text) {
+  size_t end = text.find_last_not_of(" \t\r\n");
+  if (end == std::string::npos) return "";
+  size_t begin = text.rfind('\n', end);
+  begin = (begin == std::string::npos) ? 0 : begin + 1;
+  return text.substr(begin, end - begin + 1);
+}
+
+} // namespace
+
 /// A gnuplot single-quoted string: no escapes are processed inside, only '' stands for '.
 std::string gnuplot_quote(const std::string& s) {
   std::string out = "'";
@@ -58,17 +70,6 @@ std::string capacity_text(int64_t bytes) {
   const double mib = bytes / kMiB;
   return format(mib >= 10 ? "%.0f MiB" : "%.1f MiB", mib);
 }
-
-/// The last non-empty line of gnuplot's output: its error ("script", line N: ...).
-std::string last_line(const std::string& text) {
-  size_t end = text.find_last_not_of(" \t\r\n");
-  if (end == std::string::npos) return "";
-  size_t begin = text.rfind('\n', end);
-  begin = (begin == std::string::npos) ? 0 : begin + 1;
-  return text.substr(begin, end - begin + 1);
-}
-
-} // namespace
 
 std::string memory_csv(const std::vector<MemorySample>& samples, int num_gpus) {
   std::string out = "time_s,step,phase";
@@ -288,21 +289,17 @@ bool run_gnuplot(const std::filesystem::path& script, int timeout_ms, std::strin
   return false;
 }
 
-bool plot_memory(const std::filesystem::path& png, const std::vector<MemorySample>& samples,
-                 const std::vector<int64_t>& capacities, const std::string& title,
-                 std::string* error, const std::vector<std::string>& labels) {
+bool draw_with_gnuplot(const std::filesystem::path& png,
+                       const std::function<std::string(const std::filesystem::path&)>& script_for,
+                       std::string* error) {
   std::string ignored;
   if (error == nullptr) error = &ignored;
-  if (samples.empty()) {
-    *error = "no memory samples to plot";
-    return false;
-  }
   const auto tmp_png = atomic_temp_path(png);
   const auto script = std::filesystem::path(tmp_png.string() + ".gp");
   try {
     {
       std::ofstream f(script);
-      f << memory_plot_script(samples, capacities, title, tmp_png, labels);
+      f << script_for(tmp_png);
       if (!f.flush()) throw std::runtime_error("cannot write " + script.string());
     }
     const bool ok = run_gnuplot(script, kPlotTimeoutMs, error);
@@ -322,6 +319,21 @@ bool plot_memory(const std::filesystem::path& png, const std::vector<MemorySampl
   std::filesystem::remove(script, ec);
   std::filesystem::remove(tmp_png, ec);
   return false;
+}
+
+bool plot_memory(const std::filesystem::path& png, const std::vector<MemorySample>& samples,
+                 const std::vector<int64_t>& capacities, const std::string& title,
+                 std::string* error, const std::vector<std::string>& labels) {
+  if (samples.empty()) {
+    if (error != nullptr) *error = "no memory samples to plot";
+    return false;
+  }
+  return draw_with_gnuplot(
+      png,
+      [&](const std::filesystem::path& tmp_png) {
+        return memory_plot_script(samples, capacities, title, tmp_png, labels);
+      },
+      error);
 }
 
 } // namespace meshsim

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,18 @@ std::string memory_plot_script(const std::vector<MemorySample>& samples,
 /// killing it (and its process group) after timeout_ms. False plus a one-line *error when
 /// gnuplot is missing, exits non-zero, dies or times out.
 bool run_gnuplot(const std::filesystem::path& script, int timeout_ms, std::string* error);
+
+/// A gnuplot single-quoted string ('' for '; control characters become spaces).
+std::string gnuplot_quote(const std::string& s);
+/// "5.8 GiB", "24.0 MiB": a capacity as a picture labels it.
+std::string capacity_text(int64_t bytes);
+
+/// Runs the gnuplot script `script_for(tmp_png)` so that it draws into a temporary file next
+/// to `png`, renamed over `png` on success; the script is removed either way. False and a
+/// one-line *error on any failure; never throws.
+bool draw_with_gnuplot(const std::filesystem::path& png,
+                       const std::function<std::string(const std::filesystem::path&)>& script_for,
+                       std::string* error);
 
 /// Draws memory.png (see memory_plot_script): writes the script next to `png`, renders into a
 /// temporary file and renames it over `png` on success; the script is removed either way.

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "report/atomic_file.h"
+#include "report/memory_picture.h"
 #include "report/memory_report.h"
 #include "report/tensorboard.h"
 
@@ -75,11 +76,14 @@ void RunFolder::log_scalar(const std::string& tag, double value, int64_t step) {
   tensorboard_->flush();
 }
 
-bool RunFolder::write_memory(const std::vector<MemorySample>& samples,
-                             const std::vector<int64_t>& capacities, const std::string& title,
-                             std::string* error) const {
-  write_memory_csv(dir_ / "memory.csv", samples, static_cast<int>(capacities.size()));
-  return plot_memory(dir_ / "memory.png", samples, capacities, title, error);
+bool RunFolder::write_memory(const MemoryPictureInput& picture, std::string* error) const {
+  write_memory_csv(dir_ / "memory.csv", picture.samples,
+                   static_cast<int>(picture.capacities.size()));
+  // A run that ended before its first training step has only its setup to show: its line.
+  if (picture_step(picture.samples) >= 0)
+    return plot_memory_picture(dir_ / "memory.png", picture, error);
+  return plot_memory(dir_ / "memory.png", picture.samples, picture.capacities, picture.title,
+                     error);
 }
 
 } // namespace meshsim

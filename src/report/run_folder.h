@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mesh/recorder.h"
+#include "report/memory_picture.h"
 
 namespace meshsim {
 
@@ -31,10 +32,9 @@ public:
   void log_metrics(const nlohmann::json& line);
   /// One TensorBoard scalar (e.g. test accuracy), not a metrics.jsonl line.
   void log_scalar(const std::string& tag, double value, int64_t step);
-  /// memory.csv and memory.png. Returns false (with *error) if only the plot failed.
-  bool write_memory(const std::vector<MemorySample>& samples,
-                    const std::vector<int64_t>& capacities, const std::string& title,
-                    std::string* error) const;
+  /// memory.csv and memory.png (report/memory_picture.h; a run that ended before its first
+  /// step: the line of its setup). Returns false (with *error) if only the plot failed.
+  bool write_memory(const MemoryPictureInput& picture, std::string* error) const;
 
 private:
   std::filesystem::path dir_;

@@ -66,6 +66,7 @@ struct TrainConfig {
   int fault_rank = -1;       // resolved from inject_fault by validate()
   int64_t fault_step = -1;
   bool progress = true;
+  bool memory_snapshot = false;  // memory_snapshot/gpuN.pickle: the last steps' allocations
   std::string cluster;  // --cluster: predict the run on this target cluster (cost/hardware.h)
   std::string intra;    // --intra / --inter: link overrides for --cluster
   std::string inter;
