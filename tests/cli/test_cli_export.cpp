@@ -37,12 +37,12 @@ const std::string kImages = "--data synthetic --synthetic-train 128 --synthetic-
                             "--batch-size 16 --max-steps 8 ";
 // SGD rather than Adam: two layouts' parameters then differ by their gradients' rounding
 // alone (Adam's first steps divide by the gradient's own size, which rounding can flip). It
-// barely moves the GPT from chance in 4 steps, so one Adam run (kGptAdam) is checked too.
+// barely moves the GPT from chance in 4 steps, so Adam runs (kGptAdam) are checked too.
 const std::string kGpt = "--model gpt --data synthetic --synthetic-train 128 --synthetic-test 64 "
                          "--vocab 64 --hidden 32 --heads 4 --seq-len 16 --layers 2 --max-steps 4 "
                          "--optimizer sgd --lr 0.5 ";
 const std::string kGptAdam = "--model gpt --data synthetic --synthetic-train 128 --synthetic-test "
-                             "64 --vocab 64 --hidden 32 --heads 4 --seq-len 16 --layers 2 "
+                             "64 --vocab 64 --hidden 32 --heads 4 --seq-len 16 "
                              "--max-steps 8 --lr 0.01 ";
 const std::string kGptShape = "2 32 4 16 64"; // reference_gpt.py: LAYERS HIDDEN HEADS SEQ VOCAB
 const std::string kLlama = "--model llama --data synthetic --synthetic-train 128 "
@@ -221,13 +221,22 @@ TEST_F(CliExport, GptLayoutsGatherTheSameStateDict) {
   const fs::path tied =
       train_and_export("gpt-tied", kGpt + "--gpus 2 --tp 2 --batch-size 8 --tie-head");
   checks.add("gpt tied tp2", tied, data, "gpt " + kGptShape + " 1 128");
-  // Trained well enough (about 14% next-token accuracy, chance is 1.6%) that a wrongly
-  // gathered tensor shows, with every split at once: heads over tp, layers over pp.
+  // Trained well enough (8% to 14% next-token accuracy, chance is 1.6%) that a wrongly
+  // gathered tensor shows: heads over tp and layers over pp at once, and an interleaved
+  // pipeline's chunks (rank 0 holds layers 0 and 2).
   checks.add("gpt tp2xpp2",
              train_and_export("gpt-adam",
-                              kGptAdam + "--gpus 4 --tp 2 --pp 2 --micro-batches 2 --batch-size 8",
+                              kGptAdam + "--layers 2 --gpus 4 --tp 2 --pp 2 "
+                                         "--micro-batches 2 --batch-size 8",
                               8),
              data, "gpt " + kGptShape + " 0 128");
+  checks.add("gpt pp2 V=2",
+             train_and_export("gpt-interleaved",
+                              kGptAdam + "--layers 4 --gpus 2 --pp 2 "
+                                         "--virtual-stages 2 --micro-batches 4 "
+                                         "--batch-size 8",
+                              8),
+             data, "gpt 4 32 4 16 64 0 128");
   checks.run();
   for (const auto& [key, value] : read_state_dict(tied))
     EXPECT_NE(key, "head.weight");
