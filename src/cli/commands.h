@@ -102,6 +102,14 @@ struct ValidateArgs {
 void add_validate_flags(CLI::App& app, ValidateArgs& args);
 int run_validate(const ValidateArgs& args);
 
+/// `meshsim export RUN_DIR --state-dict FILE` (export_command.cpp): the run's latest
+/// checkpoint as a PyTorch state_dict.
+struct ExportArgs {
+  std::string run_dir, state_dict;
+};
+void add_export_flags(CLI::App& app, ExportArgs& args);
+int run_export(const ExportArgs& args);
+
 } // namespace meshsim
 
 namespace meshsim {

@@ -1,6 +1,7 @@
 // meshsim's command line: `meshsim train` runs a simulation and writes its run folder;
 // `meshsim plan` answers the same question for a target cluster without running it;
-// `meshsim info` says what this build can do; `meshsim models` lists the model presets.
+// `meshsim info` says what this build can do; `meshsim models` lists the model presets;
+// `meshsim export` writes a run's trained model as a PyTorch state_dict.
 //
 // Exit codes: 0 ok, 2 usage or configuration, 3 data, 4 a virtual GPU ran out of memory,
 // 5 a collective timed out or a rank failed, 1 anything else.
@@ -48,6 +49,10 @@ int main(int argc, char** argv) {
   bench->require_subcommand(1);
   auto* bench_comm = bench->add_subcommand("comm", "collective bandwidth: cost model vs in-process");
   meshsim::add_bench_comm_flags(*bench_comm, bench_args);
+  meshsim::ExportArgs export_args;
+  auto* export_ = app.add_subcommand(
+      "export", "write a run's trained model as a PyTorch state_dict (--state-dict FILE)");
+  meshsim::add_export_flags(*export_, export_args);
   meshsim::ValidateArgs validate_args;
   auto* validate = app.add_subcommand(
       "validate", "hold the cost model against every published measurement it knows");
@@ -61,7 +66,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     std::string what = e.what();
     std::fprintf(stderr, "meshsim: %s (see meshsim %s --help)\n", what.c_str(),
-                 train->parsed() ? "train" : plan->parsed() ? "plan" : "");
+                 train->parsed()     ? "train"
+                 : plan->parsed()    ? "plan"
+                 : export_->parsed() ? "export"
+                                     : "");
     return meshsim::kExitUsage;
   }
   // add_train_flags sets sgd's default learning rate when --lr is absent; the file's own
@@ -77,5 +85,6 @@ int main(int argc, char** argv) {
   if (models->parsed()) return meshsim::run_models(models_args);
   if (bench_comm->parsed()) return meshsim::run_bench_comm(bench_args);
   if (validate->parsed()) return meshsim::run_validate(validate_args);
+  if (export_->parsed()) return meshsim::run_export(export_args);
   return meshsim::run_train(config);
 }

@@ -276,10 +276,10 @@ fs::path resolve_checkpoint(const fs::path& path) {
 }
 
 VerifiedCheckpoint verify_checkpoint(const fs::path& path, const CheckpointIdentity& expected,
-                                     int world_size) {
+                                     int world_size, const std::string& action) {
   const fs::path folder = resolve_checkpoint(path);
   auto refuse = [&](const std::string& why) {
-    return "cannot resume from " + folder.string() + ": " + why;
+    return "cannot " + action + " " + folder.string() + ": " + why;
   };
   try {
     std::ifstream in(folder / kManifest);

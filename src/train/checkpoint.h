@@ -40,9 +40,11 @@ struct VerifiedCheckpoint {
 /// before anything runs, that a run with `expected` on `world_size` GPUs can resume from it
 /// and that every part is whole (size, CRC-32C) and holds its own rank's state of that step.
 /// Throws std::invalid_argument (nothing to resume, or another model, optimizer or layout)
-/// or DataError (a damaged or misplaced file), each one line naming the checkpoint.
+/// or DataError (a damaged or misplaced file), each one line naming the checkpoint and
+/// starting "cannot `action` <folder>".
 VerifiedCheckpoint verify_checkpoint(const std::filesystem::path& path,
-                                     const CheckpointIdentity& expected, int world_size);
+                                     const CheckpointIdentity& expected, int world_size,
+                                     const std::string& action = "resume from");
 
 /// The step folder `path` refers to (see verify_checkpoint), through checkpoint/latest.
 /// Throws std::invalid_argument when there is none.

@@ -135,4 +135,5 @@ def main():
             print(repr(v))
 
 
-main()
+if __name__ == "__main__":  # imported by load_state_dict.py for its model
+    main()
