@@ -9,6 +9,7 @@ packages=(
   nlohmann-json3-dev libfmt-dev libcli11-dev zlib1g-dev libgtest-dev
   dataset-fashion-mnist           # the real Fashion-MNIST, the default data
   gnuplot-nox                     # draws memory.png
+  chromium                        # headless, loads report.html in the tests (make test)
   python3-torch                   # PyTorch itself: the reference in tests and benchmarks
 )
 

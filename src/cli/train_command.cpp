@@ -27,6 +27,7 @@
 #include "models/models.h"
 #include "models/presets.h"
 #include "report/atomic_file.h"
+#include "report/html_report.h"
 #include "report/run_folder.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
@@ -166,6 +167,18 @@ void write_outputs(RunFolder& run, DeviceMesh& mesh, const TrainConfig& config,
     }
   }
   run.write_json("summary.json", summary);
+  // report.html: everything above in one page; like memory.png, a failure costs only the page.
+  const std::vector<MemorySample> samples = mesh.timeline().samples();
+  HtmlReportInput report;
+  report.title = title;
+  report.summary = summary;
+  report.metrics = read_metrics_lines(run.dir() / "metrics.jsonl");
+  report.samples = &samples;
+  report.capacities = capacities;
+  report.recorders = result ? &result->recorders : nullptr;
+  std::string report_error;
+  if (!write_html_report(run.dir() / "report.html", report, &report_error))
+    fmt::print(stderr, "meshsim: warning: report.html not written: {}\n", report_error);
 }
 
 } // namespace

@@ -1,0 +1,157 @@
+// report.html in a real browser: a run's page loads in headless Chromium from disk with no
+// console message, every chart draws (the page marks <body data-charts-rendered="N">), and
+// nothing in it reaches the network. Skipped, with the reason, where Chromium is absent
+// (`make` installs it on Debian: scripts/setup.sh).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <regex>
+
+#include "cli_harness.h"
+
+using namespace meshsim::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kSmall = "train --data synthetic --synthetic-train 512 --synthetic-test 128 ";
+
+// $MESHSIM_CHROMIUM, else the first of chromium, chromium-browser, google-chrome on PATH.
+std::string find_chromium() {
+  if (const char* env = std::getenv("MESHSIM_CHROMIUM"); env && *env)
+    return env;
+  for (const char* name : {"chromium", "chromium-browser", "google-chrome"})
+    if (std::system(("command -v " + std::string(name) + " >/dev/null 2>&1").c_str()) == 0)
+      return name;
+  return "";
+}
+
+struct Loaded {
+  int code = -1;
+  std::string dom;
+  std::vector<std::string> console; // the page's console messages and uncaught errors
+};
+
+// Loads `page` from disk in headless Chromium and returns the DOM after its scripts ran.
+Loaded load_in_chromium(const std::string& chromium, const fs::path& page, const fs::path& work,
+                        const std::string& extra = "") {
+  fs::create_directories(work);
+  const std::string cmd = chromium +
+                          " --headless --no-sandbox --disable-gpu --no-first-run"
+                          " --user-data-dir=" +
+                          (work / "profile").string() + " --enable-logging=stderr --v=0 " + extra +
+                          " --dump-dom file://" + fs::absolute(page).string() + " > " +
+                          (work / "dom.html").string() + " 2> " + (work / "log.txt").string();
+  Loaded out;
+  out.code = std::system(("timeout 120 " + cmd).c_str());
+  out.dom = read_text(work / "dom.html");
+  std::istringstream log(read_text(work / "log.txt"));
+  for (std::string line; std::getline(log, line);)
+    if (line.find(":CONSOLE") != std::string::npos)
+      out.console.push_back(line);
+  return out;
+}
+
+int count(const std::string& text, const std::string& pattern) {
+  const std::regex re(pattern);
+  return static_cast<int>(
+      std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator()));
+}
+
+// The page's charts: the marker its script sets once all are drawn, and one canvas each that
+// Chart.js sized (a canvas never drawn keeps no width attribute).
+void expect_rendered(const Loaded& l, int charts) {
+  EXPECT_EQ(l.code, 0);
+  for (const auto& line : l.console)
+    ADD_FAILURE() << "console: " << line;
+  EXPECT_FALSE(std::regex_search(l.dom, std::regex("<body[^>]*data-report-errors=\"[0-9]")))
+      << l.dom.substr(0, 2000);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(l.dom, m, std::regex("data-charts-rendered=\"(\\d+)\"")))
+      << l.dom.substr(0, 2000);
+  EXPECT_EQ(std::stoi(m[1]), charts);
+  EXPECT_EQ(count(l.dom, "<canvas id=\"chart-"), charts);
+  EXPECT_EQ(count(l.dom, "<canvas id=\"chart-[^\"]*\"[^>]*\\swidth=\"[1-9]"), charts);
+  for (const char* id : {"chart-loss", "chart-throughput", "chart-memory-step",
+                         "chart-memory-peaks", "chart-memory-strip", "gpu-select", "step-select"})
+    EXPECT_NE(l.dom.find(id), std::string::npos) << id;
+}
+
+// Nothing in the page is fetched: no external script, style, image or frame.
+void expect_self_contained(const std::string& page) {
+  EXPECT_FALSE(
+      std::regex_search(page, std::regex("<(script|img|iframe)[^>]*src=", std::regex::icase)));
+  EXPECT_FALSE(std::regex_search(page, std::regex("<link[^>]*href=", std::regex::icase)));
+  EXPECT_FALSE(
+      std::regex_search(page, std::regex("@import|url\\(\\s*['\"]?https?:", std::regex::icase)));
+}
+
+} // namespace
+
+TEST(CliReport, PageLoadsInHeadlessChromiumWithEveryChartDrawn) {
+  const auto out = fresh_dir("report-4");
+  // A prediction too (--cluster), so every section of the page is drawn.
+  auto r = run_meshsim(kSmall +
+                       "--gpus 4 --batch-size 16 --max-steps 6 --log-every 1 "
+                       "--cluster 4xa100-80 --out " +
+                       out.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  ASSERT_TRUE(fs::exists(out / "report.html")) << r.output;
+  const std::string page = read_text(out / "report.html");
+  expect_self_contained(page);
+  EXPECT_NE(page.find("\"prediction\":{"), std::string::npos);
+  std::cout << "report.html at 4 GPUs: " << page.size() << " bytes\n";
+
+  const std::string chromium = find_chromium();
+  if (chromium.empty())
+    GTEST_SKIP() << "no Chromium (apt-get install chromium): the page was written but not loaded";
+  // Offline: every network request refused; the page must not need one.
+  const auto l =
+      load_in_chromium(chromium, out / "report.html", out / "chromium",
+                       "--host-resolver-rules='MAP * ~NOTFOUND' --proxy-server=127.0.0.1:9");
+  // loss, throughput, memory step, peaks, strip, collectives by group and size, prediction.
+  expect_rendered(l, 8);
+  EXPECT_NE(l.dom.find("Prediction on"), std::string::npos);
+  fs::remove_all(out);
+}
+
+TEST(CliReport, FailedRunStillGetsAPage) {
+  const auto out = fresh_dir("report-oom");
+  auto r = run_meshsim(kSmall + "--gpus 2 --gpu-mem 1MiB --out " + out.string());
+  ASSERT_EQ(r.code, 4) << r.output;
+  ASSERT_TRUE(fs::exists(out / "report.html")) << r.output;
+  const std::string chromium = find_chromium();
+  if (chromium.empty())
+    GTEST_SKIP() << "no Chromium (apt-get install chromium)";
+  const auto l = load_in_chromium(chromium, out / "report.html", out / "chromium");
+  EXPECT_EQ(l.code, 0);
+  for (const auto& line : l.console)
+    ADD_FAILURE() << "console: " << line;
+  EXPECT_FALSE(std::regex_search(l.dom, std::regex("<body[^>]*data-report-errors=\"[0-9]")))
+      << l.dom.substr(0, 2000);
+  EXPECT_NE(l.dom.find("data-charts-rendered"), std::string::npos);
+  EXPECT_NE(l.dom.find("failed"), std::string::npos);
+  fs::remove_all(out);
+}
+
+// 64 virtual GPUs: the page stays under 5 MB and draws (identical GPUs grouped).
+TEST(CliReport, SixtyFourGpusMakeAPageUnderFiveMegabytes) {
+  const auto out = fresh_dir("report-64");
+  const auto start = std::chrono::steady_clock::now();
+  auto r = run_meshsim("train --data synthetic --synthetic-train 1024 --synthetic-test 64 "
+                       "--gpus 64 --batch-size 2 --max-steps 4 --out " +
+                       out.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const auto size = fs::file_size(out / "report.html");
+  std::cout << "64 GPUs: run " << seconds << " s, report.html " << size << " bytes\n";
+  EXPECT_LT(size, 5u * 1000 * 1000);
+  expect_self_contained(read_text(out / "report.html"));
+  const std::string chromium = find_chromium();
+  if (chromium.empty())
+    GTEST_SKIP() << "no Chromium (apt-get install chromium)";
+  const auto l = load_in_chromium(chromium, out / "report.html", out / "chromium");
+  expect_rendered(l, 7); // no prediction
+  fs::remove_all(out);
+}
