@@ -168,13 +168,12 @@ void write_outputs(RunFolder& run, DeviceMesh& mesh, const TrainConfig& config,
   }
   run.write_json("summary.json", summary);
   // report.html: everything above in one page; like memory.png, a failure costs only the page.
-  const std::vector<MemorySample> samples = mesh.timeline().samples();
   HtmlReportInput report;
-  report.title = title;
+  report.title = picture.title;
   report.summary = summary;
   report.metrics = read_metrics_lines(run.dir() / "metrics.jsonl");
-  report.samples = &samples;
-  report.capacities = capacities;
+  report.samples = &picture.samples;
+  report.capacities = picture.capacities;
   report.recorders = result ? &result->recorders : nullptr;
   std::string report_error;
   if (!write_html_report(run.dir() / "report.html", report, &report_error))

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
 
 #include "mesh/device_mesh.h"
@@ -34,6 +35,10 @@ std::vector<PhaseMark> phases_of(const std::vector<MemorySample>& samples, int r
 
 nlohmann::json frames(MemoryCategory category, const std::vector<PhaseMark>& marks,
                       double time_s) {
+  if (time_s < 0) // allocated before the steps the history kept
+    return nlohmann::json::array(
+        {{{"name", category_name(category)}, {"filename", "category"}, {"line", 0}},
+         {{"name", "before the steps kept"}, {"filename", "step"}, {"line", 0}}});
   const auto next = std::lower_bound(marks.begin(), marks.end(), time_s,
                                      [](const PhaseMark& m, double t) { return m.time_s < t; });
   nlohmann::json phase;
@@ -54,8 +59,32 @@ int64_t micros(double seconds) { return static_cast<int64_t>(std::llround(second
 nlohmann::json memory_snapshot(const AllocationHistory& history,
                                const std::vector<MemorySample>& samples, int rank) {
   const auto marks = phases_of(samples, rank);
+  // The snapshot is taken at the end of the last training step (its last sample): what the
+  // run did after it (the final evaluation, tearing the model down) is undone, newest first.
+  double end = -1;
+  for (const auto& s : samples)
+    if (s.step >= 1) end = std::max(end, s.time_s);
+  std::vector<AllocationEvent> events = history.events();
+  std::map<uint64_t, LiveBlock> live;
+  for (const LiveBlock& b : history.live()) live[b.address] = b;
+  if (end >= 0) {
+    for (auto e = events.rbegin(); e != events.rend() && e->time_s > end; ++e) {
+      if (e->alloc)
+        live.erase(e->address);
+      else
+        live[e->address] = {e->address, e->size, e->category, -1.0};
+    }
+    events.erase(std::upper_bound(events.begin(), events.end(), end,
+                                  [](double t, const AllocationEvent& e) { return t < e.time_s; }),
+                 events.end());
+  }
+  // Blocks freed later but allocated inside the window carry their allocation's time.
+  for (const AllocationEvent& e : events)
+    if (e.alloc)
+      if (auto b = live.find(e.address); b != live.end() && b->second.since_s < 0)
+        b->second.since_s = e.time_s;
   nlohmann::json segments = nlohmann::json::array();
-  for (const LiveBlock& b : history.live()) {
+  for (const auto& [address, b] : live) {
     const auto f = frames(b.category, marks, b.since_s);
     const nlohmann::json block = {
         {"address", b.address}, {"size", b.size}, {"requested_size", b.size},
@@ -75,7 +104,7 @@ nlohmann::json memory_snapshot(const AllocationHistory& history,
                         {"blocks", nlohmann::json::array({block})}});
   }
   nlohmann::json trace = nlohmann::json::array();
-  for (const AllocationEvent& e : history.events()) {
+  for (const AllocationEvent& e : events) {
     const auto f = frames(e.category, marks, e.time_s);
     auto event = [&](const char* action) {
       return nlohmann::json{{"action", action}, {"addr", e.address}, {"size", e.size},

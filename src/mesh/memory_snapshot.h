@@ -3,10 +3,12 @@
 // (torch.cuda._memory_viz, https://pytorch.org/memory_viz).
 //
 // A snapshot is the dict torch.cuda.memory._snapshot() returns (2.x):
-//   segments       the blocks live at the end of the run, one segment per block (meshsim's
+//   segments       the blocks live at the end of the last training step (its last memory
+//                  sample; what came after, the final evaluation, is undone), one segment per block (meshsim's
 //                  allocator has no segments: each allocation is its own), each block with
 //                  its `history` as PyTorch 1.13's viewers read it;
-//   device_traces  one list (the virtual GPU) of events over the last steps kept: `alloc`,
+//   device_traces  one list (the virtual GPU) of events over the last steps kept, up to that
+//                  end: `alloc`,
 //                  and for a free `free_requested` then `free_completed`, with addr, size,
 //                  stream 0 and time_us.
 // Every block and event carries two frames, shown where PyTorch shows a stack: its category

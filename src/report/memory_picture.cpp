@@ -183,15 +183,16 @@ std::string memory_picture_script(const MemoryPictureInput& in,
   s += "unset border\nunset tics\nset xrange [0:1]\nset yrange [0:1]\n";
   s += "set key at screen 0.5, screen " + num("%.5f", 1.0 - 52.0 / height) +
        " center center horizontal samplen 2 width 2\n";
-  s += "plot ";
+  // A key alone is not a plot to gnuplot: one invisible line below the range carries it.
+  s += "plot -1 notitle lc rgb 'white'";
   for (int c = 0; c < kNumCategories; ++c)
-    s += std::string(c ? ", " : "") + "keyentry with boxes fs solid lc rgb '" + kCategoryColours[c] +
+    s += std::string(", keyentry with boxes fs solid lc rgb '") + kCategoryColours[c] +
          "' title " + gnuplot_quote(category_name(kAllCategories[c]));
   s += ", keyentry with lines dt 2 lw 2 lc rgb 'black' title 'capacity'\n";
-  s += "unset label 1\nunset key\nset border\nset tics\nset grid ytics\n";
+  s += "unset label 1\nunset key\nset border\nset tics\nset grid ytics\nset xrange [*:*]\n";
   s += "set style data histograms\nset style histogram rowstacked\n";
   s += "set style fill solid 0.9 border rgb 'white'\nset boxwidth 0.8\n";
-  s += "set ylabel 'MiB'\nset xtics rotate by -40 scale 0 font 'sans,8'\nset autoscale xfix\n";
+  s += "set ylabel 'MiB'\nset xtics rotate by -40 scale 0 font 'sans,8'\n";
   s += "set offsets 0.5, 0.5, 0, 0\n";
 
   // 1. The representative step, one panel per class of GPUs.
@@ -220,7 +221,9 @@ std::string memory_picture_script(const MemoryPictureInput& in,
   }
   if (!in.peaks.empty())
     s += stacked_bars("peaks", names, in.peaks, common_capacity(in.capacities, all),
-                      "each GPU's peak during training, by category", "");
+                      "each GPU's peak of each category during training (summary.json's peak_by_category: "
+                      "each category's own peak, so a bar can exceed the GPU's peak_bytes)",
+                      "");
 
   // 3. The run: each step's peak of each drawn class (its GPUs' highest), and the card's.
   s += place(0, kWidth, peak_top + kPeakPanelHeight, kStripHeight, height);
@@ -251,7 +254,8 @@ std::string memory_picture_script(const MemoryPictureInput& in,
   s += "EOD\n";
   s += "unset offsets\nset xtics norotate scale 1 font 'sans,9'\nset xlabel 'step'\n";
   s += "set title 'the run: each step''s peak' font 'sans,11'\nset yrange [0:*]\n";
-  s += "set key top left horizontal font 'sans,9'\nset autoscale xfix\n";
+  s += "set key default\nset key outside right top vertical font 'sans,9'\n";
+  s += "set autoscale xfix\n";
   const std::string style = strip.size() >= 2 ? "lines lw 2" : "points pt 7 ps 1.2";
   s += "plot ";
   for (size_t i = 0; i < drawn; ++i)

@@ -8,8 +8,9 @@
 //      GPUs whose step is the same, phase for phase and byte for byte, share one panel
 //      ("gpu1-gpu63"), so 64 data-parallel GPUs are one panel and a pipeline's stages are one
 //      each. At most kMaxStepPanels panels; the rest are named in a note.
-//   2. The training peak of every GPU, stacked by category, side by side: DataParallel's GPU 0,
-//      a pipeline's stages and ZeRO's shards differ at a glance.
+//   2. The training peak of every GPU's categories (each category's own peak, as summary.json's
+//      peak_by_category), stacked, side by side: DataParallel's GPU 0, a pipeline's stages and
+//      ZeRO's shards differ at a glance.
 //   3. The whole run as a strip: each step's peak of every panel's GPUs (and the card's NVML
 //      reading on CUDA runs), not every sample.
 // A capacity is drawn as a dashed line where it is within kCapacityInRange times the panel's
