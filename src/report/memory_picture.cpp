@@ -221,8 +221,7 @@ std::string memory_picture_script(const MemoryPictureInput& in,
   }
   if (!in.peaks.empty())
     s += stacked_bars("peaks", names, in.peaks, common_capacity(in.capacities, all),
-                      "each GPU's peak of each category during training (summary.json's peak_by_category: "
-                      "each category's own peak, so a bar can exceed the GPU's peak_bytes)",
+                      "each GPU's peak of each category during training (each category's own peak)",
                       "");
 
   // 3. The run: each step's peak of each drawn class (its GPUs' highest), and the card's.
