@@ -92,8 +92,12 @@ ExportedModel export_model(TrainConfig config, const fs::path& run_dir) {
     load_checkpoint(checkpoint, ctx, *strategy);
     std::vector<torch::Tensor> parameters;
     {
-      GpuGuard host(nullptr); // the copies are the export's, not GPU memory
+      // The copies are the export's, not GPU memory, and outlive the mesh: a parameter
+      // full_parameters() hands back as it is (a replicated one) is copied too.
+      GpuGuard host(nullptr);
       parameters = strategy->full_parameters();
+      for (auto& p : parameters)
+        p = p.detach().clone();
     }
     if (ctx.rank == 0) {
       std::lock_guard<std::mutex> lock(gathered_mutex);
