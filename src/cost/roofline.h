@@ -20,7 +20,7 @@ const char* to_string(OpClass op);
 
 /// Fraction of peak each op class achieves, and the costs around kernels. Defaults and
 /// where each comes from: docs/cost-model.md.
-///  matmul 0.70: what a large GEMM achieves of the dense tensor-core peak, fitted on the three
+///  matmul 0.63: what a large GEMM achieves of the dense tensor-core peak, fitted on the three
 ///    calibration rows of Narayanan et al. Table 1 in `meshsim validate` (docs/cost-model.md).
 ///  gemm_half_s 10 us: the time at peak of a GEMM that reaches half of that: one wave of
 ///    128x256 output tiles with k = 512 on each of an A100's 108 SMs (3.6 GFLOP, 11.6 us at
@@ -33,7 +33,7 @@ const char* to_string(OpClass op);
 ///  overlap_slowdown 0.1: compute runs this much slower while a collective runs beside it
 ///    (NCCL's kernels take 8-16 of the GPU's 108-132 SMs and a share of its memory bandwidth).
 struct Efficiency {
-  double matmul = 0.70;
+  double matmul = 0.63;
   double gemm_half_s = 10e-6;
   double attention = 0.50;
   double normalization = 0.50;

@@ -47,7 +47,32 @@ struct ReduceFromRegion : public torch::autograd::Function<ReduceFromRegion> {
   }
 };
 
+// Megatron's gather_from_tensor_model_parallel_region: forward all-gathers the members'
+// slices along the last dimension, backward keeps this member's slice of the gradient.
+struct GatherFromRegion : public torch::autograd::Function<GatherFromRegion> {
+  static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, Communicator* comm,
+                               const Group* group, int64_t index) {
+    ctx->saved_data["index"] = index;
+    ctx->saved_data["parts"] = static_cast<int64_t>(group->size());
+    const torch::Tensor all = comm->all_gather(x.contiguous(), *group); // [n, *x]
+    return torch::cat(all.unbind(0), -1);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const int64_t index = ctx->saved_data["index"].toInt();
+    const int64_t width = grads[0].size(-1) / ctx->saved_data["parts"].toInt();
+    return {grads[0].narrow(-1, index * width, width).contiguous(), torch::Tensor(),
+            torch::Tensor(), torch::Tensor()};
+  }
+};
+
 } // namespace
+
+torch::Tensor gather_from_region(const torch::Tensor& x, Communicator& comm, const Group& group,
+                                 int index) {
+  if (group.size() == 1)
+    return x;
+  return GatherFromRegion::apply(x, &comm, &group, static_cast<int64_t>(index));
+}
 
 torch::Tensor copy_to_region(const torch::Tensor& x, Communicator& comm, const Group& group) {
   if (group.size() == 1)
@@ -141,6 +166,17 @@ torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {
   torch::Tensor y = sequence_parallel_ ? reduce_scatter_to_sequence_region(partial, comm_, group_)
                                        : reduce_from_region(partial, comm_, group_);
   return bias.defined() ? y + bias : y; // once, after the sum: the bias is replicated
+}
+
+VocabParallelHeadImpl::VocabParallelHeadImpl(torch::Tensor w, Communicator& comm, Group group,
+                                             int index)
+    : comm_(comm), group_(std::move(group)), index_(index) {
+  weight = register_parameter("weight", std::move(w));
+}
+
+torch::Tensor VocabParallelHeadImpl::forward(const torch::Tensor& x) {
+  const torch::Tensor mine = nn::functional::linear(copy_to_region(x, comm_, group_), weight);
+  return gather_from_region(mine, comm_, group_, index_);
 }
 
 TensorParallelPlan gpt_tensor_parallel_plan() {
@@ -255,6 +291,8 @@ std::vector<torch::Tensor> gather_full(nn::Sequential& model, Communicator& comm
         split_dim[col->bias.unsafeGetTensorImpl()] = 0;
     } else if (auto* row = m->as<RowParallelLinearImpl>()) {
       split_dim[row->weight.unsafeGetTensorImpl()] = 1;
+    } else if (auto* head = m->as<VocabParallelHeadImpl>()) {
+      split_dim[head->weight.unsafeGetTensorImpl()] = 0;
     }
   }
   std::vector<torch::Tensor> out;
@@ -308,6 +346,30 @@ nn::Sequential with_sequence_region(const nn::Sequential& model, const TensorPar
   return out;
 }
 
+// `model` with its child "head", when that is a Linear without bias whose vocabulary divides
+// by the group, replaced by this member's rows of it (a tied head, which shares the
+// embedding's weight, stays whole).
+nn::Sequential with_vocab_parallel_head(const nn::Sequential& model, Communicator& comm,
+                                        const Group& group, int index) {
+  const int n = group.size();
+  const auto children = model->named_children();
+  nn::Sequential out;
+  size_t i = 0;
+  for (const auto& any : *model) {
+    const std::string& name = children[i++].key();
+    const auto* linear = name == "head" ? any.ptr()->as<nn::LinearImpl>() : nullptr;
+    if (!linear || linear->bias.defined() || linear->weight.size(0) % n != 0) {
+      out->push_back(name, any);
+      continue;
+    }
+    const int64_t rows = linear->weight.size(0) / n;
+    torch::Tensor mine =
+        linear->weight.narrow(0, index * rows, rows).clone(at::MemoryFormat::Contiguous);
+    out->push_back(name, nn::AnyModule(VocabParallelHead(std::move(mine), comm, group, index)));
+  }
+  return out;
+}
+
 } // namespace
 
 void parallelize_tensor(nn::Sequential& model, const TensorParallelPlan& plan, Communicator& comm,
@@ -350,6 +412,8 @@ void parallelize_tensor(nn::Sequential& model, const TensorParallelPlan& plan, C
                                                   group, sequence_parallel)));
     }
   }
+  if (n > 1)
+    model = with_vocab_parallel_head(model, comm, group, index);
   if (sequence_parallel)
     model = with_sequence_region(model, plan, comm, group);
 }

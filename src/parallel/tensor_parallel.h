@@ -21,6 +21,11 @@ namespace meshsim {
 torch::Tensor copy_to_region(const torch::Tensor& x, Communicator& comm, const Group& group);
 torch::Tensor reduce_from_region(const torch::Tensor& x, Communicator& comm, const Group& group);
 
+/// Megatron's gather: forward all-gathers the members' slices of the last dimension in group
+/// order, backward keeps member `index`'s slice of the gradient. `x` itself on a group of one.
+torch::Tensor gather_from_region(const torch::Tensor& x, Communicator& comm, const Group& group,
+                                 int index);
+
 enum class ParallelStyle { Column, Row };
 struct TensorParallelPlan {
   std::vector<std::pair<std::string, ParallelStyle>> rules; // '*' wildcards over full names
@@ -86,13 +91,31 @@ private:
 };
 TORCH_MODULE(RowParallelLinear);
 
+/// The LM head split over the vocabulary (Megatron's ColumnParallelLinear with gather_output):
+/// weight [V/n, h] is this member's rows; each member computes its V/n logits of the
+/// replicated input, and the logits are all-gathered whole, [..., V], for the loss.
+class VocabParallelHeadImpl : public torch::nn::Module {
+public:
+  VocabParallelHeadImpl(torch::Tensor weight, Communicator& comm, Group group, int index);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight;
+
+private:
+  Communicator& comm_;
+  Group group_;
+  int index_;
+};
+TORCH_MODULE(VocabParallelHead);
+
 /// Replaces, in place, every Linear whose full name matches a rule with a ColumnParallelLinear /
 /// RowParallelLinear holding this member's shard (member `index` of `group`), sliced from the full
 /// (already initialized) Linear, so the sharded model computes exactly what the full one does.
 /// Throws std::invalid_argument if a rule matches nothing or a dimension is not divisible by
 /// group.size(). The new shards are allocated under the caller's current GPU and category; the
 /// replaced full Linear is released. The Linear's parent must implement LinearSlots (models/gpt.h).
-/// Nothing is replaced if any check fails.
+/// Nothing is replaced if any check fails. The model's child "head", when it is a Linear of
+/// its own (not tied to the embedding) whose vocabulary divides by group.size(), becomes a
+/// VocabParallelHead.
 ///
 /// With `sequence_parallel` (Korthikanti et al. 2022), the column layers all-gather their
 /// input along the sequence (and reduce-scatter its gradient), the row layers reduce-scatter

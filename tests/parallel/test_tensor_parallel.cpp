@@ -18,9 +18,9 @@ namespace nn = torch::nn;
 
 namespace {
 
-constexpr uint64_t kSeed = 7;
+constexpr uint64_t kTpSeed = 7;
 
-GptOptions small_gpt() {
+GptOptions small_tp_gpt() {
   GptOptions o;
   o.layers = 2;
   o.hidden = 32;
@@ -30,7 +30,7 @@ GptOptions small_gpt() {
   return o;
 }
 
-OptimizerOptions sgd() {
+OptimizerOptions tp_sgd() {
   OptimizerOptions o;
   o.name = "sgd";
   o.lr = 0.1;
@@ -38,7 +38,7 @@ OptimizerOptions sgd() {
   return o;
 }
 
-DeviceMesh make_mesh(int world) {
+DeviceMesh tp_mesh(int world) {
   MeshOptions o;
   o.world_size = world;
   o.capacity_bytes = int64_t{1} << 30;
@@ -66,7 +66,7 @@ std::vector<torch::Tensor> host_copies(const std::vector<torch::Tensor>& ts) {
 // itself, which starts at 0) is zero in exact arithmetic, because softmax ignores a shift
 // shared by all keys; both models leave ~1e-11 of rounding there, which only an absolute
 // comparison can judge.
-double relative_error(const torch::Tensor& a, const torch::Tensor& b) {
+double tp_relative_error(const torch::Tensor& a, const torch::Tensor& b) {
   return (a - b).norm().item<double>() / std::max(b.norm().item<double>(), 1e-5);
 }
 
@@ -77,7 +77,7 @@ double max_relative_error(const std::vector<torch::Tensor>& a,
   for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
     EXPECT_EQ(a[i].sizes(), b[i].sizes()) << "tensor " << i;
     if (a[i].sizes() == b[i].sizes())
-      worst = std::max(worst, relative_error(a[i], b[i]));
+      worst = std::max(worst, tp_relative_error(a[i], b[i]));
   }
   return worst;
 }
@@ -87,7 +87,7 @@ nn::Sequential sharded_gpt(RankContext& ctx, Recompute recompute,
                            torch::Dtype dtype = torch::kFloat32) {
   nn::Sequential model;
   CategoryScope params(MemoryCategory::Parameters);
-  model = build_model("gpt", ModelOptions{kSeed, 0, small_gpt(), dtype});
+  model = build_model("gpt", ModelOptions{kTpSeed, 0, small_tp_gpt(), dtype});
   parallelize_tensor(model, gpt_tensor_parallel_plan(), ctx.comm, Group::world(ctx.world_size),
                      ctx.rank);
   set_recompute(model, recompute);
@@ -101,7 +101,7 @@ struct Reference {
 };
 
 Reference unsharded_step(const Dataset& b) {
-  auto model = build_model("gpt", ModelOptions{kSeed, 0, small_gpt()});
+  auto model = build_model("gpt", ModelOptions{kTpSeed, 0, small_tp_gpt()});
   Reference r;
   r.logits = model->forward(b.images);
   torch::Tensor loss = loss_fn(r.logits, b.labels);
@@ -117,7 +117,7 @@ Reference unsharded_step(const Dataset& b) {
 
 TEST(TensorParallelMappings, ExactValuesForwardAndBackward) {
   for (int n : {2, 4}) {
-    DeviceMesh mesh = make_mesh(n);
+    DeviceMesh mesh = tp_mesh(n);
     std::vector<torch::Tensor> copy_out(n), copy_grad(n), reduce_out(n), reduce_grad(n);
     run_ranks(mesh, [&](RankContext& ctx) {
       const Group all = Group::world(n);
@@ -148,14 +148,37 @@ TEST(TensorParallelMappings, ExactValuesForwardAndBackward) {
   }
 }
 
+TEST(TensorParallelMappings, GatherConcatenatesTheSlicesAndKeepsEachMembersGradient) {
+  for (int n : {2, 4}) {
+    DeviceMesh mesh = tp_mesh(n);
+    std::vector<torch::Tensor> out(n), grad(n);
+    run_ranks(mesh, [&](RankContext& ctx) {
+      torch::Tensor x = torch::full({2, 3}, ctx.rank + 1.0).requires_grad_(true);
+      torch::Tensor y = gather_from_region(x, ctx.comm, Group::world(n), ctx.rank);
+      (y * torch::arange(3.0 * n)).sum().backward(); // dL/dy[., j] = j
+      GpuGuard host(nullptr);
+      out[ctx.rank] = y.detach().clone();
+      grad[ctx.rank] = x.grad().clone();
+    });
+    // Member k's slice is columns 3k..3k+2, holding k+1; its gradient is those columns' j.
+    const torch::Tensor expected =
+        torch::arange(1.0, n + 1.0).repeat_interleave(3).unsqueeze(0).expand({2, 3 * n});
+    for (int r = 0; r < n; ++r) {
+      EXPECT_TRUE(torch::equal(out[r], expected)) << "n " << n << " rank " << r;
+      EXPECT_TRUE(torch::equal(grad[r], torch::arange(3.0 * r, 3.0 * r + 3).expand({2, 3})))
+          << "n " << n << " rank " << r;
+    }
+  }
+}
+
 TEST(TensorParallelMappings, PatternsAndBadPlans) {
   EXPECT_TRUE(pattern_matches("*.attn.q", "block0.attn.q"));
   EXPECT_TRUE(pattern_matches("block*.mlp.*", "block12.mlp.proj"));
   EXPECT_FALSE(pattern_matches("*.attn.q", "block0.attn.qq"));
   EXPECT_FALSE(pattern_matches("*.mlp.fc", "block0.attn.q"));
-  DeviceMesh mesh = make_mesh(1);
+  DeviceMesh mesh = tp_mesh(1);
   run_ranks(mesh, [&](RankContext& ctx) {
-    auto model = build_model("gpt", ModelOptions{0, 0, small_gpt()});
+    auto model = build_model("gpt", ModelOptions{0, 0, small_tp_gpt()});
     const Group eight{{0, 1, 2, 3, 4, 5, 6, 7}}; // checks come before any communication
     EXPECT_THROW(parallelize_tensor(model, {{{"*.nothing", ParallelStyle::Column}}}, ctx.comm,
                                     Group::world(1), 0),
@@ -176,7 +199,7 @@ TEST(TensorParallelGpt, LogitsAndGradientsEqualTheUnshardedModel) {
   const Dataset b = batch(data, 0);
   const Reference ref = unsharded_step(b);
   for (int tp : {2, 4}) {
-    DeviceMesh mesh = make_mesh(tp);
+    DeviceMesh mesh = tp_mesh(tp);
     std::vector<torch::Tensor> logits(tp), ln_grad(tp), wte_grad(tp);
     std::vector<std::vector<torch::Tensor>> grads(tp);
     run_ranks(mesh, [&](RankContext& ctx) {
@@ -191,16 +214,18 @@ TEST(TensorParallelGpt, LogitsAndGradientsEqualTheUnshardedModel) {
       logits[ctx.rank] = host_copies({out})[0];
       ln_grad[ctx.rank] = host_copies({named["block1.ln2.weight"].grad()})[0];
       wte_grad[ctx.rank] = host_copies({named["embed.wte"].grad()})[0];
+      // The untied head holds this member's rows of the vocabulary.
+      EXPECT_EQ(named["head.weight"].sizes(), (std::vector<int64_t>{64 / tp, 32}));
     });
     for (int r = 0; r < tp; ++r) {
-      EXPECT_LT(relative_error(logits[r], ref.logits), 1e-5) << "tp " << tp << " rank " << r;
+      EXPECT_LT(tp_relative_error(logits[r], ref.logits), 1e-5) << "tp " << tp << " rank " << r;
       const double g = max_relative_error(grads[r], ref.grads);
       EXPECT_LT(g, 1e-5) << "tp " << tp << " rank " << r;
       // Replicated parameters get bitwise identical gradients on every member.
       EXPECT_TRUE(torch::equal(ln_grad[r], ln_grad[0])) << "tp " << tp << " rank " << r;
       EXPECT_TRUE(torch::equal(wte_grad[r], wte_grad[0])) << "tp " << tp << " rank " << r;
       if (r == 0)
-        std::cout << "tp " << tp << ": logits rel err " << relative_error(logits[r], ref.logits)
+        std::cout << "tp " << tp << ": logits rel err " << tp_relative_error(logits[r], ref.logits)
                   << ", worst gradient rel err " << g << "\n";
     }
   }
@@ -211,10 +236,10 @@ TEST(TensorParallelGpt, TenSgdStepsMatchTheUnshardedModel) {
   constexpr double kTolerance = 1e-9;
   const Dataset data = synthetic_text(64, 0, 16, 64, 5).train;
   // Reference: the unsharded model, the same batches, meshsim's SGD.
-  auto ref = build_model("gpt", ModelOptions{kSeed, 0, small_gpt(), torch::kFloat64});
+  auto ref = build_model("gpt", ModelOptions{kTpSeed, 0, small_tp_gpt(), torch::kFloat64});
   auto ref_params = unique_parameters(*ref);
   allocate_gradients(ref_params);
-  Optimizer ref_opt(ref_params, sgd());
+  Optimizer ref_opt(ref_params, tp_sgd());
   std::vector<double> ref_losses;
   for (int k = 0; k < 10; ++k) {
     const Dataset b = batch(data, k);
@@ -225,7 +250,7 @@ TEST(TensorParallelGpt, TenSgdStepsMatchTheUnshardedModel) {
     ref_losses.push_back(loss.item<double>());
   }
   for (int tp : {2, 4}) {
-    DeviceMesh mesh = make_mesh(tp);
+    DeviceMesh mesh = tp_mesh(tp);
     std::vector<double> losses;
     std::vector<torch::Tensor> final_params;
     run_ranks(mesh, [&](RankContext& ctx) {
@@ -233,7 +258,7 @@ TEST(TensorParallelGpt, TenSgdStepsMatchTheUnshardedModel) {
       auto model = sharded_gpt(ctx, tp == 4 ? Recompute::Full : Recompute::None, torch::kFloat64);
       auto params = unique_parameters(*model);
       allocate_gradients(params);
-      Optimizer opt(params, sgd());
+      Optimizer opt(params, tp_sgd());
       for (int k = 0; k < 10; ++k) {
         const Dataset b = batch(data, k);
         opt.zero_grad();
@@ -265,7 +290,7 @@ TEST(TensorParallelGpt, RecomputeGivesTheSameLossAndGradientsAtTp2) {
   const std::vector<Recompute> modes{Recompute::None, Recompute::Selective, Recompute::Full};
   std::vector<double> loss(modes.size());
   std::vector<std::vector<torch::Tensor>> grads(modes.size());
-  DeviceMesh mesh = make_mesh(2);
+  DeviceMesh mesh = tp_mesh(2);
   run_ranks(mesh, [&](RankContext& ctx) {
     for (size_t m = 0; m < modes.size(); ++m) {
       auto model = sharded_gpt(ctx, modes[m]);
@@ -289,20 +314,20 @@ TEST(TensorParallelGpt, RecomputeGivesTheSameLossAndGradientsAtTp2) {
 }
 
 TEST(TensorParallelGpt, ShardedBlockHoldsItsShareOfParameters) {
-  const int64_t h = small_gpt().hidden;
+  const int64_t h = small_tp_gpt().hidden;
   const int64_t full_block = 12 * h * h + 13 * h;
   const int64_t replicated = 4 * h /* ln1, ln2 */ + 2 * h /* attn.out and mlp.proj biases */;
   const int64_t expected = (full_block - replicated) / 2 + replicated;
   std::vector<int64_t> block_params(2);
   std::vector<std::vector<std::string>> names(2);
-  DeviceMesh mesh = make_mesh(2);
+  DeviceMesh mesh = tp_mesh(2);
   run_ranks(mesh, [&](RankContext& ctx) {
     auto model = sharded_gpt(ctx, Recompute::None);
     block_params[ctx.rank] = count_parameters(*model->named_children()["block0"]);
     for (const auto& item : model->named_parameters())
       names[ctx.rank].push_back(item.key());
   });
-  auto unsharded = build_model("gpt", ModelOptions{kSeed, 0, small_gpt()});
+  auto unsharded = build_model("gpt", ModelOptions{kTpSeed, 0, small_tp_gpt()});
   std::vector<std::string> unsharded_names;
   for (const auto& item : unsharded->named_parameters())
     unsharded_names.push_back(item.key());

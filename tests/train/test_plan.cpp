@@ -448,7 +448,8 @@ TEST(PlanActivations, SequenceParallelAtThePapersModels) {
 // as this member's part, gathered for the weights' gradients), of the part [b, s/2, h]; plus
 // the embedding's output gradient and the head's input, gathered once each; and one all-reduce
 // of the partial parameters' gradients (per block 2 LayerNorms and 2 row biases, 6h, and ln_f,
-// 2h).
+// 2h). Both ways, the head (untied, split over the vocabulary) all-gathers its logits, [b, s,
+// V/2] from each member, and all-reduces its input's gradient, the whole [b, s, h].
 TEST(PlanSequenceParallel, TheTpGroupReduceScattersAndAllGathersInsteadOfAllReducing) {
   const int64_t layers = 2, b = 2, s = 64, h = 64, e = 2;
   GptOptions shape;
@@ -470,19 +471,23 @@ TEST(PlanSequenceParallel, TheTpGroupReduceScattersAndAllGathersInsteadOfAllRedu
       sizes[r.op].insert(r.bytes);
     }
     const int64_t steps = plan.steps, whole = b * s * h * e;
+    const int64_t logits = b * s * (c.gpt.vocab / 2) * e;
     const std::string where = sequence_parallel ? "sequence parallel" : "tensor parallel";
     if (!sequence_parallel) {
-      EXPECT_EQ(count["all_reduce"], steps * 4 * layers) << where;
+      EXPECT_EQ(count["all_reduce"], steps * (4 * layers + 1)) << where;
       EXPECT_EQ(sizes["all_reduce"], std::set<int64_t>{whole}) << where;
-      EXPECT_EQ(count["reduce_scatter"] + count["all_gather"], 0) << where;
+      EXPECT_EQ(count["reduce_scatter"], 0) << where;
+      EXPECT_EQ(count["all_gather"], steps) << where;
+      EXPECT_EQ(sizes["all_gather"], std::set<int64_t>{logits}) << where;
       continue;
     }
     EXPECT_EQ(count["reduce_scatter"], steps * 4 * layers) << where;
     EXPECT_EQ(sizes["reduce_scatter"], std::set<int64_t>{whole}) << where;
-    EXPECT_EQ(count["all_gather"], steps * (6 * layers + 2)) << where;
-    EXPECT_EQ(sizes["all_gather"], std::set<int64_t>{whole / 2}) << where;
-    EXPECT_EQ(count["all_reduce"], steps) << where;
-    EXPECT_EQ(sizes["all_reduce"], std::set<int64_t>{(6 * h * layers + 2 * h) * e}) << where;
+    EXPECT_EQ(count["all_gather"], steps * (6 * layers + 2 + 1)) << where;
+    EXPECT_EQ(sizes["all_gather"], (std::set<int64_t>{whole / 2, logits})) << where;
+    EXPECT_EQ(count["all_reduce"], 2 * steps) << where;
+    EXPECT_EQ(sizes["all_reduce"], (std::set<int64_t>{(6 * h * layers + 2 * h) * e, whole}))
+        << where;
   }
 }
 
