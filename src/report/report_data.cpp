@@ -14,7 +14,7 @@ namespace {
 
 using Bytes = std::array<int64_t, kNumCategories>;
 
-int64_t total(const Bytes& b) {
+int64_t bytes_total(const Bytes& b) {
   return std::accumulate(b.begin(), b.end(), int64_t{0});
 }
 
@@ -70,8 +70,8 @@ Bytes peak_of(const std::vector<MemorySample>& samples, const std::vector<size_t
   int64_t best_total = -1;
   for (size_t i : idx) {
     const Bytes b = bytes_of(samples[i], gpu);
-    if (total(b) > best_total)
-      best = b, best_total = total(b);
+    if (bytes_total(b) > best_total)
+      best = b, best_total = bytes_total(b);
   }
   return best;
 }
@@ -197,7 +197,7 @@ nlohmann::json memory_report_data(const std::vector<MemorySample>& samples,
   nlohmann::json peak_json = nlohmann::json::array();
   for (size_t g = 0; g < gpus; ++g)
     peak_json.push_back({{"sampled", run_peak[g]},
-                         {"peak", peaks.size() == gpus ? peaks[g].bytes : total(run_peak[g])},
+                         {"peak", peaks.size() == gpus ? peaks[g].bytes : bytes_total(run_peak[g])},
                          {"capacity", capacities[g]}});
   return {{"gpus", gpus},     {"groups", groups},           {"group_of", group_of},
           {"phases", phases}, {"representative_step", rep}, {"detail", detail},

@@ -8,10 +8,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 namespace meshsim::testing {
@@ -48,10 +50,37 @@ inline CliResult run_meshsim(const std::string& args) {
 // bare image) writes every other file of the run folder and says why the picture is missing.
 inline bool picture_expected() { return std::system("command -v gnuplot >/dev/null 2>&1") == 0; }
 
+// The folders fresh_dir made in this test process. They are removed when the process ends
+// with every test passed, and kept to be looked at when one failed.
+class TestDirs {
+public:
+  static TestDirs& instance() {
+    static TestDirs dirs; // made after gtest's UnitTest, so destroyed before it
+    return dirs;
+  }
+  void add(const std::filesystem::path& dir) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    dirs_.push_back(dir);
+  }
+  ~TestDirs() {
+    if (!::testing::UnitTest::GetInstance()->Passed())
+      return;
+    for (const auto& dir : dirs_) {
+      std::error_code ignored;
+      std::filesystem::remove_all(dir, ignored);
+    }
+  }
+
+private:
+  std::mutex mutex_;
+  std::vector<std::filesystem::path> dirs_;
+};
+
 inline std::filesystem::path fresh_dir(const std::string& name) {
   auto dir = std::filesystem::temp_directory_path() /
              ("meshsim-test-" + name + "-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
+  TestDirs::instance().add(dir);
   return dir;
 }
 

@@ -10,12 +10,12 @@ using namespace meshsim::testing;
 namespace fs = std::filesystem;
 
 namespace {
-const std::string kSmall = "train --data synthetic --synthetic-train 512 --synthetic-test 128 ";
+const std::string kSmallTrain = "train --data synthetic --synthetic-train 512 --synthetic-test 128 ";
 }
 
 TEST(CliRun, RunFolderHasTheContractedFiles) {
   const auto out = fresh_dir("golden");
-  auto r = run_meshsim(kSmall + "--gpus 2 --batch-size 16 --max-steps 6 --log-every 2 --out " +
+  auto r = run_meshsim(kSmallTrain + "--gpus 2 --batch-size 16 --max-steps 6 --log-every 2 --out " +
                        out.string());
   ASSERT_EQ(r.code, 0) << r.output;
   for (const char* f : {"config.json", "metrics.jsonl", "memory.csv", "summary.json"})
@@ -108,7 +108,7 @@ TEST(CliErrors, TruncatedDataFileIsExitCode3) {
 
 TEST(CliErrors, OutOfMemoryIsExitCode4AndKeepsTheRunFolder) {
   const auto out = fresh_dir("oom");
-  auto r = run_meshsim(kSmall + "--gpus 2 --gpu-mem 1MiB --out " + out.string());
+  auto r = run_meshsim(kSmallTrain + "--gpus 2 --gpu-mem 1MiB --out " + out.string());
   EXPECT_EQ(r.code, 4) << r.output;
   for (const char* says : {"out of memory on gpu", "tried to allocate", "parameters", "capacity 1.0 MiB"})
     EXPECT_NE(r.output.find(says), std::string::npos) << says << "\n" << r.output;
@@ -123,7 +123,7 @@ TEST(CliErrors, OutOfMemoryIsExitCode4AndKeepsTheRunFolder) {
 TEST(CliErrors, RankThatSkipsACollectiveIsExitCode5WithinTheTimeout) {
   const auto out = fresh_dir("fault");
   const auto start = std::chrono::steady_clock::now();
-  auto r = run_meshsim(kSmall + "--gpus 4 --batch-size 8 --max-steps 10 --inject-fault 2:3 "
+  auto r = run_meshsim(kSmallTrain + "--gpus 4 --batch-size 8 --max-steps 10 --inject-fault 2:3 "
                                 "--comm-timeout 2 --out " + out.string());
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(r.code, 5) << r.output;

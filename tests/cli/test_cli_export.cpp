@@ -15,6 +15,7 @@
 #include "cli_harness.h"
 #include "data/dataset.h"
 #include "data/text.h"
+#include "../python_torch.h"
 
 using namespace meshsim::testing;
 namespace fs = std::filesystem;
@@ -23,10 +24,6 @@ namespace {
 
 // Every folder and file the tests make, removed when each test ends (CliExport::TearDown).
 std::vector<fs::path> g_made;
-
-bool python_torch_available() {
-  return std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
-}
 
 // Test samples: those of the runs below (their --synthetic-test and --seed 0).
 constexpr int64_t kTrain = 128, kTest = 64;
@@ -38,14 +35,14 @@ const std::string kImages = "--data synthetic --synthetic-train 128 --synthetic-
 // SGD rather than Adam: two layouts' parameters then differ by their gradients' rounding
 // alone (Adam's first steps divide by the gradient's own size, which rounding can flip). It
 // barely moves the GPT from chance in 4 steps, so Adam runs (kGptAdam) are checked too.
-const std::string kGpt = "--model gpt --data synthetic --synthetic-train 128 --synthetic-test 64 "
+const std::string kExportGpt = "--model gpt --data synthetic --synthetic-train 128 --synthetic-test 64 "
                          "--vocab 64 --hidden 32 --heads 4 --seq-len 16 --layers 2 --max-steps 4 "
                          "--optimizer sgd --lr 0.5 ";
 const std::string kGptAdam = "--model gpt --data synthetic --synthetic-train 128 --synthetic-test "
                              "64 --vocab 64 --hidden 32 --heads 4 --seq-len 16 "
                              "--max-steps 8 --lr 0.01 ";
 const std::string kGptShape = "2 32 4 16 64"; // reference_gpt.py: LAYERS HIDDEN HEADS SEQ VOCAB
-const std::string kLlama = "--model llama --data synthetic --synthetic-train 128 "
+const std::string kExportLlama = "--model llama --data synthetic --synthetic-train 128 "
                            "--synthetic-test 64 --vocab 64 --hidden 32 --heads 4 --kv-heads 2 "
                            "--ffn-hidden 48 --seq-len 16 --layers 2 --max-steps 4 "
                            "--optimizer sgd --lr 0.5 ";
@@ -210,7 +207,7 @@ TEST_F(CliExport, GptLayoutsGatherTheSameStateDict) {
   PyTorchChecks checks;
   fs::path reference;
   for (const auto& [name, layout] : layouts) {
-    const fs::path file = train_and_export("gpt-" + name, kGpt + layout);
+    const fs::path file = train_and_export("gpt-" + name, kExportGpt + layout);
     checks.add("gpt " + name, file, data, "gpt " + kGptShape + " 0 128");
     if (reference.empty())
       reference = file;
@@ -219,7 +216,7 @@ TEST_F(CliExport, GptLayoutsGatherTheSameStateDict) {
   }
   // A tied head is the embedding's wte, listed once, as PyTorch's state_dict lists it.
   const fs::path tied =
-      train_and_export("gpt-tied", kGpt + "--gpus 2 --tp 2 --batch-size 8 --tie-head");
+      train_and_export("gpt-tied", kExportGpt + "--gpus 2 --tp 2 --batch-size 8 --tie-head");
   checks.add("gpt tied tp2", tied, data, "gpt " + kGptShape + " 1 128");
   // Trained well enough (8% to 14% next-token accuracy, chance is 1.6%) that a wrongly
   // gathered tensor shows: heads over tp and layers over pp at once, and an interleaved
@@ -248,8 +245,8 @@ TEST_F(CliExport, LlamaTensorParallelGathersHeadsAndKvHeads) {
   const fs::path data = write_test_data("llama");
   const std::string shape = "llama 2 32 4 2 48 64 10000";
   const fs::path single =
-      train_and_export("llama-single", kLlama + "--strategy single --gpus 1 --batch-size 8");
-  const fs::path tp = train_and_export("llama-tp2", kLlama + "--gpus 2 --tp 2 --batch-size 8");
+      train_and_export("llama-single", kExportLlama + "--strategy single --gpus 1 --batch-size 8");
+  const fs::path tp = train_and_export("llama-tp2", kExportLlama + "--gpus 2 --tp 2 --batch-size 8");
   PyTorchChecks checks;
   checks.add("llama single", single, data, shape);
   checks.add("llama tp2", tp, data, shape);
@@ -261,7 +258,7 @@ TEST_F(CliExport, MissingOrDamagedCheckpointsAreOneLineErrors) {
   const fs::path run = fresh_dir("export-errors");
   g_made.push_back(run);
   ASSERT_EQ(
-      run_meshsim("train " + kGpt + "--gpus 2 --tp 2 --batch-size 8 --out " + run.string()).code,
+      run_meshsim("train " + kExportGpt + "--gpus 2 --tp 2 --batch-size 8 --out " + run.string()).code,
       0);
   const fs::path out = run / "exported.pt";
   auto export_run = [&](const fs::path& dir) {

@@ -112,7 +112,7 @@ TEST(CostPredictRun, PredictCommandGivesTheSameNumbers) {
 
 // A large model's DDP step on one GPU, as the recorder would hold it: eight Linear(4096, 4096)
 // layers, 512 samples per GPU, one bucket per layer.
-ComputeRecord region(const char* name, int64_t step, double start_s, double end_s) {
+ComputeRecord run_region(const char* name, int64_t step, double start_s, double end_s) {
   ComputeRecord c;
   c.name = name;
   c.step = step;
@@ -128,9 +128,9 @@ std::vector<Recorder> large_model_records() {
     forward.push_back({"fc" + std::to_string(i), "matmul", 2 * rows * d * d + rows * d,
                        (2 * rows * d + d * d + d) * 4, static_cast<int64_t>((d * d + d) * 4)});
   Recorder r;
-  r.compute.push_back(region("forward", 1, 0, 1e-3));
+  r.compute.push_back(run_region("forward", 1, 0, 1e-3));
   attach_work(r.compute.back(), forward);
-  r.compute.push_back(region("backward", 1, 1e-3, 2e-3));
+  r.compute.push_back(run_region("backward", 1, 1e-3, 2e-3));
   const auto backward = backward_work(forward);
   attach_work(r.compute.back(), backward);
   int64_t seq = 0;
@@ -138,9 +138,9 @@ std::vector<Recorder> large_model_records() {
     r.collectives.push_back(
         {"all_reduce", {0}, w.param_bytes, seq, -1, 2e-3 + seq * 1e-4, 2e-3 + (seq + 1) * 1e-4}),
         ++seq;
-  r.compute.push_back(region("optimizer", 1, 3e-3, 4e-3));
+  r.compute.push_back(run_region("optimizer", 1, 3e-3, 4e-3));
   attach_work(r.compute.back(), {optimizer_work(8 * (4096 * 4096 + 4096), "adam", false)});
-  r.compute.push_back(region("forward", 2, 5e-3, 6e-3));
+  r.compute.push_back(run_region("forward", 2, 5e-3, 6e-3));
   return {r};
 }
 

@@ -18,7 +18,7 @@ using meshsim::DistributedSampler;
 
 namespace {
 
-struct Case {
+struct SamplerCase {
   int64_t n;
   int replicas, rank;
   uint64_t seed;
@@ -47,7 +47,7 @@ std::string run_capture(const std::string& cmd, int* status) {
   return out;
 }
 
-std::vector<int64_t> indices_of(const Case& c) {
+std::vector<int64_t> indices_of(const SamplerCase& c) {
   DistributedSampler s(c.n, c.replicas, c.rank, c.shuffle, c.seed, c.drop_last);
   s.set_epoch(c.epoch);
   return s.indices();
@@ -59,7 +59,7 @@ TEST(Sampler, MatchesPyTorchDistributedSampler) {
   const char* python = "/usr/bin/python3";
   if (!std::filesystem::exists(python))
     GTEST_SKIP() << python << " not found";
-  std::vector<Case> cases;
+  std::vector<SamplerCase> cases;
   for (int rank = 0; rank < 3; ++rank)
     for (bool shuffle : {false, true})
       for (bool drop_last : {false, true})
@@ -79,7 +79,7 @@ TEST(Sampler, MatchesPyTorchDistributedSampler) {
 
   std::string cmd =
       std::string(python) + " -I " MESHSIM_SOURCE_DIR "/tests/data/sampler_reference.py";
-  for (const Case& c : cases)
+  for (const SamplerCase& c : cases)
     cmd += " " + c.str();
   int status = 0;
   const std::string out = run_capture(cmd, &status);
@@ -89,7 +89,7 @@ TEST(Sampler, MatchesPyTorchDistributedSampler) {
 
   std::istringstream lines(out);
   std::string line;
-  for (const Case& c : cases) {
+  for (const SamplerCase& c : cases) {
     ASSERT_TRUE(std::getline(lines, line)) << "missing reference output for " << c.str();
     std::istringstream in(line);
     int64_t len = -1;

@@ -19,17 +19,17 @@ using meshsim::testing::FakeNvml;
 namespace {
 
 /// Sets (or, with nullptr, unsets) an environment variable for one test.
-struct ScopedEnv {
+struct NvmlScopedEnv {
   std::string name, old;
   bool had;
-  ScopedEnv(const char* n, const char* value) : name(n) {
+  NvmlScopedEnv(const char* n, const char* value) : name(n) {
     const char* v = std::getenv(n);
     had = v != nullptr;
     if (had)
       old = v;
     value ? ::setenv(n, value, 1) : ::unsetenv(n);
   }
-  ~ScopedEnv() { had ? ::setenv(name.c_str(), old.c_str(), 1) : ::unsetenv(name.c_str()); }
+  ~NvmlScopedEnv() { had ? ::setenv(name.c_str(), old.c_str(), 1) : ::unsetenv(name.c_str()); }
 };
 
 } // namespace
@@ -56,10 +56,10 @@ TEST(Nvml, NoDriverSaysSo) {
 
 TEST(Nvml, DefaultLibraryFollowsEnvironment) {
   {
-    ScopedEnv env("MESHSIM_NVML_LIB", nullptr);
+    NvmlScopedEnv env("MESHSIM_NVML_LIB", nullptr);
     EXPECT_EQ(Nvml::default_library(), "libnvidia-ml.so.1");
   }
-  ScopedEnv env("MESHSIM_NVML_LIB", "/nonexistent");
+  NvmlScopedEnv env("MESHSIM_NVML_LIB", "/nonexistent");
   EXPECT_EQ(Nvml::default_library(), "/nonexistent");
   EXPECT_EQ(Nvml(Nvml::default_library()).reason(), "NVML not available: /nonexistent not found");
 }
@@ -172,7 +172,7 @@ TEST(NvmlMemoryTimeline, CudaSamplesCarryTheCardReading) {
     GTEST_SKIP() << "no C compiler to build the fake NVML";
   Nvml nvml(fake.lib->string());
   ASSERT_TRUE(nvml.available()) << nvml.reason();
-  ScopedEnv visible("CUDA_VISIBLE_DEVICES", "1,0");
+  NvmlScopedEnv visible("CUDA_VISIBLE_DEVICES", "1,0");
   MeshOptions options;
   options.world_size = 2;
   options.capacity_bytes = 64LL << 20;

@@ -12,14 +12,12 @@
 #include "mesh/rank_runner.h"
 #include "models/gpt.h"
 #include "parallel/strategy.h"
+#include "../python_torch.h"
 
 using namespace meshsim;
+using meshsim::testing::python_torch_available;
 
 namespace {
-
-bool python_torch_available() {
-  return std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
-}
 
 GptOptions small_gpt(bool tie) {
   GptOptions o;

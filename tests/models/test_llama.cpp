@@ -9,14 +9,12 @@
 #include "data/text.h"
 #include "models/llama.h"
 #include "parallel/strategy.h"
+#include "../python_torch.h"
 
 using namespace meshsim;
+using meshsim::testing::python_torch_available;
 
 namespace {
-
-bool python_torch_available() {
-  return std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
-}
 
 GptOptions small_llama(int64_t kv_heads) {
   GptOptions o;
@@ -39,7 +37,7 @@ torch::Tensor fixed(int64_t batch, int64_t t, int64_t vocab, int64_t a, int64_t 
 }
 
 // Runs reference_llama.py: parameter count, loss, every logit, every gradient.
-std::vector<double> python_reference(const GptOptions& o, int seed, int64_t batch, int64_t t) {
+std::vector<double> python_llama_reference(const GptOptions& o, int seed, int64_t batch, int64_t t) {
   const std::string cmd =
       "/usr/bin/python3 " MESHSIM_SOURCE_DIR "/tests/models/reference_llama.py " +
       std::to_string(o.layers) + " " + std::to_string(o.hidden) + " " + std::to_string(o.heads) +
@@ -57,7 +55,7 @@ std::vector<double> python_reference(const GptOptions& o, int seed, int64_t batc
   return values;
 }
 
-double relative_error(const torch::Tensor& a, const torch::Tensor& b) {
+double llama_relative_error(const torch::Tensor& a, const torch::Tensor& b) {
   return (a - b).norm().item<double>() / b.norm().item<double>();
 }
 
@@ -79,7 +77,7 @@ TEST(LlamaModel, LogitsLossAndGradientsMatchPyTorch) {
     GptOptions o = small_llama(kv);
     o.rope_theta = kv == 1 ? 500000 : 10000;
     const int64_t batch = 2, t = 12; // T < seq_len
-    const auto expected = python_reference(o, 3, batch, t);
+    const auto expected = python_llama_reference(o, 3, batch, t);
     ModelOptions mo{3, 0, o, torch::kFloat64};
     auto model = build_model("llama", mo);
     const auto params = unique_parameters(*model);
@@ -100,12 +98,12 @@ TEST(LlamaModel, LogitsLossAndGradientsMatchPyTorch) {
     };
     EXPECT_NEAR(loss.item<double>(), expected[1], kFloat64ModelTolerance * expected[1]);
     const double logit_error =
-        relative_error(logits.detach().reshape(-1), reference(2, logits.numel()));
+        llama_relative_error(logits.detach().reshape(-1), reference(2, logits.numel()));
     EXPECT_LT(logit_error, kFloat64ModelTolerance) << "kv " << kv;
     size_t offset = 2 + static_cast<size_t>(logits.numel());
     double grad_error = 0;
     for (const auto& p : params) {
-      const double e = relative_error(p.grad().reshape(-1), reference(offset, p.numel()));
+      const double e = llama_relative_error(p.grad().reshape(-1), reference(offset, p.numel()));
       EXPECT_LT(e, kFloat64ModelTolerance) << "kv " << kv << " parameter of " << p.sizes();
       grad_error = std::max(grad_error, e);
       offset += static_cast<size_t>(p.numel());

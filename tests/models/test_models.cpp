@@ -4,14 +4,12 @@
 #include <cstdio>
 
 #include "models/models.h"
+#include "../python_torch.h"
 
 using namespace meshsim;
+using meshsim::testing::python_torch_available;
 
 namespace {
-
-bool python_torch_available() {
-  return std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
-}
 
 std::vector<double> python_parameter_sums(const std::string& model, int seed) {
   const std::string cmd = "/usr/bin/python3 " MESHSIM_SOURCE_DIR "/tests/models/reference_init.py " +

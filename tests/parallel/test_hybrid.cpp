@@ -13,18 +13,18 @@ using namespace meshsim::testing;
 
 namespace {
 
-constexpr int kSteps = 10;
-constexpr double kTolerance = kFloat64Tolerance;  // float64: see strategy_harness.h
-constexpr int64_t kGlobalBatch = 16;
+constexpr int kMeshSteps = 10;
+constexpr double kMeshTolerance = kFloat64Tolerance;  // float64: see strategy_harness.h
+constexpr int64_t kMeshGlobalBatch = 16;
 
 StrategyOptions gpt_sgd() { return tiny_gpt_sgd(torch::kFloat64); }
 
-const Dataset& text() {
+const Dataset& mesh_text() {
   static const Dataset data = synthetic_text(512, 16, 16, 64, 3).train;
   return data;
 }
 
-HarnessRun run(int world, const StrategyOptions& options) {
+HarnessRun run_mesh(int world, const StrategyOptions& options) {
   MeshOptions m;
   m.world_size = world;
   m.capacity_bytes = int64_t{1} << 30;
@@ -36,20 +36,20 @@ HarnessRun run(int world, const StrategyOptions& options) {
                               options.recompute == Recompute::None && options.micro_batches == 1
                           ? "single"
                           : "ddp",
-                      options, text(), kGlobalBatch, kSteps);
+                      options, mesh_text(), kMeshGlobalBatch, kMeshSteps);
 }
 
-const HarnessRun& reference() {
-  static const HarnessRun ref = run(1, gpt_sgd());
+const HarnessRun& mesh_reference() {
+  static const HarnessRun ref = run_mesh(1, gpt_sgd());
   return ref;
 }
 
-void expect_matches_single(int world, const StrategyOptions& options, const std::string& what) {
-  const HarnessRun& ref = reference();
-  const HarnessRun got = run(world, options);
+void expect_mesh_matches_single(int world, const StrategyOptions& options, const std::string& what) {
+  const HarnessRun& ref = mesh_reference();
+  const HarnessRun got = run_mesh(world, options);
   ASSERT_EQ(got.losses.size(), ref.losses.size()) << what;
-  for (int k = 0; k < kSteps; ++k)
-    EXPECT_NEAR(got.losses[k], ref.losses[k], kTolerance * std::abs(ref.losses[k]))
+  for (int k = 0; k < kMeshSteps; ++k)
+    EXPECT_NEAR(got.losses[k], ref.losses[k], kMeshTolerance * std::abs(ref.losses[k]))
         << what << " step " << k + 1;
   EXPECT_LT(ref.losses.back(), ref.losses.front() - 0.05) << "the reference did not learn";
   ASSERT_EQ(got.parameters.size(), ref.parameters.size()) << what;
@@ -57,14 +57,14 @@ void expect_matches_single(int world, const StrategyOptions& options, const std:
   for (size_t i = 0; i < ref.parameters.size(); ++i) {
     ASSERT_EQ(got.parameters[i].sizes(), ref.parameters[i].sizes()) << what << " parameter " << i;
     const double e = relative_error(got.parameters[i], ref.parameters[i], 1e-5);
-    EXPECT_LT(e, kTolerance) << what << " parameter " << i;
+    EXPECT_LT(e, kMeshTolerance) << what << " parameter " << i;
     worst = std::max(worst, e);
   }
   std::cout << what << ": final loss " << got.losses.back() << " (single " << ref.losses.back()
             << "), worst parameter rel. error " << worst << "\n";
 }
 
-StrategyOptions with(int tp, int pp, int zero, const std::string& schedule = "1f1b",
+StrategyOptions mesh_with(int tp, int pp, int zero, const std::string& schedule = "1f1b",
                      int micro_batches = 1, Recompute recompute = Recompute::None) {
   StrategyOptions o = gpt_sgd();
   o.tp = tp;
@@ -79,19 +79,19 @@ StrategyOptions with(int tp, int pp, int zero, const std::string& schedule = "1f
 } // namespace
 
 TEST(MeshEquivalence, ThreeDimensionalWithZero1) {
-  expect_matches_single(8, with(2, 2, 1, "1f1b", 2), "dp2 tp2 pp2 zero1 1f1b");
+  expect_mesh_matches_single(8, mesh_with(2, 2, 1, "1f1b", 2), "dp2 tp2 pp2 zero1 1f1b");
 }
 TEST(MeshEquivalence, ThreeDimensionalWithZero1AndRecompute) {
-  expect_matches_single(8, with(2, 2, 1, "1f1b", 2, Recompute::Full),
+  expect_mesh_matches_single(8, mesh_with(2, 2, 1, "1f1b", 2, Recompute::Full),
                         "dp2 tp2 pp2 zero1 recompute");
 }
 TEST(MeshEquivalence, ThreeDimensionalWithZero1AndSelectiveRecompute) {
-  expect_matches_single(8, with(2, 2, 1, "1f1b", 2, Recompute::Selective),
+  expect_mesh_matches_single(8, mesh_with(2, 2, 1, "1f1b", 2, Recompute::Selective),
                         "dp2 tp2 pp2 zero1 selective recompute");
 }
 TEST(MeshEquivalence, TensorParallel2And4) {
-  expect_matches_single(2, with(2, 1, 0), "tp2");
-  expect_matches_single(4, with(4, 1, 0), "tp4");
+  expect_mesh_matches_single(2, mesh_with(2, 1, 0), "tp2");
+  expect_mesh_matches_single(4, mesh_with(4, 1, 0), "tp4");
 }
 // Sequence parallelism changes where the sums happen (reduce-scatter and all-gather along
 // the sequence, the norms' and row biases' gradients summed over the tp group), not what is
@@ -101,17 +101,17 @@ TEST(MeshEquivalence, SequenceParallel) {
     o.sequence_parallel = true;
     return o;
   };
-  expect_matches_single(2, sp(with(2, 1, 0)), "tp2 sequence parallel");
-  expect_matches_single(4, sp(with(4, 1, 0)), "tp4 sequence parallel");
-  expect_matches_single(4, sp(with(2, 2, 0, "1f1b", 2)), "tp2 pp2 1f1b sequence parallel");
-  expect_matches_single(4, sp(with(2, 1, 1)), "dp2 tp2 zero1 sequence parallel");
-  expect_matches_single(8, sp(with(2, 2, 1, "gpipe", 2, Recompute::Full)),
+  expect_mesh_matches_single(2, sp(mesh_with(2, 1, 0)), "tp2 sequence parallel");
+  expect_mesh_matches_single(4, sp(mesh_with(4, 1, 0)), "tp4 sequence parallel");
+  expect_mesh_matches_single(4, sp(mesh_with(2, 2, 0, "1f1b", 2)), "tp2 pp2 1f1b sequence parallel");
+  expect_mesh_matches_single(4, sp(mesh_with(2, 1, 1)), "dp2 tp2 zero1 sequence parallel");
+  expect_mesh_matches_single(8, sp(mesh_with(2, 2, 1, "gpipe", 2, Recompute::Full)),
                         "dp2 tp2 pp2 zero1 gpipe recompute sequence parallel");
 }
 TEST(MeshEquivalence, PipelineGpt) {
-  expect_matches_single(2, with(1, 2, 0, "gpipe", 4), "pp2 gpipe");
-  expect_matches_single(4, with(1, 4, 0, "1f1b", 4), "pp4 1f1b");
-  expect_matches_single(4, with(1, 4, 0, "naive"), "pp4 naive");
+  expect_mesh_matches_single(2, mesh_with(1, 2, 0, "gpipe", 4), "pp2 gpipe");
+  expect_mesh_matches_single(4, mesh_with(1, 4, 0, "1f1b", 4), "pp4 1f1b");
+  expect_mesh_matches_single(4, mesh_with(1, 4, 0, "naive"), "pp4 naive");
 }
 // Interleaved 1F1B: the 4 blocks as 4 chunks on 2 stages, rank 0 holding blocks 0 (with the
 // embedding) and 2, rank 1 blocks 1 and 3 (with the head), activations going round twice.
@@ -120,21 +120,21 @@ TEST(MeshEquivalence, InterleavedPipelineGpt) {
     o.virtual_stages = 2;
     return o;
   };
-  expect_matches_single(2, interleaved(with(1, 2, 0, "1f1b", 4)), "pp2 V2 1f1b");
-  expect_matches_single(2, interleaved(with(1, 2, 0, "1f1b", 2)), "pp2 V2 1f1b, M = P");
-  expect_matches_single(4, interleaved(with(1, 2, 0, "1f1b", 4)), "dp2 pp2 V2 1f1b");
-  expect_matches_single(8, interleaved(with(2, 2, 1, "1f1b", 2)), "dp2 tp2 pp2 V2 zero1 1f1b");
+  expect_mesh_matches_single(2, interleaved(mesh_with(1, 2, 0, "1f1b", 4)), "pp2 V2 1f1b");
+  expect_mesh_matches_single(2, interleaved(mesh_with(1, 2, 0, "1f1b", 2)), "pp2 V2 1f1b, M = P");
+  expect_mesh_matches_single(4, interleaved(mesh_with(1, 2, 0, "1f1b", 4)), "dp2 pp2 V2 1f1b");
+  expect_mesh_matches_single(8, interleaved(mesh_with(2, 2, 1, "1f1b", 2)), "dp2 tp2 pp2 V2 zero1 1f1b");
 }
 TEST(MeshEquivalence, ZeroStagesOnGpt) {
   for (int stage = 1; stage <= 3; ++stage)
-    expect_matches_single(4, with(1, 1, stage), "zero" + std::to_string(stage));
+    expect_mesh_matches_single(4, mesh_with(1, 1, stage), "zero" + std::to_string(stage));
 }
 TEST(MeshEquivalence, RecomputeAndAccumulation) {
-  expect_matches_single(1, with(1, 1, 0, "1f1b", 1, Recompute::Full), "recompute on one GPU");
-  expect_matches_single(1, with(1, 1, 0, "1f1b", 1, Recompute::Selective),
+  expect_mesh_matches_single(1, mesh_with(1, 1, 0, "1f1b", 1, Recompute::Full), "recompute on one GPU");
+  expect_mesh_matches_single(1, mesh_with(1, 1, 0, "1f1b", 1, Recompute::Selective),
                         "selective recompute on one GPU");
-  expect_matches_single(2, with(2, 1, 0, "1f1b", 1, Recompute::Selective), "tp2 selective");
-  expect_matches_single(4, with(1, 1, 3, "1f1b", 2, Recompute::Selective),
+  expect_mesh_matches_single(2, mesh_with(2, 1, 0, "1f1b", 1, Recompute::Selective), "tp2 selective");
+  expect_mesh_matches_single(4, mesh_with(1, 1, 3, "1f1b", 2, Recompute::Selective),
                         "zero3 with 2 micro-batches, selective");
-  expect_matches_single(2, with(1, 1, 0, "1f1b", 4), "dp2 with 4 micro-batches");
+  expect_mesh_matches_single(2, mesh_with(1, 1, 0, "1f1b", 4), "dp2 with 4 micro-batches");
 }

@@ -16,9 +16,9 @@ using namespace meshsim::testing;
 
 namespace {
 
-constexpr int kSteps = 10;
-constexpr double kTolerance = kFloat64Tolerance; // float64: see strategy_harness.h
-constexpr int64_t kGlobalBatch = 16;
+constexpr int kLlamaSteps = 10;
+constexpr double kLlamaTolerance = kFloat64Tolerance; // float64: see strategy_harness.h
+constexpr int64_t kLlamaGlobalBatch = 16;
 
 StrategyOptions llama_sgd() {
   StrategyOptions o;
@@ -39,32 +39,32 @@ StrategyOptions llama_sgd() {
   return o;
 }
 
-const Dataset& text() {
+const Dataset& llama_text() {
   static const Dataset data = synthetic_text(512, 16, 16, 64, 3).train;
   return data;
 }
 
-HarnessRun run(int world, const std::string& strategy, const StrategyOptions& options) {
+HarnessRun run_llama(int world, const std::string& strategy, const StrategyOptions& options) {
   MeshOptions m;
   m.world_size = world;
   m.capacity_bytes = int64_t{1} << 30;
   static std::vector<std::unique_ptr<DeviceMesh>> meshes; // outlive the returned run
   meshes.push_back(std::make_unique<DeviceMesh>(m));
   torch::manual_seed(5); // the same permutation of the data for every run
-  return run_strategy(*meshes.back(), strategy, options, text(), kGlobalBatch, kSteps);
+  return run_strategy(*meshes.back(), strategy, options, llama_text(), kLlamaGlobalBatch, kLlamaSteps);
 }
 
-const HarnessRun& reference() {
-  static const HarnessRun ref = run(1, "single", llama_sgd());
+const HarnessRun& llama_reference() {
+  static const HarnessRun ref = run_llama(1, "single", llama_sgd());
   return ref;
 }
 
-void expect_matches_single(int world, const StrategyOptions& options, const std::string& what) {
-  const HarnessRun& ref = reference();
-  const HarnessRun got = run(world, "ddp", options);
+void expect_llama_matches_single(int world, const StrategyOptions& options, const std::string& what) {
+  const HarnessRun& ref = llama_reference();
+  const HarnessRun got = run_llama(world, "ddp", options);
   ASSERT_EQ(got.losses.size(), ref.losses.size()) << what;
-  for (int k = 0; k < kSteps; ++k)
-    EXPECT_NEAR(got.losses[k], ref.losses[k], kTolerance * std::abs(ref.losses[k]))
+  for (int k = 0; k < kLlamaSteps; ++k)
+    EXPECT_NEAR(got.losses[k], ref.losses[k], kLlamaTolerance * std::abs(ref.losses[k]))
         << what << " step " << k + 1;
   EXPECT_LT(ref.losses.back(), ref.losses.front() - 0.05) << "the reference did not learn";
   ASSERT_EQ(got.parameters.size(), ref.parameters.size()) << what;
@@ -72,14 +72,14 @@ void expect_matches_single(int world, const StrategyOptions& options, const std:
   for (size_t i = 0; i < ref.parameters.size(); ++i) {
     ASSERT_EQ(got.parameters[i].sizes(), ref.parameters[i].sizes()) << what << " parameter " << i;
     const double e = relative_error(got.parameters[i], ref.parameters[i]);
-    EXPECT_LT(e, kTolerance) << what << " parameter " << i;
+    EXPECT_LT(e, kLlamaTolerance) << what << " parameter " << i;
     worst = std::max(worst, e);
   }
   std::cout << "llama " << what << ": final loss " << got.losses.back() << " (single "
             << ref.losses.back() << "), worst parameter rel. error " << worst << "\n";
 }
 
-StrategyOptions with(int tp, int pp, int zero, int micro_batches = 1,
+StrategyOptions llama_with(int tp, int pp, int zero, int micro_batches = 1,
                      Recompute recompute = Recompute::None) {
   StrategyOptions o = llama_sgd();
   o.tp = tp;
@@ -94,21 +94,21 @@ StrategyOptions with(int tp, int pp, int zero, int micro_batches = 1,
 } // namespace
 
 TEST(LlamaEquivalence, Ddp) {
-  expect_matches_single(2, with(1, 1, 0), "ddp on 2");
+  expect_llama_matches_single(2, llama_with(1, 1, 0), "ddp on 2");
 }
 TEST(LlamaEquivalence, Zero3) {
-  expect_matches_single(4, with(1, 1, 3), "zero3 on 4");
+  expect_llama_matches_single(4, llama_with(1, 1, 3), "zero3 on 4");
 }
 TEST(LlamaEquivalence, TensorParallel2) {
-  expect_matches_single(2, with(2, 1, 0), "tp2");
+  expect_llama_matches_single(2, llama_with(2, 1, 0), "tp2");
 }
 TEST(LlamaEquivalence, Pipeline2OneFOneB) {
-  expect_matches_single(2, with(1, 2, 0, 4), "pp2 1f1b, 4 micro-batches");
+  expect_llama_matches_single(2, llama_with(1, 2, 0, 4), "pp2 1f1b, 4 micro-batches");
 }
 TEST(LlamaEquivalence, ThreeDimensionalMesh) {
-  expect_matches_single(8, with(2, 2, 1, 2), "dp2 tp2 pp2 zero1 1f1b");
-  expect_matches_single(8, with(2, 2, 1, 2, Recompute::Full), "dp2 tp2 pp2 zero1 1f1b recompute");
-  expect_matches_single(8, with(2, 2, 1, 2, Recompute::Selective),
+  expect_llama_matches_single(8, llama_with(2, 2, 1, 2), "dp2 tp2 pp2 zero1 1f1b");
+  expect_llama_matches_single(8, llama_with(2, 2, 1, 2, Recompute::Full), "dp2 tp2 pp2 zero1 1f1b recompute");
+  expect_llama_matches_single(8, llama_with(2, 2, 1, 2, Recompute::Selective),
                         "dp2 tp2 pp2 zero1 1f1b selective recompute");
 }
 
@@ -120,10 +120,10 @@ TEST(LlamaEquivalence, SequenceParallel) {
     o.sequence_parallel = true;
     return o;
   };
-  expect_matches_single(2, sp(with(2, 1, 0)), "tp2 sequence parallel");
-  expect_matches_single(4, sp(with(2, 2, 0, 2)), "tp2 pp2 1f1b sequence parallel");
-  expect_matches_single(4, sp(with(2, 1, 1)), "dp2 tp2 zero1 sequence parallel");
-  expect_matches_single(8, sp(with(2, 2, 1, 2, Recompute::Full)),
+  expect_llama_matches_single(2, sp(llama_with(2, 1, 0)), "tp2 sequence parallel");
+  expect_llama_matches_single(4, sp(llama_with(2, 2, 0, 2)), "tp2 pp2 1f1b sequence parallel");
+  expect_llama_matches_single(4, sp(llama_with(2, 1, 1)), "dp2 tp2 zero1 sequence parallel");
+  expect_llama_matches_single(8, sp(llama_with(2, 2, 1, 2, Recompute::Full)),
                         "dp2 tp2 pp2 zero1 recompute sequence parallel");
 }
 

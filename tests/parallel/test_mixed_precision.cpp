@@ -45,11 +45,11 @@ namespace {
 
 constexpr double kUnitRoundoff = 1.0 / 256; // bf16: 8 significant bits
 constexpr double kFp32UnitRoundoff = 1.0 / (1 << 24);
-constexpr int kSteps = 8;
-constexpr int64_t kGlobalBatch = 64;
+constexpr int kMixedSteps = 8;
+constexpr int64_t kMixedGlobalBatch = 64;
 constexpr double kMomentum = 0.9;
 
-MeshOptions mesh_options(int world) {
+MeshOptions mixed_mesh_options(int world) {
   MeshOptions o;
   o.world_size = world;
   o.capacity_bytes = int64_t{2} << 30;
@@ -68,24 +68,24 @@ StrategyOptions bf16_sgd() {
   return o;
 }
 
-const Dataset& data() {
+const Dataset& mixed_data() {
   static const Dataset images = synthetic_dataset(2048, 16, 11).train;
   return images;
 }
 
-HarnessRun run(const std::string& strategy, int world, const StrategyOptions& options, int steps) {
+HarnessRun run_mixed(const std::string& strategy, int world, const StrategyOptions& options, int steps) {
   static std::vector<std::unique_ptr<DeviceMesh>> meshes; // outlive the returned run
-  meshes.push_back(std::make_unique<DeviceMesh>(mesh_options(world)));
+  meshes.push_back(std::make_unique<DeviceMesh>(mixed_mesh_options(world)));
   torch::manual_seed(5); // the same permutation of the data for every run
-  return run_strategy(*meshes.back(), strategy, options, data(), kGlobalBatch, steps);
+  return run_strategy(*meshes.back(), strategy, options, mixed_data(), kMixedGlobalBatch, steps);
 }
 
 struct Reference {
   HarnessRun single, initial;
 };
 
-const Reference& reference() {
-  static const Reference ref{run("single", 1, bf16_sgd(), kSteps), run("single", 1, bf16_sgd(), 0)};
+const Reference& mixed_reference() {
+  static const Reference ref{run_mixed("single", 1, bf16_sgd(), kMixedSteps), run_mixed("single", 1, bf16_sgd(), 0)};
   return ref;
 }
 
@@ -95,17 +95,17 @@ double norm64(const torch::Tensor& t) {
 
 void expect_matches_single_bf16(int world, const StrategyOptions& options,
                                 const std::string& what) {
-  const Reference& ref = reference();
-  const HarnessRun got = run("ddp", world, options, kSteps);
+  const Reference& ref = mixed_reference();
+  const HarnessRun got = run_mixed("ddp", world, options, kMixedSteps);
   const int n = world / (options.tp * options.pp); // the dp ranks whose gradients are averaged
   const double rho = (n + 1) * kUnitRoundoff;
   const double carried = rho / (1 - kMomentum);
 
   ASSERT_EQ(got.losses.size(), ref.single.losses.size());
   const auto& l = ref.single.losses;
-  EXPECT_NEAR(got.losses[0], l[0], kGlobalBatch * kFp32UnitRoundoff * l[0]) << what << " step 1";
+  EXPECT_NEAR(got.losses[0], l[0], kMixedGlobalBatch * kFp32UnitRoundoff * l[0]) << what << " step 1";
   double moved = 0, worst_loss = 0;
-  for (int k = 1; k < kSteps; ++k) {
+  for (int k = 1; k < kMixedSteps; ++k) {
     moved += std::abs(l[k] - l[k - 1]);
     const double diff = std::abs(got.losses[k] - l[k]);
     EXPECT_LE(diff, carried * moved) << what << " step " << k + 1;
@@ -131,7 +131,7 @@ void expect_matches_single_bf16(int world, const StrategyOptions& options,
                            what, got.losses.back(), l.back(), worst_loss, worst);
 }
 
-StrategyOptions with(StrategyOptions o, int zero, int tp = 1, int pp = 1) {
+StrategyOptions mixed_with(StrategyOptions o, int zero, int tp = 1, int pp = 1) {
   o.zero = zero;
   o.tp = tp;
   o.pp = pp;
@@ -146,14 +146,14 @@ TEST(MixedPrecisionEquivalence, DdpMatchesSingleBf16) {
 }
 
 TEST(MixedPrecisionEquivalence, Zero1MatchesSingleBf16) {
-  expect_matches_single_bf16(4, with(bf16_sgd(), 1), "zero 1 on 4 GPUs");
+  expect_matches_single_bf16(4, mixed_with(bf16_sgd(), 1), "zero 1 on 4 GPUs");
 }
 
 TEST(MixedPrecisionEquivalence, Zero2MatchesSingleBf16) {
-  expect_matches_single_bf16(2, with(bf16_sgd(), 2), "zero 2 on 2 GPUs");
-  expect_matches_single_bf16(4, with(bf16_sgd(), 2), "zero 2 on 4 GPUs");
+  expect_matches_single_bf16(2, mixed_with(bf16_sgd(), 2), "zero 2 on 2 GPUs");
+  expect_matches_single_bf16(4, mixed_with(bf16_sgd(), 2), "zero 2 on 4 GPUs");
 }
 
 TEST(MixedPrecisionEquivalence, Zero3MatchesSingleBf16) {
-  expect_matches_single_bf16(4, with(bf16_sgd(), 3), "zero 3 on 4 GPUs");
+  expect_matches_single_bf16(4, mixed_with(bf16_sgd(), 3), "zero 3 on 4 GPUs");
 }

@@ -25,7 +25,7 @@ using namespace meshsim;
 
 namespace {
 
-constexpr int64_t kPsi = (64 * 128 + 128) + (128 * 128 + 128) + (128 * 16 + 16); // 26,896
+constexpr int64_t kMixedPsi = (64 * 128 + 128) + (128 * 128 + 128) + (128 * 16 + 16); // 26,896
 
 torch::nn::Sequential bf16_mlp() {
   static std::mutex mutex; // initialization draws from the global generator
@@ -42,7 +42,7 @@ torch::nn::Sequential bf16_mlp() {
   return m;
 }
 
-int64_t current(const VirtualGpu& gpu, MemoryCategory c) {
+int64_t mixed_current(const VirtualGpu& gpu, MemoryCategory c) {
   return gpu.stats().current_by_category[static_cast<size_t>(c)];
 }
 
@@ -56,13 +56,13 @@ struct ModelStates {
 ModelStates zero_paper(int stage, int n) {
   switch (stage) {
   case 0:
-    return {2 * kPsi, 2 * kPsi, 12 * kPsi};
+    return {2 * kMixedPsi, 2 * kMixedPsi, 12 * kMixedPsi};
   case 1:
-    return {2 * kPsi, 2 * kPsi, 12 * kPsi / n};
+    return {2 * kMixedPsi, 2 * kMixedPsi, 12 * kMixedPsi / n};
   case 2:
-    return {2 * kPsi, 2 * kPsi / n, 12 * kPsi / n};
+    return {2 * kMixedPsi, 2 * kMixedPsi / n, 12 * kMixedPsi / n};
   default:
-    return {2 * kPsi / n, 2 * kPsi / n, 12 * kPsi / n};
+    return {2 * kMixedPsi / n, 2 * kMixedPsi / n, 12 * kMixedPsi / n};
   }
 }
 
@@ -70,18 +70,18 @@ ModelStates zero_paper(int stage, int n) {
 int64_t zero_paper_total(int stage, int n) {
   switch (stage) {
   case 0:
-    return 16 * kPsi;
+    return 16 * kMixedPsi;
   case 1:
-    return 4 * kPsi + 12 * kPsi / n;
+    return 4 * kMixedPsi + 12 * kMixedPsi / n;
   case 2:
-    return 2 * kPsi + 14 * kPsi / n;
+    return 2 * kMixedPsi + 14 * kMixedPsi / n;
   default:
-    return 16 * kPsi / n;
+    return 16 * kMixedPsi / n;
   }
 }
 
 void check_zero(int stage, int n) {
-  static_assert(kPsi % 4 == 0, "Ψ divisible by N: the formulas carry no rounding");
+  static_assert(kMixedPsi % 4 == 0, "Ψ divisible by N: the formulas carry no rounding");
   DeviceMesh mesh([n] {
     MeshOptions o;
     o.world_size = n;
@@ -98,11 +98,11 @@ void check_zero(int stage, int n) {
       model = bf16_mlp();
     }
     ZeroDataParallel zero(ctx, model, Group::world(n), ZeroOptions{stage, 0.04, {}});
-    ASSERT_EQ(zero.flat_bytes(), 2 * kPsi); // bf16, and no padding with these sizes
+    ASSERT_EQ(zero.flat_bytes(), 2 * kMixedPsi); // bf16, and no padding with these sizes
     auto check = [&](const std::string& when) {
-      const ModelStates got{current(ctx.gpu, MemoryCategory::Parameters),
-                            current(ctx.gpu, MemoryCategory::Gradients),
-                            current(ctx.gpu, MemoryCategory::Optimizer)};
+      const ModelStates got{mixed_current(ctx.gpu, MemoryCategory::Parameters),
+                            mixed_current(ctx.gpu, MemoryCategory::Gradients),
+                            mixed_current(ctx.gpu, MemoryCategory::Optimizer)};
       EXPECT_EQ(got.parameters, want.parameters) << when << " gpu" << ctx.rank;
       EXPECT_EQ(got.gradients, want.gradients) << when << " gpu" << ctx.rank;
       EXPECT_EQ(got.optimizer, want.optimizer) << when << " gpu" << ctx.rank;
@@ -127,7 +127,7 @@ void check_zero(int stage, int n) {
       std::cout << fmt::format("bf16 adam, zero {} N {}: parameters {} gradients {} optimizer {} = "
                                "{} bytes ({:.2f} per parameter)\n",
                                stage, n, want.parameters, want.gradients, want.optimizer,
-                               want.total(), static_cast<double>(want.total()) / kPsi);
+                               want.total(), static_cast<double>(want.total()) / kMixedPsi);
     }
   });
 }
@@ -173,9 +173,9 @@ TEST(MixedPrecisionMemory, DdpHoldsTwoPlusTwoPlusOptimizerState) {
             n += p.numel();
           }
           psi[ctx.rank] = n;
-          EXPECT_EQ(current(ctx.gpu, MemoryCategory::Parameters), 2 * n);
-          EXPECT_EQ(current(ctx.gpu, MemoryCategory::Gradients), 2 * n);
-          EXPECT_EQ(current(ctx.gpu, MemoryCategory::Optimizer), state_bytes * n)
+          EXPECT_EQ(mixed_current(ctx.gpu, MemoryCategory::Parameters), 2 * n);
+          EXPECT_EQ(mixed_current(ctx.gpu, MemoryCategory::Gradients), 2 * n);
+          EXPECT_EQ(mixed_current(ctx.gpu, MemoryCategory::Optimizer), state_bytes * n)
               << name << " momentum " << momentum;
         });
     EXPECT_EQ(psi[0], 421642); // the CNN

@@ -20,10 +20,10 @@ using meshsim::testing::relative_error;
 
 namespace {
 
-constexpr uint64_t kSeed = 3;
-constexpr double kTolerance = meshsim::testing::kFloat64Tolerance; // in float64
+constexpr uint64_t kPipelineSeed = 3;
+constexpr double kPipelineTolerance = meshsim::testing::kFloat64Tolerance; // in float64
 
-OptimizerOptions sgd() {
+OptimizerOptions pipeline_sgd() {
   OptimizerOptions o;
   o.name = "sgd";
   o.lr = 0.05;
@@ -55,10 +55,10 @@ struct TrainResult {
 // The reference: the whole model on the calling thread, whole batches.
 TrainResult train_single(const Batches& batches) {
   TrainResult r;
-  auto model = build_model("cnn", ModelOptions{kSeed, 0, {}, batches.inputs[0].scalar_type()});
+  auto model = build_model("cnn", ModelOptions{kPipelineSeed, 0, {}, batches.inputs[0].scalar_type()});
   auto params = model->parameters();
   allocate_gradients(params);
-  Optimizer opt(params, sgd());
+  Optimizer opt(params, pipeline_sgd());
   for (size_t k = 0; k < batches.inputs.size(); ++k) {
     opt.zero_grad();
     torch::Tensor loss = loss_fn(model->forward(batches.inputs[k]), batches.targets[k]);
@@ -92,7 +92,7 @@ TrainResult train_pipeline(DeviceMesh& mesh, const Schedule& schedule, const Bat
     torch::nn::Sequential model;
     {
       CategoryScope scope(MemoryCategory::Parameters);
-      model = build_model("cnn", ModelOptions{kSeed, s, {}, batches.inputs[0].scalar_type()});
+      model = build_model("cnn", ModelOptions{kPipelineSeed, s, {}, batches.inputs[0].scalar_type()});
     }
     PipelineStage stage;
     stage.stage = s;
@@ -113,7 +113,7 @@ TrainResult train_pipeline(DeviceMesh& mesh, const Schedule& schedule, const Bat
       stage.next_rank = (s + 1) % stages;
     }
     allocate_gradients(params);
-    Optimizer opt(params, sgd());
+    Optimizer opt(params, pipeline_sgd());
     for (size_t k = 0; k < batches.inputs.size(); ++k) {
       opt.zero_grad();
       std::vector<torch::Tensor> inputs, targets; // views: no allocation
@@ -144,7 +144,7 @@ TrainResult train_pipeline(DeviceMesh& mesh, const Schedule& schedule, const Bat
   return r;
 }
 
-MeshOptions mesh_options(int world) {
+MeshOptions pipeline_mesh_options(int world) {
   MeshOptions o;
   o.world_size = world;
   o.capacity_bytes = int64_t{2} << 30;
@@ -232,18 +232,18 @@ namespace {
 
 // A pipeline run's losses and final parameters against single-device training's, within
 // kTolerance, with the worst relative error printed.
-void expect_matches_single(const TrainResult& got, const TrainResult& ref, const std::string& what) {
+void expect_pipeline_matches_single(const TrainResult& got, const TrainResult& ref, const std::string& what) {
   ASSERT_EQ(got.losses.size(), ref.losses.size()) << what;
   double worst = 0;
   for (size_t k = 0; k < ref.losses.size(); ++k) {
-    EXPECT_NEAR(got.losses[k], ref.losses[k], kTolerance * std::abs(ref.losses[k]))
+    EXPECT_NEAR(got.losses[k], ref.losses[k], kPipelineTolerance * std::abs(ref.losses[k]))
         << what << " step " << k + 1;
     worst = std::max(worst, std::abs(got.losses[k] - ref.losses[k]) / std::abs(ref.losses[k]));
   }
   ASSERT_EQ(got.parameters.size(), ref.parameters.size()) << what;
   for (size_t i = 0; i < ref.parameters.size(); ++i) {
     const double err = relative_error(got.parameters[i], ref.parameters[i]);
-    EXPECT_LT(err, kTolerance) << what << " parameter " << i;
+    EXPECT_LT(err, kPipelineTolerance) << what << " parameter " << i;
     worst = std::max(worst, err);
   }
   std::cout << what << ": final loss " << got.losses.back() << " (single " << ref.losses.back()
@@ -259,9 +259,9 @@ TEST(PipelineExecutor, EverySchedulerMatchesSingleDeviceTraining) {
   for (int stages : {2, 4}) {
     for (const auto& name : schedule_names()) {
       const std::string what = name + " pp=" + std::to_string(stages);
-      DeviceMesh mesh(mesh_options(stages));
+      DeviceMesh mesh(pipeline_mesh_options(stages));
       const TrainResult got = train_pipeline(mesh, make_schedule(name, stages, 4), batches);
-      expect_matches_single(got, ref, what);
+      expect_pipeline_matches_single(got, ref, what);
     }
   }
 }
@@ -273,10 +273,10 @@ TEST(PipelineExecutor, InterleavedMatchesSingleDeviceTraining) {
   const TrainResult ref = train_single(batches);
   for (int micro_batches : {2, 4, 8}) {
     const std::string what = "pp=2 V=2 M=" + std::to_string(micro_batches);
-    DeviceMesh mesh(mesh_options(2));
+    DeviceMesh mesh(pipeline_mesh_options(2));
     const TrainResult got =
         train_pipeline(mesh, make_schedule("1f1b", 2, micro_batches, 2), batches);
-    expect_matches_single(got, ref, what);
+    expect_pipeline_matches_single(got, ref, what);
   }
 }
 
@@ -286,7 +286,7 @@ TEST(PipelineExecutor, OneFOneBHoldsFewerActivationsThanGPipe) {
   int64_t peak[2];
   const char* names[2] = {"gpipe", "1f1b"};
   for (int i = 0; i < 2; ++i) {
-    DeviceMesh mesh(mesh_options(4));
+    DeviceMesh mesh(pipeline_mesh_options(4));
     train_pipeline(mesh, make_schedule(names[i], 4, 8), batches);
     peak[i] =
         mesh.gpu(0).stats().peak_by_category[static_cast<size_t>(MemoryCategory::Activations)];
@@ -306,7 +306,7 @@ TEST(PipelineExecutor, OneFOneBHoldsFewerActivationsThanGPipe) {
 TEST(PipelineExecutor, RecordsEveryActionAndSendsTheCutActivation) {
   // pp=2 cuts the CNN after flatten: each message is [8, 64*7*7] floats, 100,352 bytes.
   const Batches batches = make_batches(1, 16);
-  DeviceMesh mesh(mesh_options(2));
+  DeviceMesh mesh(pipeline_mesh_options(2));
   std::vector<Recorder> recorders;
   train_pipeline(mesh, make_schedule("1f1b", 2, 2), batches, &recorders);
   ASSERT_EQ(recorders.size(), 2u);
@@ -328,7 +328,7 @@ TEST(PipelineExecutor, RecordsEveryActionAndSendsTheCutActivation) {
 }
 
 TEST(PipelineExecutor, RejectsActionsOfAnotherStageAndMissingInputs) {
-  DeviceMesh mesh(mesh_options(1));
+  DeviceMesh mesh(pipeline_mesh_options(1));
   run_ranks(mesh, [&](RankContext& ctx) {
     PipelineStage stage;
     stage.module = stage_module(build_model("cnn", {}), 1, 0);

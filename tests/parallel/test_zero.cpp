@@ -131,7 +131,7 @@ RunResult run_zero(int stage, int dp, const OptimizerOptions& opt, int steps, in
   return out;
 }
 
-double relative_error(const torch::Tensor& a, const torch::Tensor& b) {
+double zero_relative_error(const torch::Tensor& a, const torch::Tensor& b) {
   const double denom = b.norm().item<double>();
   return (a - b).norm().item<double>() / (denom > 0 ? denom : 1.0);
 }
@@ -149,7 +149,7 @@ void expect_matches_single(int stage, int dp, const OptimizerOptions& opt, int m
   double worst = 0;
   for (size_t i = 0; i < ref.parameters.size(); ++i) {
     ASSERT_EQ(got.parameters[i].sizes(), ref.parameters[i].sizes()) << "parameter " << i;
-    const double e = relative_error(got.parameters[i], ref.parameters[i]);
+    const double e = zero_relative_error(got.parameters[i], ref.parameters[i]);
     worst = std::max(worst, e);
     EXPECT_LT(e, kTolerance) << "stage " << stage << " parameter " << i;
   }

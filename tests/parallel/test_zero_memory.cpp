@@ -26,8 +26,8 @@ using namespace meshsim;
 
 namespace {
 
-constexpr int kDp = 4;
-constexpr int64_t kPsi = (64 * 128 + 128) + (128 * 128 + 128) + (128 * 16 + 16); // 26,896
+constexpr int kZeroDp = 4;
+constexpr int64_t kZeroPsi = (64 * 128 + 128) + (128 * 128 + 128) + (128 * 16 + 16); // 26,896
 constexpr int64_t kLargestBlockBytes = 4 * (128 * 128 + 128);
 
 torch::nn::Sequential mlp() {
@@ -47,7 +47,7 @@ torch::nn::Sequential mlp() {
 int64_t current(const VirtualGpu& gpu, MemoryCategory c) {
   return gpu.stats().current_by_category[static_cast<size_t>(c)];
 }
-int64_t peak(const VirtualGpu& gpu, MemoryCategory c) {
+int64_t zero_peak(const VirtualGpu& gpu, MemoryCategory c) {
   return gpu.stats().peak_by_category[static_cast<size_t>(c)];
 }
 
@@ -56,22 +56,22 @@ struct Expected {
 };
 
 Expected expected(int stage) {
-  const int64_t p = 4 * kPsi, g = 4 * kPsi, o = 8 * kPsi;
+  const int64_t p = 4 * kZeroPsi, g = 4 * kZeroPsi, o = 8 * kZeroPsi;
   switch (stage) {
   case 0:
     return {p, g, o};
   case 1:
-    return {p, g, o / kDp};
+    return {p, g, o / kZeroDp};
   case 2:
-    return {p, g / kDp, o / kDp};
+    return {p, g / kZeroDp, o / kZeroDp};
   default:
-    return {p / kDp, g / kDp, o / kDp};
+    return {p / kZeroDp, g / kZeroDp, o / kZeroDp};
   }
 }
 
 /// The collectives of one step on each member: op -> {calls, input bytes} (docs/zero.md).
 std::map<std::string, std::pair<int64_t, int64_t>> collectives_per_step(int stage, int micro) {
-  const int64_t units = 3, full = 4 * kPsi, shard = full / kDp;
+  const int64_t units = 3, full = 4 * kZeroPsi, shard = full / kZeroDp;
   switch (stage) {
   case 0:
     return {{"all_reduce", {units, full}}};
@@ -88,7 +88,7 @@ std::map<std::string, std::pair<int64_t, int64_t>> collectives_per_step(int stag
 void check_stage(int stage, int micro) {
   DeviceMesh mesh([] {
     MeshOptions o;
-    o.world_size = kDp;
+    o.world_size = kZeroDp;
     o.capacity_bytes = int64_t{256} << 20;
     return o;
   }());
@@ -101,8 +101,8 @@ void check_stage(int stage, int micro) {
       model = mlp();
     }
     // 0.04 MiB: fc3 (8 KiB) and fc2 (64.5 KiB) do not fit one bucket, so there are three.
-    ZeroDataParallel zero(ctx, model, Group::world(kDp), ZeroOptions{stage, 0.04, {}});
-    ASSERT_EQ(zero.flat_bytes(), 4 * kPsi); // no padding with these sizes
+    ZeroDataParallel zero(ctx, model, Group::world(kZeroDp), ZeroOptions{stage, 0.04, {}});
+    ASSERT_EQ(zero.flat_bytes(), 4 * kZeroPsi); // no padding with these sizes
     ASSERT_EQ(zero.largest_unit_bytes(), kLargestBlockBytes);
     auto check_between_steps = [&](const std::string& when) {
       EXPECT_EQ(current(ctx.gpu, MemoryCategory::Parameters), want.parameters)
@@ -129,11 +129,11 @@ void check_stage(int stage, int micro) {
       zero.step(k);
       check_between_steps(fmt::format("after step {}", k));
     }
-    const int64_t peak_params = peak(ctx.gpu, MemoryCategory::Parameters);
-    const int64_t peak_grads = peak(ctx.gpu, MemoryCategory::Gradients);
-    const int64_t peak_comm = peak(ctx.gpu, MemoryCategory::Communication);
+    const int64_t peak_params = zero_peak(ctx.gpu, MemoryCategory::Parameters);
+    const int64_t peak_grads = zero_peak(ctx.gpu, MemoryCategory::Gradients);
+    const int64_t peak_comm = zero_peak(ctx.gpu, MemoryCategory::Communication);
     EXPECT_EQ(peak_grads, want.gradients) << "gpu" << ctx.rank; // all stages: never above steady
-    EXPECT_EQ(peak(ctx.gpu, MemoryCategory::Optimizer), want.optimizer) << "gpu" << ctx.rank;
+    EXPECT_EQ(zero_peak(ctx.gpu, MemoryCategory::Optimizer), want.optimizer) << "gpu" << ctx.rank;
     if (stage < 3) {
       EXPECT_EQ(peak_params, want.parameters) << "gpu" << ctx.rank;
     } else {
@@ -142,7 +142,7 @@ void check_stage(int stage, int micro) {
     }
     // One unit's bucket plus its reduce-scattered part (stages 2-3), or one unit's
     // all-gathered shards (stages 1-3); stage 0 reduces in place.
-    const int64_t comm_bound = stage == 0 ? 0 : kLargestBlockBytes + kLargestBlockBytes / kDp;
+    const int64_t comm_bound = stage == 0 ? 0 : kLargestBlockBytes + kLargestBlockBytes / kZeroDp;
     EXPECT_LE(peak_comm, comm_bound) << "gpu" << ctx.rank;
     if (ctx.rank == 0) {
       std::lock_guard<std::mutex> lock(print);
@@ -151,9 +151,9 @@ void check_stage(int stage, int micro) {
           "{} "
           "(total {} = {:.3f} bytes/param); peaks in step: parameters {} gradients {} "
           "communication {}\n",
-          stage, kDp, micro, want.parameters, want.gradients, want.optimizer,
+          stage, kZeroDp, micro, want.parameters, want.gradients, want.optimizer,
           want.parameters + want.gradients + want.optimizer,
-          static_cast<double>(want.parameters + want.gradients + want.optimizer) / kPsi,
+          static_cast<double>(want.parameters + want.gradients + want.optimizer) / kZeroPsi,
           peak_params, peak_grads, peak_comm);
     }
   });
@@ -161,13 +161,13 @@ void check_stage(int stage, int micro) {
   // Every member: the construction's broadcasts (one per unit), then per step exactly the
   // collectives of the table in docs/zero.md; and memory.csv has the phases.
   constexpr int kSteps = 3;
-  for (int r = 0; r < kDp; ++r) {
+  for (int r = 0; r < kZeroDp; ++r) {
     std::map<std::string, std::pair<int64_t, int64_t>> got;
     for (const auto& c : recorders[r].collectives) {
       got[c.op].first += 1;
       got[c.op].second += c.bytes;
     }
-    EXPECT_EQ(got["broadcast"], std::make_pair(int64_t{3}, 4 * kPsi)) << "gpu" << r;
+    EXPECT_EQ(got["broadcast"], std::make_pair(int64_t{3}, 4 * kZeroPsi)) << "gpu" << r;
     got.erase("broadcast");
     auto want_calls = collectives_per_step(stage, micro);
     for (auto& [op, calls] : want_calls)

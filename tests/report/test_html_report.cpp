@@ -14,9 +14,9 @@ using namespace meshsim;
 
 namespace {
 
-using Bytes = std::array<int64_t, kNumCategories>;
+using HtmlBytes = std::array<int64_t, kNumCategories>;
 
-MemorySample sample(double t, int64_t step, const std::string& phase, std::vector<Bytes> gpus) {
+MemorySample sample(double t, int64_t step, const std::string& phase, std::vector<HtmlBytes> gpus) {
   MemorySample s;
   s.time_s = t;
   s.step = step;
@@ -36,9 +36,9 @@ std::vector<MemorySample> four_gpus() {
   std::vector<MemorySample> out;
   double t = 0;
   for (int64_t step = 1; step <= 3; ++step) {
-    const Bytes idle{100, 0, 200, 0, 0, 0}, fwd{100, 0, 200, 50, 0, 0},
+    const HtmlBytes idle{100, 0, 200, 0, 0, 0}, fwd{100, 0, 200, 50, 0, 0},
         bwd{100, 100, 200, 10, 0, 0};
-    const Bytes fwd0{100, 0, 200, 150, 0, 0};
+    const HtmlBytes fwd0{100, 0, 200, 150, 0, 0};
     out.push_back(sample(t += 0.001, step, "batch", {idle, idle, idle, idle}));
     out.push_back(sample(t += 0.001, step, "forward", {fwd0, fwd, fwd, fwd}));
     out.push_back(sample(t += 0.001, step, "forward", {fwd0, fwd, fwd, fwd})); // another rank's
@@ -53,10 +53,10 @@ std::vector<MemorySample> four_gpus() {
 TEST(HtmlReportData, RepresentativeStepIsTheSecondToLast) {
   EXPECT_EQ(report_representative_step(four_gpus()), 2);
   EXPECT_EQ(report_representative_step({}), -1);
-  EXPECT_EQ(report_representative_step({sample(0, 1, "batch", {Bytes{}})}), 1);
+  EXPECT_EQ(report_representative_step({sample(0, 1, "batch", {HtmlBytes{}})}), 1);
   // Step 0 (setup, before the first step) is not a training step.
   EXPECT_EQ(report_representative_step(
-                {sample(0, 0, "model", {Bytes{}}), sample(1, 1, "batch", {Bytes{}})}),
+                {sample(0, 0, "model", {HtmlBytes{}}), sample(1, 1, "batch", {HtmlBytes{}})}),
             1);
 }
 
@@ -109,7 +109,7 @@ TEST(HtmlReportData, DetailStaysWithinItsBudget) {
   for (int64_t step = 1; step <= 500; ++step)
     for (int p = 0; p < 4; ++p)
       samples.push_back(
-          sample(static_cast<double>(step) + 0.1 * p, step, "phase", {Bytes{step, p, 0, 0, 0, 0}}));
+          sample(static_cast<double>(step) + 0.1 * p, step, "phase", {HtmlBytes{step, p, 0, 0, 0, 0}}));
   ReportLimits limits;
   limits.detail_budget_bytes = 20000;
   limits.max_strip_columns = 100;

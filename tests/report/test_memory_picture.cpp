@@ -10,7 +10,7 @@
 namespace meshsim {
 namespace {
 
-CategoryBytes bytes(int64_t parameters, int64_t activations) {
+CategoryBytes picture_bytes(int64_t parameters, int64_t activations) {
   CategoryBytes b{};
   b[0] = parameters;
   b[3] = activations;
@@ -32,7 +32,7 @@ std::vector<MemorySample> steps(int gpus, int64_t last_step, int64_t (*act)(int)
         s.rank = rank_of ? r : -1;
         for (int g = 0; g < gpus; ++g) {
           const int64_t a = std::string(phase) == "forward" ? act(g) : 0;
-          s.by_category.push_back(bytes(1 << 20, a));
+          s.by_category.push_back(picture_bytes(1 << 20, a));
           s.bytes.push_back((1 << 20) + a);
         }
         out.push_back(s);
@@ -81,7 +81,7 @@ TEST(MemoryPicture, ScriptHasAPanelPerKindOfGpuEveryPeakAndTheRun) {
   MemoryPictureInput in;
   in.samples = steps(12, 4, stages);
   in.capacities.assign(12, 16 << 20);  // in range: drawn
-  for (int g = 0; g < 12; ++g) in.peaks.push_back(bytes(1 << 20, (g + 1) << 20));
+  for (int g = 0; g < 12; ++g) in.peaks.push_back(picture_bytes(1 << 20, (g + 1) << 20));
   in.title = "a title";
   const std::string s = memory_picture_script(in, "/tmp/out.png");
   EXPECT_NE(s.find("gpu0: step 3"), std::string::npos);
@@ -111,7 +111,7 @@ TEST(MemoryPicture, GnuplotDrawsIt) {
   MemoryPictureInput in;
   in.samples = steps(4, 3, stages);
   in.capacities.assign(4, 16 << 20);
-  for (int g = 0; g < 4; ++g) in.peaks.push_back(bytes(1 << 20, (g + 1) << 20));
+  for (int g = 0; g < 4; ++g) in.peaks.push_back(picture_bytes(1 << 20, (g + 1) << 20));
   in.title = "test";
   const auto png = std::filesystem::temp_directory_path() /
                    ("meshsim-picture-" + std::to_string(::getpid()) + ".png");

@@ -16,9 +16,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kCnn = "train --data synthetic --synthetic-train 256 --synthetic-test 32 "
+const std::string kCheckpointCnn = "train --data synthetic --synthetic-train 256 --synthetic-test 32 "
                          "--batch-size 16 --gpus 2 ";
-const std::string kGpt =
+const std::string kCheckpointGpt =
     "train --model gpt --data synthetic --synthetic-train 128 --synthetic-test 16 "
     "--layers 2 --hidden 32 --heads 4 --seq-len 16 --vocab 64 --batch-size 8 ";
 
@@ -31,7 +31,7 @@ CheckpointManifest two_rank_manifest() {
   return m;
 }
 
-std::string with(std::string text, const std::string& from, const std::string& to) {
+std::string checkpoint_with(std::string text, const std::string& from, const std::string& to) {
   const auto at = text.find(from);
   EXPECT_NE(at, std::string::npos) << from;
   if (at != std::string::npos)
@@ -64,13 +64,13 @@ TEST(CheckpointManifest, RoundTripsAndRefusesWhatItDidNotWrite) {
   EXPECT_EQ(back.parts[1].bytes, 200);
 
   for (const auto& bad :
-       {std::string("{"), std::string("[]"), with(text, "\"step\"", "\"stop\""),
-        with(text, "meshsim checkpoint 1", "meshsim checkpoint 9"),
-        with(text, "\"rank-1.pt\"", "\"../rank-1.pt\""), with(text, "\"rank\": 1", "\"rank\": 0"),
-        with(text, "\"world_size\": 2", "\"world_size\": 3"),
-        with(text, "\"bytes\": 200", "\"bytes\": -1"),
-        with(text, "\"crc32c\": 7", "\"crc32c\": 4294967296"),
-        with(text, "\"kind\": \"per-rank\"", "\"kind\": \"some\"")})
+       {std::string("{"), std::string("[]"), checkpoint_with(text, "\"step\"", "\"stop\""),
+        checkpoint_with(text, "meshsim checkpoint 1", "meshsim checkpoint 9"),
+        checkpoint_with(text, "\"rank-1.pt\"", "\"../rank-1.pt\""), checkpoint_with(text, "\"rank\": 1", "\"rank\": 0"),
+        checkpoint_with(text, "\"world_size\": 2", "\"world_size\": 3"),
+        checkpoint_with(text, "\"bytes\": 200", "\"bytes\": -1"),
+        checkpoint_with(text, "\"crc32c\": 7", "\"crc32c\": 4294967296"),
+        checkpoint_with(text, "\"kind\": \"per-rank\"", "\"kind\": \"some\"")})
     EXPECT_THROW(parse_manifest(bad), DataError) << bad;
 }
 
@@ -89,25 +89,25 @@ TEST(CheckpointManifest, PartBytesMustMatchSizeAndChecksum) {
 // naming the checkpoint, and no run folder.
 TEST(CheckpointIntegrity, DamagedCheckpointIsRefusedBeforeTheRun) {
   const auto run = fresh_dir("flip"), out = fresh_dir("flip-out");
-  ASSERT_EQ(run_meshsim(kCnn + "--max-steps 4 --out " + run.string()).code, 0);
+  ASSERT_EQ(run_meshsim(kCheckpointCnn + "--max-steps 4 --out " + run.string()).code, 0);
   const fs::path step = run / "checkpoint" / "step-00000004";
   std::string bytes = read_text(step / "model.pt");
   ASSERT_GT(bytes.size(), 1000u);
   bytes[bytes.size() / 2] ^= 0x01;
   write_text(step / "model.pt", bytes);
-  auto r = run_meshsim(kCnn + "--max-steps 8 --resume " + run.string() + " --out " + out.string());
+  auto r = run_meshsim(kCheckpointCnn + "--max-steps 8 --resume " + run.string() + " --out " + out.string());
   EXPECT_EQ(r.code, 3) << r.output;
   EXPECT_NE(r.output.find("model.pt fails its checksum"), std::string::npos) << r.output;
   EXPECT_EQ(lines_with(r.output, "meshsim:"), 1) << r.output;
   EXPECT_FALSE(fs::exists(out));
 
   write_text(step / "manifest.json", "{\"format\": \"meshsim checkpoint 1\", \"step\": ");
-  r = run_meshsim(kCnn + "--max-steps 8 --resume " + run.string() + " --out " + out.string());
+  r = run_meshsim(kCheckpointCnn + "--max-steps 8 --resume " + run.string() + " --out " + out.string());
   EXPECT_EQ(r.code, 3) << r.output;
   EXPECT_NE(r.output.find("manifest.json is damaged"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(out));
 
-  r = run_meshsim(kCnn + "--max-steps 8 --resume " + (run / "nothing-here").string() + " --out " +
+  r = run_meshsim(kCheckpointCnn + "--max-steps 8 --resume " + (run / "nothing-here").string() + " --out " +
                   out.string());
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("no checkpoint to resume"), std::string::npos) << r.output;
@@ -119,13 +119,13 @@ TEST(CheckpointIntegrity, DamagedCheckpointIsRefusedBeforeTheRun) {
 // entries, each part still says whose it is.
 TEST(CheckpointIntegrity, SwappedPartsAreRefused) {
   const auto run = fresh_dir("swap"), out = fresh_dir("swap-out");
-  ASSERT_EQ(run_meshsim(kGpt + "--gpus 2 --zero 1 --max-steps 2 --out " + run.string()).code, 0);
+  ASSERT_EQ(run_meshsim(kCheckpointGpt + "--gpus 2 --zero 1 --max-steps 2 --out " + run.string()).code, 0);
   const fs::path step = run / "checkpoint" / "step-00000002";
   const std::string a = read_text(step / "rank-0.pt"), b = read_text(step / "rank-1.pt");
   write_text(step / "rank-0.pt", b);
   write_text(step / "rank-1.pt", a);
   const std::string resume =
-      kGpt + "--gpus 2 --zero 1 --max-steps 4 --resume " + run.string() + " --out " + out.string();
+      kCheckpointGpt + "--gpus 2 --zero 1 --max-steps 4 --resume " + run.string() + " --out " + out.string();
   auto r = run_meshsim(resume);
   EXPECT_EQ(r.code, 3) << r.output;
   EXPECT_NE(r.output.find("rank-0.pt"), std::string::npos) << r.output;
@@ -146,14 +146,14 @@ TEST(CheckpointIntegrity, SwappedPartsAreRefused) {
 TEST(CheckpointIntegrity, AnotherOptimizerOrModelIsRefused) {
   const auto run = fresh_dir("variant"), out = fresh_dir("variant-out");
   ASSERT_EQ(
-      run_meshsim(kGpt + "--gpus 2 --max-steps 2 --optimizer adam --out " + run.string()).code, 0);
-  auto r = run_meshsim(kGpt + "--gpus 2 --max-steps 4 --optimizer sgd --resume " + run.string() +
+      run_meshsim(kCheckpointGpt + "--gpus 2 --max-steps 2 --optimizer adam --out " + run.string()).code, 0);
+  auto r = run_meshsim(kCheckpointGpt + "--gpus 2 --max-steps 4 --optimizer sgd --resume " + run.string() +
                        " --out " + out.string());
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("its optimizer state is adam's; this run uses --optimizer sgd"),
             std::string::npos)
       << r.output;
-  r = run_meshsim(kGpt + "--gpus 2 --max-steps 4 --tie-head --resume " + run.string() + " --out " +
+  r = run_meshsim(kCheckpointGpt + "--gpus 2 --max-steps 4 --tie-head --resume " + run.string() + " --out " +
                   out.string());
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("it holds the model gpt (2 layers, hidden 32, 4 heads, 16 tokens, "
@@ -186,7 +186,7 @@ TEST(CheckpointIntegrity, IdentityNamesEveryShapeField) {
 
 TEST(CheckpointIntegrity, KeepCheckpointsKeepsTheNewest) {
   const auto run = fresh_dir("keep");
-  ASSERT_EQ(run_meshsim(kCnn + "--max-steps 10 --checkpoint-every 2 --keep-checkpoints 2 --out " +
+  ASSERT_EQ(run_meshsim(kCheckpointCnn + "--max-steps 10 --checkpoint-every 2 --keep-checkpoints 2 --out " +
                         run.string())
                 .code,
             0);
@@ -216,7 +216,7 @@ TEST(CheckpointIntegrity, AFullDiskFailsInOneLineAndLeavesNothingHalfWritten) {
   const fs::path run = mnt / "run";
   const fs::path script = mnt.string() + ".sh";
   write_text(script, "mount -t tmpfs -o size=1m meshsim-full " + mnt.string() + " || exit 97\n" +
-                         MESHSIM_BINARY + " " + kCnn +
+                         MESHSIM_BINARY + " " + kCheckpointCnn +
                          "--max-steps 4 --checkpoint-every 2 --no-progress --out " + run.string() +
                          "\necho \"exit=$?\"\necho \"left: $(ls -A " +
                          (run / "checkpoint").string() + " | tr '\\n' ' ')\"\ncat " +

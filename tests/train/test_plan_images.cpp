@@ -10,15 +10,15 @@ using namespace meshsim;
 
 namespace {
 
-struct Layout {
+struct ImageLayout {
   const char* name;
   int gpus, tp, pp, zero, micro_batches;
 };
 
-class PlanImages : public ::testing::TestWithParam<Layout> {};
+class PlanImages : public ::testing::TestWithParam<ImageLayout> {};
 
 // The layout as a validated configuration of the tiny GPT.
-TrainConfig config_of(const Layout& l, const char* precision = "fp32") {
+TrainConfig image_config_of(const ImageLayout& l, const char* precision = "fp32") {
   TrainConfig c;
   c.model = "gpt";
   c.data = "synthetic";
@@ -37,8 +37,8 @@ TrainConfig config_of(const Layout& l, const char* precision = "fp32") {
 } // namespace
 
 TEST_P(PlanImages, ReplayingTheExecutedGpusEqualsReplayingEveryGpu) {
-  const Layout l = GetParam();
-  const Plan plan = make_plan(config_of(l), int64_t{1} << 40);
+  const ImageLayout l = GetParam();
+  const Plan plan = make_plan(image_config_of(l), int64_t{1} << 40);
   // Two nodes, so that tp, dp and pp groups cross the slow link or not as in a real cluster.
   const ClusterSpec cluster = parse_cluster_spec("2x" + std::to_string(l.gpus / 2) + "xa100-80");
 
@@ -64,21 +64,21 @@ TEST_P(PlanImages, ReplayingTheExecutedGpusEqualsReplayingEveryGpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, PlanImages,
-                         ::testing::Values(Layout{"dp4", 4, 1, 1, 0, 1},
-                                           Layout{"tp2_dp2", 4, 2, 1, 0, 1},
-                                           Layout{"pp2_1f1b", 4, 1, 2, 0, 4},
-                                           Layout{"mesh_zero1", 8, 2, 2, 1, 2},
-                                           Layout{"zero2", 4, 1, 1, 2, 1},
-                                           Layout{"zero3", 4, 1, 1, 3, 1}),
+                         ::testing::Values(ImageLayout{"dp4", 4, 1, 1, 0, 1},
+                                           ImageLayout{"tp2_dp2", 4, 2, 1, 0, 1},
+                                           ImageLayout{"pp2_1f1b", 4, 1, 2, 0, 4},
+                                           ImageLayout{"mesh_zero1", 8, 2, 2, 1, 2},
+                                           ImageLayout{"zero2", 4, 1, 1, 2, 1},
+                                           ImageLayout{"zero3", 4, 1, 1, 3, 1}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // A plan's steps after the first change nothing it reports: every executed GPU's peak bytes by
 // category and its model state are those of the first step (everything a step keeps is
 // allocated before its first peak), and the replayed step is the same.
 TEST_P(PlanImages, LaterStepsChangeNoPeak) {
-  const Layout l = GetParam();
+  const ImageLayout l = GetParam();
   for (const char* precision : {"fp32", "bf16"}) {
-    const TrainConfig c = config_of(l, precision);
+    const TrainConfig c = image_config_of(l, precision);
     const Plan one = make_plan(c, int64_t{1} << 40, 1);
     const Plan three = make_plan(c, int64_t{1} << 40, 3);
     ASSERT_EQ(one.ranks.size(), three.ranks.size());
