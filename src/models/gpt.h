@@ -18,6 +18,10 @@
 
 namespace meshsim {
 
+/// GPT-2's initializer range: the standard deviation every weight of the GPT and the Llama
+/// is drawn with (Llama's initializer_range is 0.02 too).
+constexpr double kInitStd = 0.02;
+
 /// A module whose Linear children may be replaced by name with any module of the same
 /// forward signature (Tensor -> Tensor). LibTorch's replace_module() only updates the child
 /// registry; the module's own holder must be updated too, which is what this does.

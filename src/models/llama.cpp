@@ -13,7 +13,6 @@ namespace {
 
 namespace nn = torch::nn;
 
-constexpr double kLlamaInitStd = 0.02; // as the GPT (Llama's initializer_range is 0.02 too)
 constexpr double kRmsNormEps = 1e-5;
 
 bool low_precision(torch::ScalarType t) {
@@ -207,7 +206,7 @@ torch::nn::Sequential build_llama(const GptOptions& o, uint64_t seed,
   torch::manual_seed(seed); // the init is independent of what the constructors drew
   torch::NoGradGuard no_grad;
   for (auto& p : model->parameters())
-    norms.count(p.unsafeGetTensorImpl()) ? p.fill_(1.0) : p.normal_(0.0, kLlamaInitStd);
+    norms.count(p.unsafeGetTensorImpl()) ? p.fill_(1.0) : p.normal_(0.0, kInitStd);
   return model;
 }
 

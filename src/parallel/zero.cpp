@@ -10,6 +10,7 @@
 //            as the unit is complete, during backward; only the shard's gradient is kept
 //   stage 3  as 2, and the parameters themselves are gathered per block before its forward
 //            and its backward and freed after (zero_stage3.cpp)
+#include "memory/category.h"
 #include "parallel/zero.h"
 
 #include <stdexcept>
@@ -27,7 +28,6 @@
 namespace meshsim {
 namespace {
 
-constexpr double kMiB = 1024.0 * 1024.0;
 
 int64_t bytes_of(const std::vector<torch::Tensor>& params) {
   int64_t n = 0;

@@ -14,7 +14,6 @@
 namespace meshsim {
 namespace {
 
-constexpr double kPictureMiB = 1024.0 * 1024.0;
 constexpr int kPanelColumns = 4;
 constexpr int kWidth = 1400;
 constexpr int kTitleHeight = 70;
@@ -33,12 +32,6 @@ std::string num(const char* fmt, double v) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), fmt, v);
   return buf;
-}
-
-int64_t total(const CategoryBytes& b) {
-  int64_t t = 0;
-  for (int64_t v : b) t += v;
-  return t;
 }
 
 // A datablock string: double-quoted, with no double quote or control character inside.
@@ -76,16 +69,16 @@ std::string stacked_bars(const std::string& block, const std::vector<std::string
   int64_t top = 1;
   for (size_t i = 0; i < rows.size(); ++i) {
     s += datum(labels[i]);
-    for (int64_t v : rows[i]) s += num(" %.4f", v / kPictureMiB);
+    for (int64_t v : rows[i]) s += num(" %.4f", v / kMiB);
     s += "\n";
-    top = std::max(top, total(rows[i]));
+    top = std::max(top, category_total(rows[i]));
   }
   s += "EOD\n";
   const bool capacity_drawn = capacity > 0 && capacity <= kCapacityInRange * static_cast<double>(top);
   std::string heading = title;
   if (capacity > 0 && !capacity_drawn)
     heading += " (capacity " + capacity_text(capacity) + ", off scale)";
-  const double ymax = (capacity_drawn ? std::max<double>(top, capacity) : top) * 1.1 / kPictureMiB;
+  const double ymax = (capacity_drawn ? std::max<double>(top, capacity) : top) * 1.1 / kMiB;
   s += "set title " + gnuplot_quote(heading) + " font 'sans,11'\n";
   s += "set xlabel " + gnuplot_quote(xlabel) + "\n";
   s += "set yrange [0:" + num("%.6g", ymax) + "]\n";
@@ -101,7 +94,7 @@ std::string stacked_bars(const std::string& block, const std::vector<std::string
          "' notitle";
   }
   if (capacity_drawn)
-    s += ", " + num("%.6g", capacity / kPictureMiB) + " with lines dt 2 lw 2 lc rgb 'black' notitle";
+    s += ", " + num("%.6g", capacity / kMiB) + " with lines dt 2 lw 2 lc rgb 'black' notitle";
   return s + "\n";
 }
 
@@ -235,12 +228,12 @@ std::string memory_picture_script(const MemoryPictureInput& in,
     for (size_t i = 0; i < drawn; ++i)
       for (int g : classes[i].gpus)
         if (static_cast<size_t>(g) < m.bytes.size()) {
-          const double mib = m.bytes[g] / kPictureMiB;
+          const double mib = m.bytes[g] / kMiB;
           row[i] = std::isnan(row[i]) ? mib : std::max(row[i], mib);
         }
     if (m.phys_used_bytes) {
       card = true;
-      const double mib = *m.phys_used_bytes / kPictureMiB;
+      const double mib = *m.phys_used_bytes / kMiB;
       row[drawn] = std::isnan(row[drawn]) ? mib : std::max(row[drawn], mib);
     }
   }

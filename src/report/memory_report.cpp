@@ -25,7 +25,6 @@ extern char** environ;
 namespace meshsim {
 namespace {
 
-constexpr double kMiB = 1024.0 * 1024.0;
 constexpr double kOffScaleFactor = 20.0;  // capacity this far above the peak flattens the curves
 constexpr int kPlotTimeoutMs = 60000;
 

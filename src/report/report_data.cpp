@@ -4,25 +4,20 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <numeric>
 #include <set>
 
 #include <fmt/format.h>
 
+#include "report/memory_picture.h"
+
 namespace meshsim {
 namespace {
 
-using Bytes = std::array<int64_t, kNumCategories>;
-
-int64_t bytes_total(const Bytes& b) {
-  return std::accumulate(b.begin(), b.end(), int64_t{0});
-}
-
 // A sample's bytes of one GPU by category; a sample made without them holds all in "other".
-Bytes bytes_of(const MemorySample& s, size_t gpu) {
+CategoryBytes bytes_of(const MemorySample& s, size_t gpu) {
   if (gpu < s.by_category.size())
     return s.by_category[gpu];
-  Bytes b{};
+  CategoryBytes b{};
   if (gpu < s.bytes.size())
     b[static_cast<size_t>(MemoryCategory::Other)] = s.bytes[gpu];
   return b;
@@ -46,14 +41,14 @@ std::map<int64_t, std::vector<size_t>> samples_by_step(const std::vector<MemoryS
 // One GPU over one step: the points where its bytes changed, the first and the last.
 struct Series {
   std::vector<size_t> points; // sample indices
-  std::vector<Bytes> bytes;
+  std::vector<CategoryBytes> bytes;
 };
 
 Series series_of(const std::vector<MemorySample>& samples, const std::vector<size_t>& step,
                  size_t gpu) {
   Series s;
   for (size_t k = 0; k < step.size(); ++k) {
-    const Bytes b = bytes_of(samples[step[k]], gpu);
+    const CategoryBytes b = bytes_of(samples[step[k]], gpu);
     const bool last = k + 1 == step.size();
     if (s.bytes.empty() || b != s.bytes.back() || last) {
       s.points.push_back(step[k]);
@@ -64,14 +59,14 @@ Series series_of(const std::vector<MemorySample>& samples, const std::vector<siz
 }
 
 // The sample (of `idx`) where `gpu` held the most, and its bytes.
-Bytes peak_of(const std::vector<MemorySample>& samples, const std::vector<size_t>& idx,
+CategoryBytes peak_of(const std::vector<MemorySample>& samples, const std::vector<size_t>& idx,
               size_t gpu) {
-  Bytes best{};
+  CategoryBytes best{};
   int64_t best_total = -1;
   for (size_t i : idx) {
-    const Bytes b = bytes_of(samples[i], gpu);
-    if (bytes_total(b) > best_total)
-      best = b, best_total = bytes_total(b);
+    const CategoryBytes b = bytes_of(samples[i], gpu);
+    if (category_total(b) > best_total)
+      best = b, best_total = category_total(b);
   }
   return best;
 }
@@ -100,21 +95,21 @@ nlohmann::json memory_report_data(const std::vector<MemorySample>& samples,
   const int64_t rep = report_representative_step(samples);
 
   // Identical GPUs are drawn once: DDP's replicas are one group, a pipeline's stages not.
-  std::vector<Bytes> run_peak(gpus);
-  std::map<std::vector<Bytes>, int> signature_group;
+  std::vector<CategoryBytes> run_peak(gpus);
+  std::map<std::vector<CategoryBytes>, int> signature_group;
   std::vector<int> group_of(gpus, 0);
   std::vector<std::vector<int>> groups;
   for (size_t g = 0; g < gpus; ++g) {
     run_peak[g] = peak_of(samples, all, g);
-    std::vector<Bytes> signature = {Bytes{capacities[g]}};
+    std::vector<CategoryBytes> signature = {CategoryBytes{capacities[g]}};
     if (peaks.size() == gpus) {
       signature.push_back(peaks[g].by_category);
-      signature.push_back(Bytes{peaks[g].bytes});
+      signature.push_back(CategoryBytes{peaks[g].bytes});
     } else {
       if (by_step.count(rep))
         signature = series_of(samples, by_step.at(rep), g).bytes;
       signature.push_back(run_peak[g]);
-      signature.push_back(Bytes{capacities[g]});
+      signature.push_back(CategoryBytes{capacities[g]});
     }
     auto [it, fresh] = signature_group.emplace(signature, static_cast<int>(groups.size()));
     if (fresh)
@@ -197,7 +192,7 @@ nlohmann::json memory_report_data(const std::vector<MemorySample>& samples,
   nlohmann::json peak_json = nlohmann::json::array();
   for (size_t g = 0; g < gpus; ++g)
     peak_json.push_back({{"sampled", run_peak[g]},
-                         {"peak", peaks.size() == gpus ? peaks[g].bytes : bytes_total(run_peak[g])},
+                         {"peak", peaks.size() == gpus ? peaks[g].bytes : category_total(run_peak[g])},
                          {"capacity", capacities[g]}});
   return {{"gpus", gpus},     {"groups", groups},           {"group_of", group_of},
           {"phases", phases}, {"representative_step", rep}, {"detail", detail},

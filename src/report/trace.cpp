@@ -110,7 +110,7 @@ json chrome_trace(const std::vector<Recorder>& ranks, const std::vector<MemorySa
   }
   for (const MemorySample& s : memory) {
     for (int r = 0; r < num_gpus; ++r) {
-      const double mib = static_cast<double>(s.bytes[r]) / (1024.0 * 1024.0);
+      const double mib = static_cast<double>(s.bytes[r]) / kMiB;
       events.push_back({{"ph", "C"},
                         {"name", "memory (MiB)"},
                         {"pid", r + pid_offset},

@@ -1,5 +1,6 @@
 // The published rows of `meshsim validate` and how each is predicted. Sources and the
 // calibration split: docs/cost-model.md.
+#include "memory/category.h"
 #include "train/validation.h"
 
 #include <algorithm>
@@ -15,8 +16,7 @@
 namespace meshsim {
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024 * 1024;
-constexpr double kMiB = 1024.0 * 1024;
+constexpr double kGiB = 1024 * kMiB;
 
 // nccl-tests' bus bandwidth of one all_reduce of `bytes` over every GPU of `spec` (or the
 // first `gpus` of its first node), in GB/s.

@@ -76,6 +76,10 @@ private:
   std::vector<std::filesystem::path> dirs_;
 };
 
+// A small synthetic training run; tests add the layout and the run folder.
+inline const std::string kSmallTrain =
+    "train --data synthetic --synthetic-train 512 --synthetic-test 128 ";
+
 inline std::filesystem::path fresh_dir(const std::string& name) {
   auto dir = std::filesystem::temp_directory_path() /
              ("meshsim-test-" + name + "-" + std::to_string(::getpid()));

@@ -9,10 +9,6 @@
 using namespace meshsim::testing;
 namespace fs = std::filesystem;
 
-namespace {
-const std::string kSmallTrain = "train --data synthetic --synthetic-train 512 --synthetic-test 128 ";
-}
-
 TEST(CliRun, RunFolderHasTheContractedFiles) {
   const auto out = fresh_dir("golden");
   auto r = run_meshsim(kSmallTrain + "--gpus 2 --batch-size 16 --max-steps 6 --log-every 2 --out " +

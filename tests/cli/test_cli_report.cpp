@@ -14,8 +14,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kReportTrain = "train --data synthetic --synthetic-train 512 --synthetic-test 128 ";
-
 // $MESHSIM_CHROMIUM, else the first of chromium, chromium-browser, google-chrome on PATH.
 std::string find_chromium() {
   if (const char* env = std::getenv("MESHSIM_CHROMIUM"); env && *env)
@@ -91,7 +89,7 @@ void expect_self_contained(const std::string& page) {
 TEST(CliReport, PageLoadsInHeadlessChromiumWithEveryChartDrawn) {
   const auto out = fresh_dir("report-4");
   // A prediction too (--cluster), so every section of the page is drawn.
-  auto r = run_meshsim(kReportTrain +
+  auto r = run_meshsim(kSmallTrain +
                        "--gpus 4 --batch-size 16 --max-steps 6 --log-every 1 "
                        "--cluster 4xa100-80 --out " +
                        out.string());
@@ -117,7 +115,7 @@ TEST(CliReport, PageLoadsInHeadlessChromiumWithEveryChartDrawn) {
 
 TEST(CliReport, FailedRunStillGetsAPage) {
   const auto out = fresh_dir("report-oom");
-  auto r = run_meshsim(kReportTrain + "--gpus 2 --gpu-mem 1MiB --out " + out.string());
+  auto r = run_meshsim(kSmallTrain + "--gpus 2 --gpu-mem 1MiB --out " + out.string());
   ASSERT_EQ(r.code, 4) << r.output;
   ASSERT_TRUE(fs::exists(out / "report.html")) << r.output;
   const std::string chromium = find_chromium();

@@ -12,15 +12,12 @@
 #include "mesh/device_mesh.h"
 #include "mesh/memory_snapshot.h"
 #include "report/pickle.h"
+#include "../python_torch.h"
 
 namespace meshsim {
 namespace {
 
 namespace fs = std::filesystem;
-
-bool python_has_torch() {
-  return std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
-}
 
 std::string run_python(const std::string& script, const fs::path& arg) {
   const auto out = fs::temp_directory_path() / ("meshsim-py-" + std::to_string(::getpid()));
@@ -134,7 +131,7 @@ TEST(Pickle, PythonReadsWhatWasWritten) {
 // A real run's snapshots open in PyTorch's own viewer functions (python3-torch 1.13's
 // torch.cuda._memory_viz, which read the segments' blocks and their history).
 TEST(MemorySnapshot, PyTorchsViewerReadsARunsSnapshot) {
-  if (!python_has_torch())
+  if (!testing::python_torch_available())
     GTEST_SKIP() << "/usr/bin/python3 cannot import torch (python3-torch)";
   const auto out = fs::temp_directory_path() / ("meshsim-snapshot-" + std::to_string(::getpid()));
   fs::remove_all(out);

@@ -64,6 +64,14 @@ struct HarnessRun {
 /// `after_step` (optional) runs on every rank after each step, between steps.
 using AfterStep = std::function<void(RankContext&, Strategy&, int step)>;
 
+// A mesh of `world` virtual GPUs of `capacity_bytes` each.
+inline MeshOptions mesh_options(int world, int64_t capacity_bytes = int64_t{2} << 30) {
+  MeshOptions o;
+  o.world_size = world;
+  o.capacity_bytes = capacity_bytes;
+  return o;
+}
+
 inline HarnessRun run_strategy(DeviceMesh& mesh, const std::string& strategy,
                                const StrategyOptions& options, const Dataset& data,
                                int64_t global_batch, int steps, const AfterStep& after_step = {}) {

@@ -17,13 +17,6 @@ namespace {
 constexpr int kSteps = 20;
 constexpr double kTolerance = kFloat64Tolerance;
 
-MeshOptions mesh_options(int world) {
-  MeshOptions o;
-  o.world_size = world;
-  o.capacity_bytes = int64_t{2} << 30;
-  return o;
-}
-
 StrategyOptions sgd(const std::string& model) {
   StrategyOptions o;
   o.model = model;

@@ -49,13 +49,6 @@ constexpr int kMixedSteps = 8;
 constexpr int64_t kMixedGlobalBatch = 64;
 constexpr double kMomentum = 0.9;
 
-MeshOptions mixed_mesh_options(int world) {
-  MeshOptions o;
-  o.world_size = world;
-  o.capacity_bytes = int64_t{2} << 30;
-  return o;
-}
-
 StrategyOptions bf16_sgd() {
   StrategyOptions o;
   o.model = "cnn";
@@ -75,7 +68,7 @@ const Dataset& mixed_data() {
 
 HarnessRun run_mixed(const std::string& strategy, int world, const StrategyOptions& options, int steps) {
   static std::vector<std::unique_ptr<DeviceMesh>> meshes; // outlive the returned run
-  meshes.push_back(std::make_unique<DeviceMesh>(mixed_mesh_options(world)));
+  meshes.push_back(std::make_unique<DeviceMesh>(mesh_options(world)));
   torch::manual_seed(5); // the same permutation of the data for every run
   return run_strategy(*meshes.back(), strategy, options, mixed_data(), kMixedGlobalBatch, steps);
 }

@@ -144,13 +144,6 @@ TrainResult train_pipeline(DeviceMesh& mesh, const Schedule& schedule, const Bat
   return r;
 }
 
-MeshOptions pipeline_mesh_options(int world) {
-  MeshOptions o;
-  o.world_size = world;
-  o.capacity_bytes = int64_t{2} << 30;
-  return o;
-}
-
 std::vector<size_t> range(size_t begin, size_t end) {
   std::vector<size_t> out;
   for (size_t i = begin; i < end; ++i)
@@ -259,7 +252,7 @@ TEST(PipelineExecutor, EverySchedulerMatchesSingleDeviceTraining) {
   for (int stages : {2, 4}) {
     for (const auto& name : schedule_names()) {
       const std::string what = name + " pp=" + std::to_string(stages);
-      DeviceMesh mesh(pipeline_mesh_options(stages));
+      DeviceMesh mesh(meshsim::testing::mesh_options(stages));
       const TrainResult got = train_pipeline(mesh, make_schedule(name, stages, 4), batches);
       expect_pipeline_matches_single(got, ref, what);
     }
@@ -273,7 +266,7 @@ TEST(PipelineExecutor, InterleavedMatchesSingleDeviceTraining) {
   const TrainResult ref = train_single(batches);
   for (int micro_batches : {2, 4, 8}) {
     const std::string what = "pp=2 V=2 M=" + std::to_string(micro_batches);
-    DeviceMesh mesh(pipeline_mesh_options(2));
+    DeviceMesh mesh(meshsim::testing::mesh_options(2));
     const TrainResult got =
         train_pipeline(mesh, make_schedule("1f1b", 2, micro_batches, 2), batches);
     expect_pipeline_matches_single(got, ref, what);
@@ -286,7 +279,7 @@ TEST(PipelineExecutor, OneFOneBHoldsFewerActivationsThanGPipe) {
   int64_t peak[2];
   const char* names[2] = {"gpipe", "1f1b"};
   for (int i = 0; i < 2; ++i) {
-    DeviceMesh mesh(pipeline_mesh_options(4));
+    DeviceMesh mesh(meshsim::testing::mesh_options(4));
     train_pipeline(mesh, make_schedule(names[i], 4, 8), batches);
     peak[i] =
         mesh.gpu(0).stats().peak_by_category[static_cast<size_t>(MemoryCategory::Activations)];
@@ -306,7 +299,7 @@ TEST(PipelineExecutor, OneFOneBHoldsFewerActivationsThanGPipe) {
 TEST(PipelineExecutor, RecordsEveryActionAndSendsTheCutActivation) {
   // pp=2 cuts the CNN after flatten: each message is [8, 64*7*7] floats, 100,352 bytes.
   const Batches batches = make_batches(1, 16);
-  DeviceMesh mesh(pipeline_mesh_options(2));
+  DeviceMesh mesh(meshsim::testing::mesh_options(2));
   std::vector<Recorder> recorders;
   train_pipeline(mesh, make_schedule("1f1b", 2, 2), batches, &recorders);
   ASSERT_EQ(recorders.size(), 2u);
@@ -328,7 +321,7 @@ TEST(PipelineExecutor, RecordsEveryActionAndSendsTheCutActivation) {
 }
 
 TEST(PipelineExecutor, RejectsActionsOfAnotherStageAndMissingInputs) {
-  DeviceMesh mesh(pipeline_mesh_options(1));
+  DeviceMesh mesh(meshsim::testing::mesh_options(1));
   run_ranks(mesh, [&](RankContext& ctx) {
     PipelineStage stage;
     stage.module = stage_module(build_model("cnn", {}), 1, 0);

@@ -17,6 +17,7 @@
 #include "models/models.h"
 #include "parallel/strategy.h"
 #include "parallel/zero.h"
+#include "strategy_harness.h"
 
 using namespace meshsim;
 
@@ -80,18 +81,11 @@ RunResult run_single(const OptimizerOptions& opt, int steps) {
   return out;
 }
 
-MeshOptions mesh_options(int world) {
-  MeshOptions o;
-  o.world_size = world;
-  o.capacity_bytes = int64_t{1} << 30;
-  return o;
-}
-
 /// dp members each take their contiguous 1/dp of the global batch, in `micro` micro-batches
 /// (one backward each, the loss scaled by 1/micro as gradient accumulation does).
 RunResult run_zero(int stage, int dp, const OptimizerOptions& opt, int steps, int micro = 1) {
   RunResult out;
-  DeviceMesh mesh(mesh_options(dp));
+  DeviceMesh mesh(meshsim::testing::mesh_options(dp, int64_t{1} << 30));
   run_ranks(mesh, [&](RankContext& ctx) {
     torch::nn::Sequential model;
     {
@@ -185,7 +179,7 @@ TEST(Zero, TwoMicroBatchesMatchSingleEveryStage) {
 }
 
 TEST(Zero, RejectsBadStageAndForeignRank) {
-  DeviceMesh mesh(mesh_options(1));
+  DeviceMesh mesh(meshsim::testing::mesh_options(1, int64_t{1} << 30));
   run_ranks(mesh, [&](RankContext& ctx) {
     CategoryScope scope(MemoryCategory::Parameters);
     auto model = build_model("cnn", {});
