@@ -16,7 +16,13 @@
 namespace meshsim {
 namespace {
 
-int64_t parameter_count(const TrainConfig& c) { return preset_parameter_count(c.model, c.gpt); }
+int64_t parameter_count(const TrainConfig& c) {
+  if (is_transformer(c.model))
+    return preset_parameter_count(c.model, c.gpt);
+  ModelOptions shapes;
+  shapes.device = torch::kMeta;
+  return count_parameters(*build_model(c.model, shapes));
+}
 
 nlohmann::json by_category(const std::array<int64_t, kNumCategories>& bytes) {
   nlohmann::json out = nlohmann::json::object();
@@ -81,8 +87,11 @@ void print_plan(const nlohmann::json& doc, const TrainConfig& c) {
                bytes(cat["gradients"]), bytes(cat["optimizer"]), bytes(cat["activations"]),
                bytes(cat["communication"]), bytes(cat["other"]));
   }
-  fmt::print("predicted step {:.3f} s, {:.0f} tokens/s per GPU, {:.1f} TFLOP/s per GPU, MFU {:.1f}%\n",
+  // An image model's "tokens" are its images (one each).
+  const bool images = !is_transformer(doc["model"].get<std::string>());
+  fmt::print("predicted step {:.3f} s, {:.0f} {}/s per GPU, {:.1f} TFLOP/s per GPU, MFU {:.1f}%\n",
              doc["step_seconds"].get<double>(), doc["tokens_per_s_per_gpu"].get<double>(),
+             images ? "images" : "tokens",
              doc["tflops_per_gpu"].get<double>(), 100 * doc["mfu"].get<double>());
   fmt::print("fits: {} (peak {} of {} per GPU)\n", doc["fits"].get<bool>() ? "yes" : "no",
              format_bytes(peak), bytes(doc["gpu_memory_bytes"]));
@@ -131,6 +140,12 @@ int run_plan(TrainConfig config, const PlanArgs& args) {
     config.data = "synthetic"; // a plan reads no data
     config.device = "meta";    // and computes nothing: fp16 plans too, which CPUs cannot train
     check_plannable(config);
+    if (args.search && !is_transformer(config.model)) {
+      fmt::print(stderr, "meshsim: plan --search lays out transformers (gpt, llama); plan {} "
+                         "one layout at a time\n",
+                 config.model);
+      return kExitUsage;
+    }
     if (args.search)
       return run_search(config, cluster, args);
     validate(config);
@@ -150,7 +165,7 @@ int run_plan(TrainConfig config, const PlanArgs& args) {
                        {"parameters", parameter_count(config)},
                        {"cluster", cluster.to_string()},
                        {"layout", layout_json(config)},
-                       {"global_batch_size", f.tokens_per_step / config.gpt.seq_len},
+                       {"global_batch_size", plan.samples_per_step},
                        {"step_seconds", f.step_seconds},
                        {"tokens_per_s_per_gpu", f.tokens_per_s_per_gpu},
                        {"tflops_per_gpu", f.tflops_per_gpu},

@@ -26,6 +26,7 @@
 #include "mesh/rank_runner.h"
 #include "models/models.h"
 #include "models/presets.h"
+#include "models/resnet.h"
 #include "report/atomic_file.h"
 #include "report/html_report.h"
 #include "report/run_folder.h"
@@ -212,6 +213,9 @@ int run_train(TrainConfig config) {
                  ? synthetic_text(config.synthetic_train, config.synthetic_test, config.gpt.seq_len,
                                   config.gpt.vocab, config.seed)
                  : make_text_dataset(config.data, config.gpt.seq_len);
+    else if (config.model == "resnet50")
+      data = synthetic_images(config.synthetic_train, config.synthetic_test, kImageChannels,
+                              kImageSize, kImageClasses, config.seed);
     else
       data = config.data == "synthetic"
                  ? synthetic_dataset(config.synthetic_train, config.synthetic_test, config.seed)

@@ -31,7 +31,7 @@ CLI::Validator whole_number(long long min) {
 void add_train_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--gpus", c.gpus, "number of virtual GPUs")->capture_default_str();
   app.add_option("--strategy", c.strategy, "single | ddp | dp")->capture_default_str();
-  app.add_option("--model", c.model, "cnn | lenet | gpt | llama, or a preset (meshsim models)")
+  app.add_option("--model", c.model, "cnn | lenet | gpt | llama | resnet50, or a preset (meshsim models)")
       ->capture_default_str();
   app.add_option(
       "--preset", c.preset,
@@ -39,7 +39,7 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--data", c.data,
                  "IDX folder (MNIST/Fashion-MNIST, .gz or raw) for cnn/lenet, any text file for gpt, "
                  "or 'synthetic' (default: " + std::string(kDefaultData) + ", or " + kDefaultText +
-                     " for gpt)");
+                     " for gpt; resnet50 reads synthetic images only)");
   app.add_option("--tp", c.tp, "tensor-parallel size (gpt)")->capture_default_str();
   app.add_flag("--sequence-parallel", c.sequence_parallel,
                "with --tp: norms and residuals on 1/tp of the sequence each, reduce-scatter and "

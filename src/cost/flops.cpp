@@ -158,7 +158,7 @@ LayerWork count_layer(const std::string& name, const torch::nn::Module& m, at::I
   if (type == "FlattenImpl" || type == "IdentityImpl" || type == "UnflattenImpl")
     return work(name, "elementwise", 0, 0, pbytes, 0); // views: no kernel
   if (type.find("Pool") != std::string::npos) {
-    double window = 1;
+    double window = n_out > 0 ? n_in / n_out : 1; // an adaptive pool: the input it averages
     if (const auto* p = m.as<torch::nn::MaxPool2d>())
       window = static_cast<double>((*p->options.kernel_size())[0] * (*p->options.kernel_size())[1]);
     else if (const auto* a = m.as<torch::nn::AvgPool2d>())
@@ -171,6 +171,21 @@ LayerWork count_layer(const std::string& name, const torch::nn::Module& m, at::I
     return work(name, "elementwise", 0, n_out * eb + n_in * 8, pbytes);
   if (m.children().empty())
     return work(name, "elementwise", elementwise_flops(type) * n_out, (n_in + n_out) * eb, pbytes);
+  if (const auto* calls = dynamic_cast<const LeafCalls*>(&m)) {
+    LayerWork total = work(name, "matmul", 0, 0, pbytes, 0);
+    for (const LeafCalls::Call& call : calls->leaf_calls(in)) {
+      const LayerWork leaf =
+          call.module ? count_layer(call.name, *call.module, call.in, call.out, eb)
+                      : work(call.name, "elementwise", numel(call.out), 3 * numel(call.out) * eb);
+      total.flops += leaf.flops;
+      total.bytes += leaf.bytes;
+      total.kernels += leaf.kernels;
+      total.gemms += leaf.gemms;
+      total.gemm_flops += leaf.gemm_flops;
+      total.gemm_bytes += leaf.gemm_bytes;
+    }
+    return total;
+  }
 
   // Composite: rows of the input's last dimension (a [B, S, D] transformer block).
   const double width = in.empty() ? 1 : static_cast<double>(in.back());

@@ -46,6 +46,23 @@ public:
   virtual int64_t head_dim() const = 0;
 };
 
+/// Implemented by composite modules whose leaves see tensors of different shapes (a ResNet
+/// block, whose convolutions change the channels and the resolution): the leaves it runs for
+/// an input of shape `in`, in order, each with the shapes it sees. count_layer counts each
+/// like a top-level leaf and sums them. A call without a module is an elementwise sum of two
+/// tensors of its output shape (a residual connection): 1 FLOP per element, two read and one
+/// written.
+class LeafCalls {
+public:
+  struct Call {
+    std::string name;
+    const torch::nn::Module* module = nullptr;
+    std::vector<int64_t> in, out;
+  };
+  virtual ~LeafCalls() = default;
+  virtual std::vector<Call> leaf_calls(at::IntArrayRef in) const = 0;
+};
+
 /// Forward work of `module` (named `name`) that turned an input of shape `in` into one of
 /// shape `out`. Composite modules other than Sequential are counted from their leaves,
 /// assuming every leaf sees rows of the input's last dimension (a transformer block). Under

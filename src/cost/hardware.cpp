@@ -108,7 +108,8 @@ const std::vector<GpuSpec> kGpus = {
 //    third-generation NVSwitch reduces in the switch (NVLink SHARP, NCCL's NVLS).
 //  NVLink numbers assume an NVSwitch (DGX/HGX) so every GPU reaches its peers at full rate.
 //  pcie3/4/5: 8/16/32 GT/s per lane, x16, 128b/130b (PCI-SIG base specifications).
-//  hdr/ndr: InfiniBand HDR 200 Gb/s and NDR 400 Gb/s per port (NVIDIA ConnectX-6/-7).
+//  edr/hdr/ndr: InfiniBand EDR 100 Gb/s, HDR 200 Gb/s and NDR 400 Gb/s per port (NVIDIA
+//    ConnectX-5/-6/-7; DGX-1 V100 ships four EDR ports).
 //  100gbe: 100 Gb/s Ethernet (RoCE assumed; with TCP sockets the latency is ~10x higher).
 // clang-format off
 const std::vector<LinkSpec> kLinks = {
@@ -118,6 +119,7 @@ const std::vector<LinkSpec> kLinks = {
     {"pcie3",   pcie_x16(8),  kPcieEfficiency,       LinkKind::PCIe,    0},
     {"pcie4",   pcie_x16(16), kPcieEfficiency,       LinkKind::PCIe,    0},
     {"pcie5",   pcie_x16(32), kPcieEfficiency,       LinkKind::PCIe,    0},
+    {"edr",     network(100), kInfinibandEfficiency, LinkKind::Network, 0},
     {"hdr",     network(200), kInfinibandEfficiency, LinkKind::Network, 0},
     {"ndr",     network(400), kInfinibandEfficiency, LinkKind::Network, 0},
     {"100gbe",  network(100), kRoceEfficiency,       LinkKind::Network, 0},

@@ -274,6 +274,23 @@ DataSplit synthetic_dataset(int64_t train_size, int64_t test_size, uint64_t seed
   return s;
 }
 
+DataSplit synthetic_images(int64_t train_size, int64_t test_size, int64_t channels, int64_t side,
+                           int64_t classes, uint64_t seed) {
+  if (train_size < 0 || test_size < 0)
+    throw DataError("synthetic images: negative size requested");
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  auto make = [&](int64_t n) {
+    Dataset d;
+    d.labels = torch::randint(0, classes, {n}, gen, torch::kLong);
+    d.images = torch::randn({n, channels, side, side}, gen, torch::kFloat32);
+    return d;
+  };
+  DataSplit s;
+  s.train = make(train_size);
+  s.test = make(test_size);
+  return s;
+}
+
 std::pair<torch::Tensor, torch::Tensor> gather_batch(const Dataset& d,
                                                      const std::vector<int64_t>& indices) {
   const auto idx = torch::tensor(indices, torch::kLong);

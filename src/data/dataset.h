@@ -26,7 +26,8 @@ constexpr int64_t kImageSide = 28;
 constexpr int64_t kNumClasses = 10;
 
 struct Dataset {
-  torch::Tensor images; // [N,1,28,28] float32, normalized (pixel/255 - 0.2860)/0.3530
+  torch::Tensor images; // [N,1,28,28] float32, normalized (pixel/255 - 0.2860)/0.3530, or
+                        // synthetic_images' [N,C,S,S]
   torch::Tensor labels; // [N] int64
   int64_t size() const;
 };
@@ -56,6 +57,12 @@ Dataset make_dataset(const torch::Tensor& images_u8, const torch::Tensor& labels
 /// prototype per class, plus per-sample contrast jitter and pixel noise. Same seed -> identical
 /// tensors; train and test share prototypes but not noise.
 DataSplit synthetic_dataset(int64_t train_size, int64_t test_size, uint64_t seed);
+
+/// Normalized noise images [N, channels, side, side] (standard normal) with uniform labels in
+/// 0..classes-1: the shapes of an image data set, nothing to learn (ResNet-50's timing and
+/// memory). Same seed -> identical tensors.
+DataSplit synthetic_images(int64_t train_size, int64_t test_size, int64_t channels, int64_t side,
+                           int64_t classes, uint64_t seed);
 
 /// images.index_select(0, idx), labels.index_select(0, idx) for the given sample indices.
 std::pair<torch::Tensor, torch::Tensor> gather_batch(const Dataset& d,

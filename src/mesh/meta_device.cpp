@@ -1,6 +1,7 @@
 // Meta kernels for the ops the 1.13 C++ library runs only on real devices (checked from C++:
-// native_layer_norm, its backward, index_select and embedding_dense_backward have no meta
-// kernel there; Python 1.13 has them, in Python). Each mirrors the outputs of the CPU kernel,
+// native_layer_norm, its backward, index_select and embedding_dense_backward for the
+// transformers; convolution_overrideable, its backward, native_batch_norm, its backward and
+// relu for ResNet-50. Python 1.13 has some of them, in Python). Each mirrors the outputs of the CPU kernel,
 // which is what the accounting compares against. Later LibTorch versions have some of them
 // (2.x) and changed some signatures (embedding_dense_backward's padding_idx became a SymInt);
 // an op that already has a meta kernel keeps it.
@@ -79,6 +80,78 @@ Tensor embedding_backward_meta(const Tensor& grad_output, const Tensor&, c10::Sy
   return at::empty({num_weights.expect_int(), grad_output.size(-1)}, grad_output.options());
 }
 
+// 2.x declares the convolution ops' sizes as SymInt; 1.13 as int.
+#if TORCH_VERSION_MAJOR >= 2
+using Sizes = c10::SymIntArrayRef;
+using Size = c10::SymInt;
+int64_t to_int(const c10::SymInt& s) { return s.expect_int(); }
+#else
+using Sizes = at::IntArrayRef;
+using Size = int64_t;
+std::vector<int64_t> to_ints(at::IntArrayRef sizes) { return sizes.vec(); }
+int64_t to_int(int64_t s) { return s; }
+#endif
+
+// [N, Cout, Hout, Wout] (any number of spatial dims) of a convolution, or of a transposed
+// one, as the CPU kernel allocates it.
+Tensor convolution_meta(const Tensor& input, const Tensor& weight, const c10::optional<Tensor>&,
+                        Sizes stride, Sizes padding, Sizes dilation, bool transposed,
+                        Sizes output_padding, Size groups) {
+  const auto s = to_ints(stride), p = to_ints(padding), d = to_ints(dilation),
+             op = to_ints(output_padding);
+  std::vector<int64_t> out{input.size(0),
+                           transposed ? weight.size(1) * to_int(groups) : weight.size(0)};
+  for (int64_t i = 2; i < input.dim(); ++i) {
+    const auto k = static_cast<size_t>(i - 2);
+    const int64_t kernel = d[k] * (weight.size(i) - 1) + 1;
+    out.push_back(transposed ? (input.size(i) - 1) * s[k] - 2 * p[k] + kernel + op[k]
+                             : (input.size(i) + 2 * p[k] - kernel) / s[k] + 1);
+  }
+  return at::empty(out, input.options());
+}
+
+std::tuple<Tensor, Tensor, Tensor>
+convolution_backward_meta(const Tensor&, const Tensor& input, const Tensor& weight, Sizes, Sizes,
+                          Sizes, bool, Sizes, Size, std::array<bool, 3> mask) {
+  Tensor grad_input, grad_weight, grad_bias;
+  if (mask[0])
+    grad_input = at::empty(input.sizes(), input.options());
+  if (mask[1])
+    grad_weight = at::empty(weight.sizes(), weight.options());
+  if (mask[2])
+    grad_bias = at::empty({weight.size(0)}, weight.options());
+  return {grad_input, grad_weight, grad_bias};
+}
+
+// The output, and the per-channel mean and inverse standard deviation that training keeps
+// for backward (empty in eval), as batch_norm_cpu allocates them.
+std::tuple<Tensor, Tensor, Tensor>
+batch_norm_meta(const Tensor& input, const c10::optional<Tensor>& weight,
+                const c10::optional<Tensor>&, const c10::optional<Tensor>&,
+                const c10::optional<Tensor>&, bool training, double, double) {
+  const auto stats = weight && weight->defined() ? weight->options() : input.options();
+  const int64_t channels = training ? input.size(1) : 0;
+  return {at::empty(input.sizes(), input.options()), at::empty({channels}, stats),
+          at::empty({channels}, stats)};
+}
+
+std::tuple<Tensor, Tensor, Tensor>
+batch_norm_backward_meta(const Tensor&, const Tensor& input, const c10::optional<Tensor>& weight,
+                         const c10::optional<Tensor>&, const c10::optional<Tensor>&,
+                         const c10::optional<Tensor>&, const c10::optional<Tensor>&, bool, double,
+                         std::array<bool, 3> mask) {
+  Tensor grad_input, grad_weight, grad_bias;
+  if (mask[0])
+    grad_input = at::empty(input.sizes(), input.options());
+  if (mask[1] && weight && weight->defined())
+    grad_weight = at::empty(weight->sizes(), weight->options());
+  if (mask[2] && weight && weight->defined())
+    grad_bias = at::empty(weight->sizes(), weight->options());
+  return {grad_input, grad_weight, grad_bias};
+}
+
+Tensor relu_meta(const Tensor& self) { return at::empty(self.sizes(), self.options()); }
+
 } // namespace
 
 void register_meta_kernels() {
@@ -99,6 +172,21 @@ void register_meta_kernels() {
       library->impl("index_select", TORCH_FN(index_select_meta));
     if (missing("aten::embedding_dense_backward"))
       library->impl("embedding_dense_backward", TORCH_FN(embedding_backward_meta));
+    if (missing("aten::native_batch_norm"))
+      library->impl("native_batch_norm", TORCH_FN(batch_norm_meta));
+    if (missing("aten::native_batch_norm_backward"))
+      library->impl("native_batch_norm_backward", TORCH_FN(batch_norm_backward_meta));
+    if (missing("aten::relu"))
+      library->impl("relu", TORCH_FN(relu_meta));
+    // The convolutions' schemas are the ones whose sizes became SymInt; a version whose
+    // schema differs again refuses the kernel here, and only convolutions stay off meta.
+    try {
+      if (missing("aten::convolution_overrideable"))
+        library->impl("convolution_overrideable", TORCH_FN(convolution_meta));
+      if (missing("aten::convolution_backward_overrideable"))
+        library->impl("convolution_backward_overrideable", TORCH_FN(convolution_backward_meta));
+    } catch (const c10::Error&) {
+    }
   });
 }
 

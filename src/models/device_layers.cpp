@@ -38,6 +38,17 @@ public:
   }
 };
 
+class DeviceConv2dImpl : public nn::Conv2dImpl {
+public:
+  // A 1-channel 1×1 kernel first: its reset() draws next to nothing.
+  DeviceConv2dImpl(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding,
+                   const torch::TensorOptions& t)
+      : nn::Conv2dImpl(nn::Conv2dOptions(1, 1, 1).bias(false)) {
+    options = nn::detail::ConvNdOptions<2>(in, out, kernel).stride(stride).padding(padding).bias(false);
+    weight = parameters_["weight"] = torch::empty({out, in, kernel, kernel}, t).requires_grad_(true);
+  }
+};
+
 nn::Linear make_linear(int64_t in, int64_t out, bool bias, const torch::TensorOptions& tensors) {
   // A shared_ptr of the base type, or ModuleHolder's forwarding constructor would take it
   // for LinearImpl's constructor arguments.
@@ -48,6 +59,32 @@ nn::Linear make_linear(int64_t in, int64_t out, bool bias, const torch::TensorOp
 nn::LayerNorm make_layer_norm(int64_t width, const torch::TensorOptions& tensors) {
   std::shared_ptr<nn::LayerNormImpl> impl = std::make_shared<DeviceLayerNormImpl>(width, tensors);
   return nn::LayerNorm(std::move(impl));
+}
+
+nn::Conv2d make_conv2d(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding,
+                       const torch::TensorOptions& tensors) {
+  std::shared_ptr<nn::Conv2dImpl> impl =
+      std::make_shared<DeviceConv2dImpl>(in, out, kernel, stride, padding, tensors);
+  return nn::Conv2d(std::move(impl));
+}
+
+BatchNormImpl::BatchNormImpl(int64_t channels, const torch::TensorOptions& tensors) {
+  torch::NoGradGuard no_grad;
+  weight = register_parameter("weight", torch::empty({channels}, tensors));
+  bias = register_parameter("bias", torch::empty({channels}, tensors));
+  running_mean = register_buffer("running_mean", torch::empty({channels}, tensors));
+  running_var = register_buffer("running_var", torch::empty({channels}, tensors));
+  if (!tensors.device().is_meta()) {
+    weight.fill_(1.0);
+    bias.zero_();
+    running_mean.zero_();
+    running_var.fill_(1.0);
+  }
+}
+
+torch::Tensor BatchNormImpl::forward(const torch::Tensor& x) {
+  return torch::batch_norm(x, weight, bias, running_mean, running_var, is_training(),
+                           /*momentum=*/0.1, /*eps=*/1e-5, /*cudnn_enabled=*/true);
 }
 
 } // namespace meshsim

@@ -10,6 +10,7 @@
 
 #include "models/gpt.h"
 #include "models/llama.h"
+#include "models/resnet.h"
 
 namespace meshsim {
 namespace {
@@ -110,12 +111,16 @@ void set_dropout_rng_state(torch::nn::Module& model, const torch::Tensor& state)
 }
 
 const std::vector<std::string>& model_names() {
-  static const std::vector<std::string> names{"cnn", "lenet", "gpt", "llama"};
+  static const std::vector<std::string> names{"cnn", "lenet", "gpt", "llama", "resnet50"};
   return names;
 }
 
 bool is_transformer(const std::string& name) {
   return name == "gpt" || name == "llama";
+}
+
+bool builds_on_meta(const std::string& name) {
+  return is_transformer(name) || name == "resnet50";
 }
 
 Recompute parse_recompute(const std::string& name) {
@@ -137,9 +142,9 @@ torch::nn::Sequential build_model(const std::string& name, const ModelOptions& o
   std::lock_guard<std::mutex> lock(generator_mutex);
   torch::manual_seed(options.seed);
   const bool meta = options.device.is_meta();
-  if (meta && (name == "cnn" || name == "lenet"))
+  if (meta && !builds_on_meta(name))
     throw std::invalid_argument("model '" + name + "' cannot be built on the meta device (its "
-                                "convolutions have no meta kernels here)");
+                                "layers are built on the host; gpt, llama and resnet50 can be)");
   // On meta the parameters are created in their final dtype (nothing is drawn); elsewhere
   // they are drawn in float32 on the CPU, as PyTorch draws them, and converted after.
   const auto tensors = meta ? torch::TensorOptions().device(options.device).dtype(options.dtype)
@@ -153,8 +158,11 @@ torch::nn::Sequential build_model(const std::string& name, const ModelOptions& o
     model = build_gpt(options.gpt, options.seed, tensors);
   else if (name == "llama")
     model = build_llama(options.gpt, options.seed, tensors);
+  else if (name == "resnet50")
+    model = build_resnet50(tensors);
   else
-    throw std::invalid_argument("unknown model '" + name + "' (choose cnn, lenet, gpt or llama)");
+    throw std::invalid_argument("unknown model '" + name +
+                                "' (choose cnn, lenet, gpt, llama or resnet50)");
   if (meta)
     return model;
   if (options.dtype != torch::kFloat32)

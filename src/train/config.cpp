@@ -123,7 +123,10 @@ void validate_layout(TrainConfig& c) {
   } else {
     require(c.tp == 1, "--tp needs --model gpt: its plan splits attention and the MLP");
     require(c.recompute == "none", "--recompute applies to the transformer blocks of --model gpt");
-    const int units = pipeline_units(build_model(c.model, {}));
+    ModelOptions shapes; // the layers' count only: on meta where the model can be
+    if (builds_on_meta(c.model))
+      shapes.device = torch::kMeta;
+    const int units = pipeline_units(build_model(c.model, shapes));
     require(c.pp <= units, fmt::format("--pp {} is more than {}'s {} layers with parameters", c.pp,
                                        c.model, units));
     require(units / c.pp >= c.virtual_stages,
@@ -249,7 +252,13 @@ void validate(TrainConfig& c) {
           fmt::format("--synthetic-train and --synthetic-test must be positive, got {} and {}",
                       c.synthetic_train, c.synthetic_test));
   if (c.data.empty())
-    c.data = is_transformer(c.model) ? kDefaultText : kDefaultData;
+    c.data = is_transformer(c.model) ? kDefaultText
+             : c.model == "resnet50" ? "synthetic"
+                                     : kDefaultData;
+  require(c.model != "resnet50" || c.data == "synthetic",
+          fmt::format("--model resnet50 reads 3×224×224 images of 1000 classes: only --data "
+                      "synthetic makes them, not '{}'",
+                      c.data));
   validate_layout(c);
   if (c.gpu_mem == "auto") {
     c.gpu_mem_bytes = 0;

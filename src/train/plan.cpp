@@ -10,6 +10,7 @@
 #include "memory/allocator.h"
 #include "mesh/device_mesh.h"
 #include "mesh/rank_runner.h"
+#include "models/resnet.h"
 #include "parallel/strategy.h"
 #include "train/trainer.h"
 
@@ -26,12 +27,19 @@ std::vector<int> executed_ranks(const ParallelDims& dims) {
   return ranks;
 }
 
-// A replica's batch as the data loader hands it over: token ids [B, T] and next-token targets
-// [B, T], int64, charged as activations.
+// A replica's batch as the data loader hands it over, charged as activations: token ids
+// [B, T] and next-token targets [B, T], int64; or float32 images [B, 3, 224, 224] and int64
+// labels [B].
 Batch meta_batch(const TrainConfig& config) {
   CategoryScope scope(MemoryCategory::Activations);
   const auto options = torch::TensorOptions().dtype(torch::kLong).device(torch::kMeta);
   Batch b;
+  if (!is_transformer(config.model)) {
+    b.inputs = torch::empty({config.batch_size, kImageChannels, kImageSize, kImageSize},
+                            options.dtype(torch::kFloat32));
+    b.targets = torch::empty({config.batch_size}, options);
+    return b;
+  }
   b.inputs = torch::empty({config.batch_size, config.gpt.seq_len}, options);
   b.targets = torch::empty({config.batch_size, config.gpt.seq_len}, options);
   return b;
@@ -77,10 +85,10 @@ std::vector<Recorder> replicate_replicas(const std::vector<Recorder>& executed,
 }
 
 void check_plannable(const TrainConfig& config) {
-  if (!is_transformer(config.model))
+  if (!builds_on_meta(config.model))
     throw std::invalid_argument(fmt::format(
-        "meshsim plan runs transformer models (gpt, llama): LibTorch 1.13 has no meta kernel "
-        "for {}'s convolution backward; train it instead",
+        "meshsim plan runs gpt, llama and resnet50, whose layers are built on the meta device; "
+        "{} is built on the host: train it instead",
         config.model));
   if (config.strategy != "ddp")
     throw std::invalid_argument(fmt::format(
@@ -94,7 +102,9 @@ Plan make_plan(const TrainConfig& config, int64_t capacity_bytes, int64_t steps)
   plan.dims = ParallelDims::make(config.gpus, config.tp, config.pp);
   plan.steps = steps;
   plan.samples_per_step = config.batch_size * plan.dims.dp;
-  plan.tokens_per_step = plan.samples_per_step * config.gpt.seq_len;
+  // An image is one sample and no tokens; a plan's rates count it as one "token".
+  plan.tokens_per_step =
+      plan.samples_per_step * (is_transformer(config.model) ? config.gpt.seq_len : 1);
 
   MeshOptions mesh_options;
   mesh_options.world_size = config.gpus;

@@ -11,6 +11,7 @@
 #include "cost/collective_cost.h"
 #include "models/presets.h"
 #include "train/config.h"
+#include "train/plan.h"
 #include "train/search.h"
 
 namespace meshsim {
@@ -156,6 +157,51 @@ std::vector<PublishedRow> narayanan_rows(const Efficiency& efficiency) {
   return rows;
 }
 
+// PyTorch's DDP benchmark (benchmarks/distributed/ddp/benchmark.py): torchvision's ResNet-50,
+// 32 random 224² images per GPU, fp32, SGD with momentum, DDP's default 25 MB buckets, on
+// DGX-1 V100s (NVLink 2; four 100 Gb EDR ports per node). "Alone" is the model without DDP;
+// meshsim predicts it as DDP on one GPU, whose all-reduces are over a group of one (free).
+struct DdpRun {
+  int gpus;
+  const char* label;
+  double seconds;
+};
+const DdpRun kDdpBenchmark[] = {{1, "1 V100, no DDP", 0.097},
+                                {1, "1 V100, DDP", 0.100},
+                                {8, "8 V100 (1 node), DDP", 0.104},
+                                {16, "16 V100 (2 nodes, 4 EDR per node), DDP", 0.104}};
+
+double ddp_benchmark_seconds(const DdpRun& run, const Efficiency& efficiency) {
+  TrainConfig c;
+  c.model = "resnet50";
+  c.data = "synthetic";
+  c.device = "meta";
+  c.gpus = run.gpus;
+  c.batch_size = 32;
+  c.optimizer.name = "sgd";
+  c.optimizer.momentum = 0.9;
+  c.bucket_mb = 25;
+  c.progress = false;
+  validate(c);
+  const int nodes = (run.gpus + 7) / 8;
+  const ClusterSpec cluster =
+      nodes > 1 ? parse_cluster_spec(fmt::format("{}x8xv100-32", nodes), "", "4xedr")
+                : parse_cluster_spec(fmt::format("{}xv100-32", run.gpus));
+  PredictOptions target;
+  target.efficiency = efficiency;
+  return plan_on(c, cluster, nullptr, nullptr, target).step_seconds;
+}
+
+std::vector<PublishedRow> ddp_rows(const Efficiency& efficiency) {
+  std::vector<PublishedRow> rows;
+  for (const DdpRun& run : kDdpBenchmark)
+    rows.push_back({"PyTorch DDP benchmark", fmt::format("ResNet-50, batch 32 per GPU, {}", run.label),
+                    "pytorch/pytorch benchmarks/distributed/ddp/README.md", "s per iteration",
+                    run.seconds, run.seconds, "",
+                    [&run, efficiency] { return ddp_benchmark_seconds(run, efficiency); }});
+  return rows;
+}
+
 bool wanted(const std::string& group, const std::vector<std::string>& groups) {
   if (groups.empty())
     return true;
@@ -188,6 +234,9 @@ std::vector<PublishedRow> published_rows(const std::vector<std::string>& groups,
     if (wanted(row.group, groups))
       rows.push_back(std::move(row));
   for (auto& row : narayanan_rows(efficiency))
+    if (wanted(row.group, groups))
+      rows.push_back(std::move(row));
+  for (auto& row : ddp_rows(efficiency))
     if (wanted(row.group, groups))
       rows.push_back(std::move(row));
   return rows;

@@ -76,6 +76,7 @@ TEST(CliErrors, BadInputIsOneLineAndExitCode2Or3) {
       {"train --gpus 0", 2, "--gpus"},
       {"train --batch-size 0", 2, "--batch-size"},
       {"train --model resnet", 2, "unknown model 'resnet'"},
+      {"train --model resnet50 --data data/fashion", 2, "only --data synthetic makes them"},
       {"train --strategy fsdp9", 2, "unknown strategy 'fsdp9'"},
       {"train --gpu-mem lots", 2, "--gpu-mem"},
       {"train --gpus many", 2, "--gpus"},

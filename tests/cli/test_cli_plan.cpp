@@ -134,11 +134,22 @@ TEST(CliPlan, SearchRanksTheLayoutsThatFit) {
     EXPECT_EQ(f["reason"].get<std::string>().rfind("does not ", 0), 0u) << f.dump();
 }
 
+// An image model's plan: the batch is images, and the rates say so.
+TEST(CliPlan, ResNet50PlansInImagesPerSecond) {
+  const auto r = run_meshsim("plan --model resnet50 --cluster 8xv100-32 --batch-size 32 "
+                             "--optimizer sgd");
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (const char* text : {"resnet50 (25.6M parameters)", "global batch 256", "images/s per GPU",
+                           "fits: yes"})
+    EXPECT_NE(r.output.find(text), std::string::npos) << text << "\n" << r.output;
+}
+
 TEST(CliPlan, BadInputIsOneLineAndExit2) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"plan --model gpt --cluster 8xh100 --tp 3", "not divisible"},
       {"plan --preset gpt-9b --cluster 8xh100", "unknown preset"},
-      {"plan --model cnn --cluster 8xh100", "no meta kernel"},
+      {"plan --model cnn --cluster 8xh100", "cnn is built on the host"},
+      {"plan --model resnet50 --cluster 8xv100-32 --search", "plan --search lays out transformers"},
       {"plan --model gpt", "needs --cluster"},
       {"plan --model gpt --cluster 8xh100 --gpus 4", "differs from --cluster"},
       {"plan --model gpt --cluster 8xh100 --sequence-parallel", "--sequence-parallel needs --tp"},

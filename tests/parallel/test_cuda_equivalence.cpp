@@ -20,7 +20,7 @@ using namespace meshsim::testing;
 
 namespace {
 
-constexpr int kSteps = 20;
+constexpr int kCudaSteps = 20;
 constexpr int kWorld = 4;
 constexpr double kFloat32Tolerance = 4.8e5 * 5.9604644775390625e-8; // 2^-24
 
@@ -62,14 +62,14 @@ Pair run_both(const std::string& model, const StrategyOptions& base) {
     torch::manual_seed(5); // the same permutation of the data
     ModelState& state = device == "cpu" ? p.cpu_state : p.cuda_state;
     const AfterStep keep_state = [&](RankContext& ctx, Strategy&, int step) {
-      if (step != kSteps)
+      if (step != kCudaSteps)
         return;
       const MemoryStats s = ctx.gpu.stats();
       int i = 0;
       for (auto c : {MemoryCategory::Parameters, MemoryCategory::Gradients, MemoryCategory::Optimizer})
         state[ctx.rank][i++] = s.current_by_category[static_cast<size_t>(c)];
     };
-    HarnessRun run = run_strategy(*mesh, "ddp", o, data, global, kSteps, keep_state);
+    HarnessRun run = run_strategy(*mesh, "ddp", o, data, global, kCudaSteps, keep_state);
     (device == "cpu" ? p.cpu : p.cuda) = std::move(run);
     (device == "cpu" ? p.cpu_mesh : p.cuda_mesh) = std::move(mesh);
   }
@@ -83,7 +83,7 @@ void expect_same_training(const std::string& what, const std::string& model, tor
   const Pair p = run_both(model, options(model, dtype, tp, pp, zero));
   ASSERT_EQ(p.cuda.losses.size(), p.cpu.losses.size());
   double worst_loss = 0, worst_parameter = 0;
-  for (int k = 0; k < kSteps; ++k) {
+  for (int k = 0; k < kCudaSteps; ++k) {
     const double e = std::abs(p.cuda.losses[k] - p.cpu.losses[k]) / std::abs(p.cpu.losses[k]);
     EXPECT_LT(e, tolerance) << what << " step " << k + 1;
     worst_loss = std::max(worst_loss, e);
@@ -104,7 +104,7 @@ void expect_same_training(const std::string& what, const std::string& model, tor
       EXPECT_EQ(p.cuda_state[r][i], p.cpu_state[r][i])
           << what << " gpu" << r << " " << (i == 0 ? "parameters" : i == 1 ? "gradients" : "optimizer");
   }
-  std::cout << what << " (" << c10::toString(dtype) << "): CUDA vs CPU over " << kSteps
+  std::cout << what << " (" << c10::toString(dtype) << "): CUDA vs CPU over " << kCudaSteps
             << " steps, worst loss difference " << worst_loss << ", worst parameter "
             << worst_parameter << " (tolerance " << tolerance << ")\n";
 }

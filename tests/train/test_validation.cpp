@@ -31,7 +31,7 @@ TEST(Validation, NarayanansFlopsAreTheirEquationThree) {
 
 TEST(Validation, EveryRowTheIssueNamesIsThereAndSplitIntoCalibrationAndHeldOut) {
   const std::vector<PublishedRow> rows = published_rows();
-  int nccl = 0, narayanan = 0, calibration = 0;
+  int nccl = 0, narayanan = 0, ddp = 0, calibration = 0;
   std::set<std::string> names;
   for (const PublishedRow& r : rows) {
     EXPECT_TRUE(names.insert(r.name).second) << r.name;
@@ -39,13 +39,16 @@ TEST(Validation, EveryRowTheIssueNamesIsThereAndSplitIntoCalibrationAndHeldOut) 
     EXPECT_FALSE(r.source.empty()) << r.name;
     nccl += r.group == "nccl-tests";
     narayanan += r.group.rfind("Narayanan", 0) == 0;
+    ddp += r.group == "PyTorch DDP benchmark";
     calibration += r.calibration();
   }
   EXPECT_EQ(nccl, 8);       // A100 x2, 3 nodes with 4 NICs, H100 ring, NVLS on 5-8 GPUs
   EXPECT_EQ(narayanan, 10); // every row of Table 1
+  EXPECT_EQ(ddp, 4);        // ResNet-50 alone, and DDP on 1, 8 and 16 V100s
   EXPECT_EQ(calibration, 5);
   EXPECT_EQ(published_rows({"nccl"}).size(), 8u);
   EXPECT_EQ(published_rows({"narayanan"}).size(), 10u);
+  EXPECT_EQ(published_rows({"pytorch"}).size(), 4u);
 }
 
 // A fitted constant reproduces its own row (up to the latency the fit leaves out); what it
@@ -72,6 +75,25 @@ TEST(Validation, AMegatronRowIsPlannedWithItsPublishedLayout) {
   const double tflops = rows.front().predict(); // 1.7B on 32 A100s
   EXPECT_GT(tflops, 0);
   EXPECT_LT(tflops, 312); // under the fp16 peak
+}
+
+// The DDP benchmark's rows are plans of ResNet-50 with 32 images per V100: the one-GPU rows are
+// the same step (its all-reduces are over a group of one), and a DDP run over more GPUs can
+// only add to it.
+TEST(Validation, TheDdpRowsArePlansOfResNet50OnV100s) {
+  const std::vector<PublishedRow> rows = published_rows({"pytorch"});
+  ASSERT_EQ(rows.size(), 4u);
+  std::vector<double> s;
+  for (const PublishedRow& r : rows) {
+    EXPECT_EQ(r.unit, "s per iteration");
+    EXPECT_NE(r.name.find("ResNet-50, batch 32 per GPU"), std::string::npos) << r.name;
+    s.push_back(r.predict());
+  }
+  // 3 × 8.2 GFLOP × 32 images on a 15.7 TFLOP/s V100: no step is shorter than its FLOPs at peak.
+  EXPECT_GT(s[0], 3 * 8.2e9 * 32 / 15.7e12);
+  EXPECT_DOUBLE_EQ(s[0], s[1]);
+  EXPECT_GE(s[2], s[1]);
+  EXPECT_GE(s[3], s[2]);
 }
 
 TEST(CliValidate, PrintsEveryRowWithItsErrorAndRefusesBadFlagsInOneLine) {
