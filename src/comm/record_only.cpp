@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "memory/allocator.h"
+#include "memory/virtual_gpu.h"
 
 namespace meshsim {
 
@@ -23,6 +24,7 @@ void RecordOnlyCommunicator::record(const char* op, const Group& group, const to
   rec.bytes = t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
   rec.seq = seq_[group.key()]++;
   rec.start_s = rec.end_s = clock_.now();
+  rec.start_charges = rec.end_charges = thread_charge_count();
   records_.push_back(std::move(rec));
 }
 

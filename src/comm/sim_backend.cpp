@@ -10,6 +10,7 @@
 
 #include "comm/kernels.h"
 #include "memory/allocator.h"
+#include "memory/virtual_gpu.h"
 #if MESHSIM_CUDA
 #include "comm/cuda_kernels.h"
 #endif
@@ -297,11 +298,13 @@ private:
     rec.group = std::move(group);
     rec.bytes = t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
     rec.start_s = clock().now();
+    rec.start_charges = thread_charge_count();
     return rec;
   }
 
   void finish_record(CollectiveRecord& rec) {
     rec.end_s = clock().now();
+    rec.end_charges = thread_charge_count();
     records_.push_back(std::move(rec));
   }
 

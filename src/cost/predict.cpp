@@ -176,6 +176,8 @@ json records_to_json(const std::vector<Recorder>& ranks, int64_t samples_per_ste
                          {"step", c.step},
                          {"start_s", c.start_s},
                          {"end_s", c.end_s},
+                         {"start_charges", c.start_charges},
+                         {"end_charges", c.end_charges},
                          {"flops", c.flops},
                          {"recompute_flops", c.recompute_flops},
                          {"bytes", c.bytes},
@@ -189,7 +191,9 @@ json records_to_json(const std::vector<Recorder>& ranks, int64_t samples_per_ste
                              {"seq", c.seq},
                              {"peer", c.peer},
                              {"start_s", c.start_s},
-                             {"end_s", c.end_s}});
+                             {"end_s", c.end_s},
+                             {"start_charges", c.start_charges},
+                             {"end_charges", c.end_charges}});
     out_ranks.push_back({{"compute", compute}, {"collectives", collectives}});
   }
   return {{"format", "meshsim-records-1"},
@@ -212,6 +216,8 @@ std::vector<Recorder> records_from_json(const json& doc, int64_t* samples_per_st
         c.step = field<int64_t>(j, "step");
         c.start_s = field<double>(j, "start_s");
         c.end_s = field<double>(j, "end_s");
+        c.start_charges = j.value("start_charges", int64_t{-1}); // absent in older records
+        c.end_charges = j.value("end_charges", int64_t{-1});
         c.flops = field<double>(j, "flops");
         c.recompute_flops = j.value("recompute_flops", 0.0); // absent in records before it
         c.bytes = field<double>(j, "bytes");
@@ -240,6 +246,8 @@ std::vector<Recorder> records_from_json(const json& doc, int64_t* samples_per_st
         c.peer = field<int>(j, "peer");
         c.start_s = field<double>(j, "start_s");
         c.end_s = field<double>(j, "end_s");
+        c.start_charges = j.value("start_charges", int64_t{-1});
+        c.end_charges = j.value("end_charges", int64_t{-1});
         r.collectives.push_back(std::move(c));
       }
       ranks.push_back(std::move(r));

@@ -112,6 +112,37 @@ double region_time(const ComputeRecord& c, const GpuSpec& gpu, const PredictOpti
   return total;
 }
 
+// The measured time of each piece of `c` between the collectives `inside` it.
+std::vector<double> time_segments(const ComputeRecord& c,
+                                  const std::vector<const CollectiveRecord*>& inside) {
+  std::vector<double> segments;
+  double prev = c.start_s;
+  for (const auto* x : inside)
+    segments.push_back(std::max(0.0, x->start_s - prev)), prev = x->end_s;
+  segments.push_back(std::max(0.0, c.end_s - prev));
+  return segments;
+}
+
+// The share of `c`'s work in each piece between the collectives `inside` it, by the memory
+// charges its rank made in each (ComputeRecord::start_charges): a count of the operations
+// that ran, the same in every run, where the clock of a plan measures only how fast the host
+// dispatched them. Records without the counts are split by measured time.
+std::vector<double> work_segments(const ComputeRecord& c,
+                                  const std::vector<const CollectiveRecord*>& inside) {
+  bool counted = c.start_charges >= 0 && c.end_charges >= c.start_charges;
+  for (const auto* x : inside)
+    counted = counted && x->start_charges >= 0 && x->end_charges >= x->start_charges;
+  if (!counted)
+    return time_segments(c, inside);
+  std::vector<double> segments;
+  int64_t prev = c.start_charges;
+  for (const auto* x : inside)
+    segments.push_back(static_cast<double>(std::max<int64_t>(0, x->start_charges - prev))),
+        prev = x->end_charges;
+  segments.push_back(static_cast<double>(std::max<int64_t>(0, c.end_charges - prev)));
+  return segments;
+}
+
 bool is_gradient_reduction(const std::string& op) {
   return op == "all_reduce" || op == "reduce_scatter" || op == "reduce";
 }
@@ -224,16 +255,14 @@ Program build_step_program(const std::vector<Recorder>& ranks, int64_t step, con
       std::vector<double> cumulative;
       const double target = region_time(c, gpu, o, &cumulative);
 
-      if (!inside.empty()) { // split at each blocking collective, by measured time
-        std::vector<double> segments;
-        double prev = c.start_s, sum = 0;
-        for (const auto* x : inside)
-          segments.push_back(std::max(0.0, x->start_s - prev)), prev = x->end_s;
-        segments.push_back(std::max(0.0, c.end_s - prev));
-        for (double s : segments)
-          sum += s;
+      if (!inside.empty()) { // split at each blocking collective
         // Measured: the pieces themselves (the region's span includes the collectives).
         const bool measured = o.measured_compute || c.layers.empty();
+        const std::vector<double> segments = measured ? time_segments(c, inside)
+                                                      : work_segments(c, inside);
+        double sum = 0;
+        for (double s : segments)
+          sum += s;
         for (size_t i = 0; i < segments.size(); ++i) {
           const double share =
               sum > 0 ? segments[i] / sum : 1.0 / static_cast<double>(segments.size());

@@ -44,7 +44,14 @@ int64_t host_memory_for_gpus() {
 VirtualGpu::VirtualGpu(int rank, int64_t capacity_bytes, HostBudget* host)
     : rank_(rank), capacity_(capacity_bytes), host_(host) {}
 
+namespace {
+thread_local int64_t t_charges = 0;
+} // namespace
+
+int64_t thread_charge_count() { return t_charges; }
+
 void VirtualGpu::charge(int64_t bytes, MemoryCategory category) {
+  ++t_charges;
   const int64_t now = current_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
   const bool fits = now <= capacity_;
   if (!fits || (host_ && !host_->try_charge(bytes))) {

@@ -77,7 +77,8 @@ public:
   std::string name() const { return "gpu" + std::to_string(rank_); }
 
   /// Charges `bytes` to `category`; throws OutOfMemory (and remembers the message) when the
-  /// GPU would go over capacity. Nothing is charged when it throws.
+  /// GPU would go over capacity. Nothing is charged when it throws. Counts one charge of the
+  /// calling thread (thread_charge_count).
   void charge(int64_t bytes, MemoryCategory category);
   /// Returns bytes previously charged to `category`.
   void release(int64_t bytes, MemoryCategory category);
@@ -139,5 +140,11 @@ private:
   std::string oom_message_;
   std::string refusal_; // the last segment try_reserve refused
 };
+
+/// Charges the calling thread has made to any virtual GPU so far. A rank's thread runs its
+/// program in a fixed order, so the count says how far through it the rank is, the same in
+/// every run of the same program (unlike the clock): the cost model splits a compute region
+/// at the collectives inside it by this count.
+int64_t thread_charge_count();
 
 } // namespace meshsim

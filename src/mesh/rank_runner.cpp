@@ -13,12 +13,14 @@
 
 namespace meshsim {
 
-void RankContext::record_compute(const std::string& name, int64_t step, double start_s) {
+void RankContext::record_compute(const std::string& name, int64_t step, const Mark& start) {
   ComputeRecord record;
   record.name = name;
   record.step = step;
-  record.start_s = start_s;
+  record.start_s = start.s;
+  record.start_charges = start.charges;
   record.end_s = now();
+  record.end_charges = thread_charge_count();
   recorder.compute.push_back(std::move(record));
 }
 

@@ -36,8 +36,14 @@ struct RankContext {
     mesh.sample_memory(step, phase, rank);
     mesh.close_window(rank, phase);
   }
-  /// Records a compute region [start_s, now] for the trace and the cost model.
-  void record_compute(const std::string& name, int64_t step, double start_s);
+  /// Where this rank is: the run's clock and its thread's charge count (thread_charge_count).
+  struct Mark {
+    double s = 0;
+    int64_t charges = 0;
+  };
+  Mark mark() const { return {now(), thread_charge_count()}; }
+  /// Records a compute region [start, now] for the trace and the cost model.
+  void record_compute(const std::string& name, int64_t step, const Mark& start);
   double now() const { return mesh.clock().now(); }
 };
 

@@ -38,6 +38,9 @@ struct CollectiveRecord {
   int peer = -1;           // send/recv peer
   double start_s = 0;
   double end_s = 0;
+  // The rank thread's thread_charge_count() at start and end (-1: not recorded).
+  int64_t start_charges = -1;
+  int64_t end_charges = -1;
 };
 
 /// The work of one layer inside a compute region, counted from shapes (cost/flops.h).
@@ -81,6 +84,8 @@ struct ComputeRecord {
   std::string op;  // the op class of most of the FLOPs
   std::vector<LayerWork> layers;
   double recompute_flops = 0;  // of flops: forward work recomputed in a backward
+  int64_t start_charges = -1;  // as CollectiveRecord's
+  int64_t end_charges = -1;
 };
 
 struct Recorder {

@@ -56,7 +56,7 @@ public:
     // Forward on each replica; outputs gathered to GPU 0, which computes the loss.
     CategoryScope scope(MemoryCategory::Activations);
     replica_.model->train();
-    double t = ctx_.now();
+    auto t = ctx_.mark();
     torch::Tensor outputs = replica_.model->forward(model_inputs(local.inputs, replica_.dtype));
     ctx_.record_compute("forward", step_number, t);
     double loss_value = 0;
@@ -85,7 +85,7 @@ public:
       output_grad = ctx_.comm.recv(kRoot, kTagOutputGrads);
     }
 
-    t = ctx_.now();
+    t = ctx_.mark();
     if (outputs.numel() > 0) outputs.backward(output_grad);
     ctx_.record_compute("backward", step_number, t);
     outputs = torch::Tensor();

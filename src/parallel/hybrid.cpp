@@ -94,7 +94,7 @@ public:
       CategoryScope scope(MemoryCategory::Activations);
       // Splitting the batch opens the step's record: the cost model's step window starts at
       // a rank's first compute region, which must come before a later stage's first recv.
-      const double t = ctx_.now();
+      const auto t = ctx_.mark();
       if (batch.size() > 0) {
         // Exactly M micro-batches (sizes differ by one at most; the trainer drops a last
         // batch smaller than M), each weighted by its size in the loss.
@@ -126,7 +126,7 @@ public:
     ctx_.sample_memory(step_number, "gradients");
     // Every rank holds a different part (dp shards, tp and pp parts): all of them agree.
     const bool finite = gradients_finite(ctx_, *zero_->optimizer(), world_);
-    const double t = ctx_.now();
+    const auto t = ctx_.mark();
     zero_->step(step_number, finite);
     ctx_.record_compute("optimizer", step_number, t);
     attach_work(ctx_.recorder.compute.back(),
@@ -231,13 +231,13 @@ private:
     double loss_sum = 0;
     for (size_t m = 0; m < inputs.size(); ++m) {
       const double weight = static_cast<double>(inputs[m].size(0)) / static_cast<double>(local_batch);
-      double t = ctx_.now();
+      auto t = ctx_.mark();
       std::vector<LayerWork> work;
       torch::Tensor loss = loss_fn(forward_counting(model, inputs[m], work), targets[m]) * weight;
       ctx_.record_compute("forward", step, t);
       attach_work(ctx_.recorder.compute.back(), work);
       ctx_.sample_memory(step, fmt::format("F{}", m));
-      t = ctx_.now();
+      t = ctx_.mark();
       if (scale != 1.0) (loss * scale).backward();
       else loss.backward();
       ctx_.record_compute("backward", step, t);

@@ -156,7 +156,7 @@ double run_pipeline_step(
         mb.input.requires_grad_(true);
       break;
     case ActionKind::Forward: {
-      const double t = ctx.now();
+      const auto t = ctx.mark();
       torch::Tensor out = forward_counting(module_of(k), first ? inputs[m] : mb.input, mb.work);
       if (last) {
         mb.loss = loss_fn(out, targets[m]);
@@ -180,7 +180,7 @@ double run_pipeline_step(
       mb.output_grad = ctx.comm.recv(stage.next_rank, pipeline_grad_tag(m, k, V));
       break;
     case ActionKind::Backward: {
-      const double t = ctx.now();
+      const auto t = ctx.mark();
       if (last) {
         if (!mb.loss.defined())
           throw std::invalid_argument("pipeline action " + a.str() + " before its forward");

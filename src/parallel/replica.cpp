@@ -76,7 +76,7 @@ double Replica::forward_backward(RankContext& ctx, const Batch& batch, int64_t s
   CategoryScope scope(MemoryCategory::Activations);
   model->train();
   ctx.sample_memory(step, "batch");
-  double t = ctx.now();
+  auto t = ctx.mark();
   std::vector<LayerWork> layers;
   torch::Tensor x = forward_counting(model, model_inputs(batch.inputs, dtype), layers);
   torch::Tensor loss = loss_fn(x, batch.targets);
@@ -84,7 +84,7 @@ double Replica::forward_backward(RankContext& ctx, const Batch& batch, int64_t s
   ctx.record_compute("forward", step, t);
   attach_work(ctx.recorder.compute.back(), layers);
   ctx.sample_memory(step, "forward");
-  t = ctx.now();
+  t = ctx.mark();
   const double scale = optimizer ? optimizer->loss_scale() : 1.0;
   if (scale != 1.0)
     (loss * scale).backward();
@@ -99,7 +99,7 @@ double Replica::forward_backward(RankContext& ctx, const Batch& batch, int64_t s
 }
 
 void Replica::optimizer_step(RankContext& ctx, int64_t step, bool grads_finite) {
-  const double t = ctx.now();
+  const auto t = ctx.mark();
   optimizer->step(grads_finite);
   ctx.record_compute("optimizer", step, t);
   int64_t numel = 0;

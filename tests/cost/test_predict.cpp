@@ -123,6 +123,37 @@ TEST(CostPredict, CollectiveInsideARegionSplitsIt) {
   EXPECT_NEAR(p.step_time_s, 3 * kMs + ar, 1e-12);
 }
 
+// With counted layers the pieces take the region's predicted time in proportion to the memory
+// charges the rank made in each (a count of its operations, the same every run), whatever the
+// clock measured: here the all-reduce came after a quarter of the charges and, by the clock,
+// near the end.
+TEST(CostPredict, ACountedRegionSplitsAtItsCollectivesByItsCharges) {
+  std::vector<Recorder> ranks(2);
+  for (Recorder& r : ranks) {
+    ComputeRecord forward = region("forward", 1, 0, 4, {{"block", "matmul", 4e12, 1e6, 0}});
+    forward.start_charges = 1000;
+    forward.end_charges = 1100;
+    r.compute.push_back(forward);
+    CollectiveRecord ar = coll("all_reduce", {0, 1}, 1000000, 0, 3.9, 3.95);
+    ar.start_charges = ar.end_charges = 1025;
+    r.collectives.push_back(ar);
+  }
+  const ClusterSpec cluster = parse_cluster_spec("2xa100-80");
+  const Prediction p = predict(ranks, 8, cluster);
+  ASSERT_EQ(p.program.ranks[0].size(), 3u);
+  const TaskTiming& first = p.replay.task(p.program.ranks[0][0].id);
+  const TaskTiming& second = p.replay.task(p.program.ranks[0][2].id);
+  const double whole = (first.end_s - first.start_s) + (second.end_s - second.start_s);
+  EXPECT_GT(whole, 0);
+  EXPECT_NEAR((first.end_s - first.start_s) / whole, 0.25, 1e-12);
+  // Records without the counts (older records.json) are split by the clock.
+  for (Recorder& r : ranks)
+    r.compute[0].start_charges = -1;
+  const Prediction q = predict(ranks, 8, cluster);
+  const TaskTiming& timed = q.replay.task(q.program.ranks[0][0].id);
+  EXPECT_NEAR((timed.end_s - timed.start_s) / whole, 3.9 / 3.95, 1e-9);
+}
+
 TEST(CostPredict, PipelineSendRecvAreDependencies) {
   std::vector<Recorder> ranks(2);
   // Stage 0: forward, send activations, receive their gradient, backward.
@@ -154,10 +185,17 @@ TEST(CostPredict, RecordsRoundTripThroughJson) {
   std::vector<Recorder> ranks = ddp_records(2);
   ranks[0].compute[0].flops = 123.456789e9;
   ranks[1].compute[1].op = "matmul";
+  ranks[0].compute[1].start_charges = 7;
+  ranks[0].compute[1].end_charges = 9;
+  ranks[0].collectives[1].start_charges = ranks[0].collectives[1].end_charges = 9;
   int64_t samples = 0;
   const auto back =
       records_from_json(nlohmann::json::parse(records_to_json(ranks, 64).dump()), &samples);
   EXPECT_EQ(samples, 64);
+  EXPECT_EQ(back[0].compute[1].start_charges, 7);
+  EXPECT_EQ(back[0].compute[1].end_charges, 9);
+  EXPECT_EQ(back[0].collectives[1].start_charges, 9);
+  EXPECT_EQ(back[1].compute[1].start_charges, -1);
   const ClusterSpec cluster = parse_cluster_spec("2xh100");
   EXPECT_EQ(to_json(predict(ranks, 64, cluster)), to_json(predict(back, 64, cluster)));
   EXPECT_THROW(records_from_json(nlohmann::json{{"format", "x"}}, nullptr), std::invalid_argument);

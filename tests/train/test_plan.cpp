@@ -493,3 +493,35 @@ TEST(PlanSequenceParallel, TheTpGroupReduceScattersAndAllGathersInsteadOfAllRedu
 
 } // namespace
 } // namespace meshsim
+
+namespace meshsim {
+namespace {
+
+// A plan's clock measures only how fast the host dispatched meta operations; the prediction
+// must not depend on it. Tensor parallelism puts all-reduces inside forward and backward, and a
+// pipeline makes the pieces' lengths matter to the other stage.
+TEST(PlanPrediction, TheSameLayoutPredictsTheSameStepEveryRun) {
+  TrainConfig c;
+  c.model = "gpt";
+  c.data = "synthetic";
+  c.gpus = 8;
+  c.tp = 2;
+  c.pp = 2;
+  c.micro_batches = 4;
+  c.batch_size = 8;
+  c.gpt.layers = 4;
+  c.gpt.hidden = 256;
+  c.gpt.heads = 8;
+  c.gpt.seq_len = 256;
+  c.device = "meta";
+  c.progress = false;
+  validate(c);
+  const ClusterSpec cluster = parse_cluster_spec("8xa100-80");
+  const double first = plan_on(c, cluster).step_seconds;
+  EXPECT_GT(first, 0);
+  for (int run = 0; run < 4; ++run)
+    EXPECT_EQ(plan_on(c, cluster).step_seconds, first) << "run " << run + 2;
+}
+
+} // namespace
+} // namespace meshsim
