@@ -206,6 +206,24 @@ int run_train(TrainConfig config) {
     }
   }
 
+  // ResNet-50's synthetic images are made on this host before anything trains: refused in one
+  // line when they alone would take more than half of what it can give.
+  if (config.model == "resnet50") {
+    const int64_t image_bytes = kImageChannels * kImageSize * kImageSize * 4;
+    const int64_t host = host_memory_for_gpus();
+    const int64_t limit = host / 2 / image_bytes;
+    const int64_t n_train = config.synthetic_train, n_test = config.synthetic_test;
+    if (n_train > limit || n_test > limit || n_train + n_test > limit) {
+      const double images = static_cast<double>(n_train) + static_cast<double>(n_test);
+      fmt::print(stderr,
+                 "meshsim: {:.0f} synthetic 3×224×224 images take {:.1f} GiB, more than half of "
+                 "this machine's {} available; pass fewer with --synthetic-train and "
+                 "--synthetic-test\n",
+                 images, images * static_cast<double>(image_bytes) / (1 << 30), format_bytes(host));
+      return kExitUsage;
+    }
+  }
+
   DataSplit data;
   try {
     if (is_transformer(config.model))

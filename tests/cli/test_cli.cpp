@@ -77,6 +77,7 @@ TEST(CliErrors, BadInputIsOneLineAndExitCode2Or3) {
       {"train --batch-size 0", 2, "--batch-size"},
       {"train --model resnet", 2, "unknown model 'resnet'"},
       {"train --model resnet50 --data data/fashion", 2, "only --data synthetic makes them"},
+      {"train --model resnet50 --synthetic-train 100000000", 2, "synthetic 3×224×224 images take"},
       {"train --strategy fsdp9", 2, "unknown strategy 'fsdp9'"},
       {"train --gpu-mem lots", 2, "--gpu-mem"},
       {"train --gpus many", 2, "--gpus"},

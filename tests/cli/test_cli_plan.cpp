@@ -123,9 +123,10 @@ TEST(CliPlan, SearchRanksTheLayoutsThatFit) {
     EXPECT_EQ(y["micro_batch_size"].get<int64_t>() * y["micro_batches"].get<int>() *
                   y["dp"].get<int>(),
               32);
-    if (i > 0)
+    if (i > 0) {
       EXPECT_GE(layouts[i - 1]["tokens_per_s_per_gpu"].get<double>(),
                 l["tokens_per_s_per_gpu"].get<double>());
+    }
   }
   EXPECT_GT(json["invalid"].get<int>(), 0); // micro-batch sizes the batch does not divide into
   EXPECT_EQ(json["planned"].get<int>() + json["invalid"].get<int>() <= json["candidates"].get<int>(),
