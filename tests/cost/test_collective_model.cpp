@@ -57,10 +57,11 @@ TEST(CostCollective, EachOpMatchesItsFormulaAtTwoSizesAndThreeGroupSizes) {
           EXPECT_NEAR(ms(op, bytes, g, c, Algorithm::Auto, kProtocols[p]),
                       base + (n - 1) * hop + bytes / bw, 1e-15)
               << where << " " << to_string(op);
-        if (n == 2)
+        if (n == 2) {
           EXPECT_NEAR(ms(CollectiveOp::SendRecv, bytes, g, c, Algorithm::Auto, kProtocols[p]),
                       base + hop + bytes / bw, 1e-15)
               << where;
+        }
       }
 }
 

@@ -132,10 +132,12 @@ TEST(ResNet50, APlanChargesWhatACpuRunCharges) {
   const std::vector<MemorySample> cpu = mesh.timeline().samples();
   for (const char* phase : {"forward", "backward"}) {
     const auto planned = at_end_of(plan.timeline, phase), real = at_end_of(cpu, phase);
-    for (int k = 0; k < kNumCategories; ++k)
-      if (static_cast<MemoryCategory>(k) != MemoryCategory::Other)
+    for (int k = 0; k < kNumCategories; ++k) {
+      if (static_cast<MemoryCategory>(k) != MemoryCategory::Other) {
         EXPECT_EQ(planned[static_cast<size_t>(k)], real[static_cast<size_t>(k)])
             << phase << " " << category_name(static_cast<MemoryCategory>(k));
+      }
+    }
   }
   EXPECT_GT(at_end_of(cpu, "forward")[static_cast<size_t>(MemoryCategory::Activations)],
             int64_t{100} << 20); // two images' saved activations
