@@ -62,8 +62,9 @@ TEST(Validation, CalibrationRowsReproduceWhatTheyWereFittedOn) {
   for (const RowResult& r : s.rows) {
     EXPECT_TRUE(std::isfinite(r.predicted)) << r.row->name;
     EXPECT_GT(r.predicted, 0) << r.row->name;
-    if (r.row->calibration())
+    if (r.row->calibration()) {
       EXPECT_LT(std::abs(r.error), 0.005) << r.row->name;
+    }
   }
 }
 
