@@ -24,7 +24,7 @@ int64_t parameter_count(const TrainConfig& c) {
   return count_parameters(*build_model(c.model, shapes));
 }
 
-nlohmann::json by_category(const std::array<int64_t, kNumCategories>& bytes) {
+nlohmann::json by_category(const CategoryBytes& bytes) {
   nlohmann::json out = nlohmann::json::object();
   for (int c = 0; c < kNumCategories; ++c)
     out[category_name(static_cast<MemoryCategory>(c))] = bytes[static_cast<size_t>(c)];

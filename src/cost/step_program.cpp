@@ -112,35 +112,30 @@ double region_time(const ComputeRecord& c, const GpuSpec& gpu, const PredictOpti
   return total;
 }
 
-// The measured time of each piece of `c` between the collectives `inside` it.
-std::vector<double> time_segments(const ComputeRecord& c,
-                                  const std::vector<const CollectiveRecord*>& inside) {
-  std::vector<double> segments;
-  double prev = c.start_s;
-  for (const auto* x : inside)
-    segments.push_back(std::max(0.0, x->start_s - prev)), prev = x->end_s;
-  segments.push_back(std::max(0.0, c.end_s - prev));
-  return segments;
-}
-
-// The share of `c`'s work in each piece between the collectives `inside` it, by the memory
-// charges its rank made in each (ComputeRecord::start_charges): a count of the operations
-// that ran, the same in every run, where the clock of a plan measures only how fast the host
-// dispatched them. Records without the counts are split by measured time.
-std::vector<double> work_segments(const ComputeRecord& c,
-                                  const std::vector<const CollectiveRecord*>& inside) {
+// Whether `c` and the collectives `inside` it carry their rank's memory charges
+// (ComputeRecord::start_charges; absent in records.json written before them).
+bool has_charges(const ComputeRecord& c, const std::vector<const CollectiveRecord*>& inside) {
   bool counted = c.start_charges >= 0 && c.end_charges >= c.start_charges;
   for (const auto* x : inside)
     counted = counted && x->start_charges >= 0 && x->end_charges >= x->start_charges;
-  if (!counted)
-    return time_segments(c, inside);
-  std::vector<double> segments;
-  int64_t prev = c.start_charges;
+  return counted;
+}
+
+// The size of each piece of `c` between the collectives `inside` it: by the memory charges
+// its rank made in each (a count of the operations that ran, the same in every run, where a
+// plan's clock measures only how fast the host dispatched them), or by the measured time.
+std::vector<double> pieces(const ComputeRecord& c,
+                           const std::vector<const CollectiveRecord*>& inside, bool by_charges) {
+  const auto at = [by_charges](double s, int64_t charges) {
+    return by_charges ? static_cast<double>(charges) : s;
+  };
+  std::vector<double> out;
+  double prev = at(c.start_s, c.start_charges);
   for (const auto* x : inside)
-    segments.push_back(static_cast<double>(std::max<int64_t>(0, x->start_charges - prev))),
-        prev = x->end_charges;
-  segments.push_back(static_cast<double>(std::max<int64_t>(0, c.end_charges - prev)));
-  return segments;
+    out.push_back(std::max(0.0, at(x->start_s, x->start_charges) - prev)),
+        prev = at(x->end_s, x->end_charges);
+  out.push_back(std::max(0.0, at(c.end_s, c.end_charges) - prev));
+  return out;
 }
 
 bool is_gradient_reduction(const std::string& op) {
@@ -258,8 +253,8 @@ Program build_step_program(const std::vector<Recorder>& ranks, int64_t step, con
       if (!inside.empty()) { // split at each blocking collective
         // Measured: the pieces themselves (the region's span includes the collectives).
         const bool measured = o.measured_compute || c.layers.empty();
-        const std::vector<double> segments = measured ? time_segments(c, inside)
-                                                      : work_segments(c, inside);
+        const std::vector<double> segments =
+            pieces(c, inside, !measured && has_charges(c, inside));
         double sum = 0;
         for (double s : segments)
           sum += s;

@@ -26,6 +26,16 @@ constexpr std::array<MemoryCategory, kNumCategories> kAllCategories = {
     MemoryCategory::Parameters,  MemoryCategory::Gradients,     MemoryCategory::Optimizer,
     MemoryCategory::Activations, MemoryCategory::Communication, MemoryCategory::Other};
 
+/// Bytes of each category, in declaration order.
+using CategoryBytes = std::array<int64_t, kNumCategories>;
+
+/// The bytes of every category together.
+inline int64_t category_total(const CategoryBytes& b) {
+  int64_t t = 0;
+  for (int64_t v : b) t += v;
+  return t;
+}
+
 /// "12.4 MiB", "512 B": human-readable byte counts for logs and errors.
 std::string format_bytes(int64_t bytes);
 

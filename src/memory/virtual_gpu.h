@@ -30,8 +30,8 @@ struct MemoryStats {
   /// allocator's segments, as torch.cuda.memory_reserved counts them); 0 elsewhere.
   int64_t reserved = 0;
   int64_t peak_reserved = 0;
-  std::array<int64_t, kNumCategories> current_by_category{};
-  std::array<int64_t, kNumCategories> peak_by_category{};
+  CategoryBytes current_by_category{};
+  CategoryBytes peak_by_category{};
 };
 
 /// "parameters 1.6 MiB, gradients 1.6 MiB, ...": live bytes by category; `skip_empty`
@@ -97,8 +97,8 @@ public:
   void device_out_of_memory(const std::string& device_message);
 
   int64_t current_bytes() const { return current_.load(std::memory_order_relaxed); }
-  std::array<int64_t, kNumCategories> current_by_category() const {
-    std::array<int64_t, kNumCategories> out{};
+  CategoryBytes current_by_category() const {
+    CategoryBytes out{};
     for (int c = 0; c < kNumCategories; ++c)
       out[static_cast<size_t>(c)] = current_by_category_[static_cast<size_t>(c)].load(std::memory_order_relaxed);
     return out;

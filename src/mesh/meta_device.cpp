@@ -28,6 +28,19 @@ std::vector<int64_t> to_ints(c10::SymIntArrayRef sizes) {
   return out;
 }
 
+// An uninitialized tensor of `like`'s shape and options.
+Tensor empty_as(const Tensor& like) { return at::empty(like.sizes(), like.options()); }
+
+// The same when `wanted` and `like` exists (a gradient a backward kernel was asked for), else
+// an undefined tensor.
+Tensor empty_if(bool wanted, const Tensor& like) {
+  return wanted && like.defined() ? empty_as(like) : Tensor();
+}
+
+Tensor empty_if(bool wanted, const c10::optional<Tensor>& like) {
+  return like ? empty_if(wanted, *like) : Tensor();
+}
+
 // Output [*input], mean and rstd [*leading dims, 1, ...] in the input's dtype, as
 // layer_norm_cpu allocates them.
 std::tuple<Tensor, Tensor, Tensor> layer_norm_meta(const Tensor& input,
@@ -40,24 +53,14 @@ std::tuple<Tensor, Tensor, Tensor> layer_norm_meta(const Tensor& input,
               normalized.size());
   std::vector<int64_t> stat(input.sizes().begin(), input.sizes().begin() + axis);
   stat.resize(static_cast<size_t>(input.dim()), 1);
-  Tensor out = at::empty(input.sizes(), input.options());
-  Tensor mean = at::empty(stat, input.options());
-  Tensor rstd = at::empty(stat, input.options());
-  return {out, mean, rstd};
+  return {empty_as(input), at::empty(stat, input.options()), at::empty(stat, input.options())};
 }
 
 std::tuple<Tensor, Tensor, Tensor>
 layer_norm_backward_meta(const Tensor&, const Tensor& input, c10::SymIntArrayRef, const Tensor&,
                          const Tensor&, const c10::optional<Tensor>& weight,
                          const c10::optional<Tensor>& bias, std::array<bool, 3> mask) {
-  Tensor grad_input, grad_weight, grad_bias;
-  if (mask[0])
-    grad_input = at::empty(input.sizes(), input.options());
-  if (mask[1] && weight && weight->defined())
-    grad_weight = at::empty(weight->sizes(), weight->options());
-  if (mask[2] && bias && bias->defined())
-    grad_bias = at::empty(bias->sizes(), bias->options());
-  return {grad_input, grad_weight, grad_bias};
+  return {empty_if(mask[0], input), empty_if(mask[1], weight), empty_if(mask[2], bias)};
 }
 
 Tensor index_select_meta(const Tensor& self, int64_t dim, const Tensor& index) {
@@ -113,14 +116,8 @@ Tensor convolution_meta(const Tensor& input, const Tensor& weight, const c10::op
 std::tuple<Tensor, Tensor, Tensor>
 convolution_backward_meta(const Tensor&, const Tensor& input, const Tensor& weight, Sizes, Sizes,
                           Sizes, bool, Sizes, Size, std::array<bool, 3> mask) {
-  Tensor grad_input, grad_weight, grad_bias;
-  if (mask[0])
-    grad_input = at::empty(input.sizes(), input.options());
-  if (mask[1])
-    grad_weight = at::empty(weight.sizes(), weight.options());
-  if (mask[2])
-    grad_bias = at::empty({weight.size(0)}, weight.options());
-  return {grad_input, grad_weight, grad_bias};
+  return {empty_if(mask[0], input), empty_if(mask[1], weight),
+          mask[2] ? at::empty({weight.size(0)}, weight.options()) : Tensor()};
 }
 
 // The output, and the per-channel mean and inverse standard deviation that training keeps
@@ -131,8 +128,7 @@ batch_norm_meta(const Tensor& input, const c10::optional<Tensor>& weight,
                 const c10::optional<Tensor>&, bool training, double, double) {
   const auto stats = weight && weight->defined() ? weight->options() : input.options();
   const int64_t channels = training ? input.size(1) : 0;
-  return {at::empty(input.sizes(), input.options()), at::empty({channels}, stats),
-          at::empty({channels}, stats)};
+  return {empty_as(input), at::empty({channels}, stats), at::empty({channels}, stats)};
 }
 
 std::tuple<Tensor, Tensor, Tensor>
@@ -140,17 +136,11 @@ batch_norm_backward_meta(const Tensor&, const Tensor& input, const c10::optional
                          const c10::optional<Tensor>&, const c10::optional<Tensor>&,
                          const c10::optional<Tensor>&, const c10::optional<Tensor>&, bool, double,
                          std::array<bool, 3> mask) {
-  Tensor grad_input, grad_weight, grad_bias;
-  if (mask[0])
-    grad_input = at::empty(input.sizes(), input.options());
-  if (mask[1] && weight && weight->defined())
-    grad_weight = at::empty(weight->sizes(), weight->options());
-  if (mask[2] && weight && weight->defined())
-    grad_bias = at::empty(weight->sizes(), weight->options());
-  return {grad_input, grad_weight, grad_bias};
+  // The bias gradient is shaped as the weight (BatchNorm's bias is per channel too).
+  return {empty_if(mask[0], input), empty_if(mask[1], weight), empty_if(mask[2], weight)};
 }
 
-Tensor relu_meta(const Tensor& self) { return at::empty(self.sizes(), self.options()); }
+Tensor relu_meta(const Tensor& self) { return empty_as(self); }
 
 } // namespace
 

@@ -16,7 +16,6 @@ namespace nn = torch::nn;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-
 // Reentrant activation checkpointing (torch.utils.checkpoint with use_reentrant=True):
 // forward runs the function without recording a graph and keeps only its inputs; backward
 // runs it again with grad enabled and backpropagates through that fresh graph, which

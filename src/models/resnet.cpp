@@ -20,9 +20,11 @@ struct Stage {
 constexpr Stage kStages[] = {{64, 3, 1}, {128, 4, 2}, {256, 6, 2}, {512, 3, 2}};
 constexpr int64_t kExpansion = 4;
 
-// Output size of a convolution or pooling window over `size` pixels.
-int64_t window_out(int64_t size, int64_t kernel, int64_t stride, int64_t padding) {
-  return (size + 2 * padding - kernel) / stride + 1;
+// Output size over `size` pixels of a convolution made by conv() below (square kernel and
+// stride, padded by kernel / 2).
+int64_t conv_out(const nn::Conv2dImpl& conv, int64_t size) {
+  const int64_t kernel = (*conv.options.kernel_size())[0], stride = (*conv.options.stride())[0];
+  return (size + 2 * (kernel / 2) - kernel) / stride + 1;
 }
 
 // Kaiming-normal with fan out and ReLU's gain, as torchvision initializes its convolutions.
@@ -45,8 +47,7 @@ nn::Conv2d conv(int64_t in, int64_t out, int64_t kernel, int64_t stride,
 } // namespace
 
 BottleneckImpl::BottleneckImpl(int64_t in_channels, int64_t width, int64_t stride,
-                               const torch::TensorOptions& t)
-    : stride_(stride) {
+                               const torch::TensorOptions& t) {
   const int64_t out = width * kExpansion;
   conv1 = register_module("conv1", conv(in_channels, width, 1, 1, t));
   bn1 = register_module("bn1", BatchNorm(width, t));
@@ -72,7 +73,7 @@ torch::Tensor BottleneckImpl::forward(const torch::Tensor& x) {
 std::vector<LeafCalls::Call> BottleneckImpl::leaf_calls(at::IntArrayRef in) const {
   const int64_t n = in[0], c = in[1], h = in[2], w = in[3];
   const int64_t width = conv1->options.out_channels(), out = conv3->options.out_channels();
-  const int64_t ho = window_out(h, 3, stride_, 1), wo = window_out(w, 3, stride_, 1);
+  const int64_t ho = conv_out(*conv2, h), wo = conv_out(*conv2, w);
   const std::vector<int64_t> x{n, c, h, w}, a{n, width, h, w}, b{n, width, ho, wo},
       o{n, out, ho, wo};
   std::vector<Call> calls = {

@@ -33,7 +33,6 @@ private:
   torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv3{nullptr}, down_conv{nullptr};
   BatchNorm bn1{nullptr}, bn2{nullptr}, bn3{nullptr}, down_bn{nullptr};
   torch::nn::ReLU relu{nullptr};
-  int64_t stride_;
 };
 TORCH_MODULE(Bottleneck);
 

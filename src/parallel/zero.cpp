@@ -10,7 +10,6 @@
 //            as the unit is complete, during backward; only the shard's gradient is kept
 //   stage 3  as 2, and the parameters themselves are gathered per block before its forward
 //            and its backward and freed after (zero_stage3.cpp)
-#include "memory/category.h"
 #include "parallel/zero.h"
 
 #include <stdexcept>
@@ -22,12 +21,12 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include "memory/allocator.h"
+#include "memory/category.h"
 #include "parallel/zero_flat.h"
 #include "parallel/zero_state.h"
 
 namespace meshsim {
 namespace {
-
 
 int64_t bytes_of(const std::vector<torch::Tensor>& params) {
   int64_t n = 0;

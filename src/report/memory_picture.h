@@ -28,15 +28,6 @@
 
 namespace meshsim {
 
-using CategoryBytes = std::array<int64_t, kNumCategories>;
-
-/// The bytes of every category together.
-inline int64_t category_total(const CategoryBytes& b) {
-  int64_t t = 0;
-  for (int64_t v : b) t += v;
-  return t;
-}
-
 constexpr int kMaxStepPanels = 8;
 constexpr double kCapacityInRange = 2.0;
 

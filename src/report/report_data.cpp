@@ -8,8 +8,6 @@
 
 #include <fmt/format.h>
 
-#include "report/memory_picture.h"
-
 namespace meshsim {
 namespace {
 

@@ -32,7 +32,7 @@ int64_t report_representative_step(const std::vector<MemorySample>& samples);
 /// peak_by_category): exact, where samples only see phase boundaries.
 struct GpuPeak {
   int64_t bytes = 0;
-  std::array<int64_t, kNumCategories> by_category{};
+  CategoryBytes by_category{};
 };
 
 /// The "memory" object: groups of identical GPUs, each group's stacked categories over

@@ -72,7 +72,7 @@ struct StageFigures {
   int tp_rank = -1;  // -1: every tp rank of the stage alike
   int64_t peak_bytes = 0;
   int64_t model_state_bytes = 0;
-  std::array<int64_t, kNumCategories> peak_by_category{};
+  CategoryBytes peak_by_category{};
   std::vector<PeakWindow> windows; // the executed GPU's (PlannedRank::windows)
 };
 

@@ -1,6 +1,5 @@
 // The published rows of `meshsim validate` and how each is predicted. Sources and the
 // calibration split: docs/cost-model.md.
-#include "memory/category.h"
 #include "train/validation.h"
 
 #include <algorithm>
@@ -9,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "cost/collective_cost.h"
+#include "memory/category.h"
 #include "models/presets.h"
 #include "train/config.h"
 #include "train/plan.h"

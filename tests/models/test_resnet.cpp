@@ -127,7 +127,7 @@ TEST(ResNet50, APlanChargesWhatACpuRunCharges) {
       if (s.step == 1 && s.phase == phase && s.rank == 0 && !s.by_category.empty())
         return s.by_category[0];
     ADD_FAILURE() << "no sample of rank 0 after " << phase;
-    return std::array<int64_t, kNumCategories>{};
+    return CategoryBytes{};
   };
   const std::vector<MemorySample> cpu = mesh.timeline().samples();
   for (const char* phase : {"forward", "backward"}) {

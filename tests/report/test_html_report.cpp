@@ -14,9 +14,7 @@ using namespace meshsim;
 
 namespace {
 
-using HtmlBytes = std::array<int64_t, kNumCategories>;
-
-MemorySample sample(double t, int64_t step, const std::string& phase, std::vector<HtmlBytes> gpus) {
+MemorySample sample(double t, int64_t step, const std::string& phase, std::vector<CategoryBytes> gpus) {
   MemorySample s;
   s.time_s = t;
   s.step = step;
@@ -36,9 +34,9 @@ std::vector<MemorySample> four_gpus() {
   std::vector<MemorySample> out;
   double t = 0;
   for (int64_t step = 1; step <= 3; ++step) {
-    const HtmlBytes idle{100, 0, 200, 0, 0, 0}, fwd{100, 0, 200, 50, 0, 0},
+    const CategoryBytes idle{100, 0, 200, 0, 0, 0}, fwd{100, 0, 200, 50, 0, 0},
         bwd{100, 100, 200, 10, 0, 0};
-    const HtmlBytes fwd0{100, 0, 200, 150, 0, 0};
+    const CategoryBytes fwd0{100, 0, 200, 150, 0, 0};
     out.push_back(sample(t += 0.001, step, "batch", {idle, idle, idle, idle}));
     out.push_back(sample(t += 0.001, step, "forward", {fwd0, fwd, fwd, fwd}));
     out.push_back(sample(t += 0.001, step, "forward", {fwd0, fwd, fwd, fwd})); // another rank's
@@ -53,10 +51,10 @@ std::vector<MemorySample> four_gpus() {
 TEST(HtmlReportData, RepresentativeStepIsTheSecondToLast) {
   EXPECT_EQ(report_representative_step(four_gpus()), 2);
   EXPECT_EQ(report_representative_step({}), -1);
-  EXPECT_EQ(report_representative_step({sample(0, 1, "batch", {HtmlBytes{}})}), 1);
+  EXPECT_EQ(report_representative_step({sample(0, 1, "batch", {CategoryBytes{}})}), 1);
   // Step 0 (setup, before the first step) is not a training step.
   EXPECT_EQ(report_representative_step(
-                {sample(0, 0, "model", {HtmlBytes{}}), sample(1, 1, "batch", {HtmlBytes{}})}),
+                {sample(0, 0, "model", {CategoryBytes{}}), sample(1, 1, "batch", {CategoryBytes{}})}),
             1);
 }
 
@@ -109,7 +107,7 @@ TEST(HtmlReportData, DetailStaysWithinItsBudget) {
   for (int64_t step = 1; step <= 500; ++step)
     for (int p = 0; p < 4; ++p)
       samples.push_back(
-          sample(static_cast<double>(step) + 0.1 * p, step, "phase", {HtmlBytes{step, p, 0, 0, 0, 0}}));
+          sample(static_cast<double>(step) + 0.1 * p, step, "phase", {CategoryBytes{step, p, 0, 0, 0, 0}}));
   ReportLimits limits;
   limits.detail_budget_bytes = 20000;
   limits.max_strip_columns = 100;
