@@ -3,6 +3,7 @@
 #   (a) meshsim ddp / meshsim single, same global batch (256) and steps (100), 8 GPUs
 #   (b) meshsim ddp / PyTorch's own DDP (Gloo, 8 processes), same model, batch and steps
 #   (c) in-process all-reduce of 64 MiB x 8 ranks / memcpy of 8 x 64 MiB
+#   (d), (e) c10d processes / virtual GPUs, and overlap's saving (bench/processes.sh)
 # Times are training-loop seconds (summary.json's train_seconds; the same span in the
 # PyTorch script): no process start, data loading or evaluation. Run on a quiet machine.
 set -euo pipefail
@@ -40,6 +41,7 @@ else:
     print("(b) skipped: /usr/bin/python3 has no torch.distributed (install python3-torch)")
 PY
 "$build/bench_allreduce" 10
+bash "$(dirname "$0")/processes.sh" "$build"
 # Real-size planning, and the CUDA benchmarks (which say why they skip without a card).
 bash "$(dirname "$0")/plan.sh" "$build"
 bash "$(dirname "$0")/cuda.sh" "$build"

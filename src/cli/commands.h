@@ -7,8 +7,9 @@
 #include <filesystem>
 #include <vector>
 
+#include "comm/recorder.h"
 #include "cost/hardware.h"
-#include "mesh/recorder.h"
+#include "memory/timeline.h"
 #include "train/config.h"
 
 namespace meshsim {
@@ -101,6 +102,20 @@ struct ValidateArgs {
 };
 void add_validate_flags(CLI::App& app, ValidateArgs& args);
 int run_validate(const ValidateArgs& args);
+
+/// `meshsim launch --nproc-per-node N [...] -- train ...` (launch_command.cpp): this node's
+/// processes of a run with --backend c10d.
+struct LaunchArgs {
+  int nproc_per_node = 1;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  double grace_s = 30;                // after the first failure, before the others are killed
+  std::vector<std::string> command;  // meshsim's own arguments, e.g. train --backend c10d ...
+};
+void add_launch_flags(CLI::App& app, LaunchArgs& args);
+int run_launch(const LaunchArgs& args);
 
 /// `meshsim export RUN_DIR --state-dict FILE` (export_command.cpp): the run's latest
 /// checkpoint as a PyTorch state_dict.

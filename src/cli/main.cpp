@@ -1,7 +1,8 @@
 // meshsim's command line: `meshsim train` runs a simulation and writes its run folder;
 // `meshsim plan` answers the same question for a target cluster without running it;
 // `meshsim info` says what this build can do; `meshsim models` lists the model presets;
-// `meshsim export` writes a run's trained model as a PyTorch state_dict.
+// `meshsim export` writes a run's trained model as a PyTorch state_dict; `meshsim launch`
+// starts the processes of a run with --backend c10d.
 //
 // Exit codes: 0 ok, 2 usage or configuration, 3 data, 4 a virtual GPU ran out of memory,
 // 5 a collective timed out or a rank failed, 1 anything else.
@@ -53,6 +54,11 @@ int main(int argc, char** argv) {
   auto* export_ = app.add_subcommand(
       "export", "write a run's trained model as a PyTorch state_dict (--state-dict FILE)");
   meshsim::add_export_flags(*export_, export_args);
+  meshsim::LaunchArgs launch_args;
+  auto* launch = app.add_subcommand(
+      "launch", "start this node's processes of a run with --backend c10d: launch "
+                "--nproc-per-node N -- train --backend c10d ...");
+  meshsim::add_launch_flags(*launch, launch_args);
   meshsim::ValidateArgs validate_args;
   auto* validate = app.add_subcommand(
       "validate", "hold the cost model against every published measurement it knows");
@@ -86,5 +92,6 @@ int main(int argc, char** argv) {
   if (bench_comm->parsed()) return meshsim::run_bench_comm(bench_args);
   if (validate->parsed()) return meshsim::run_validate(validate_args);
   if (export_->parsed()) return meshsim::run_export(export_args);
+  if (launch->parsed()) return meshsim::run_launch(launch_args);
   return meshsim::run_train(config);
 }

@@ -2,8 +2,8 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "device/nvml.h"
 #include "memory/category.h"
-#include "mesh/nvml.h"
 
 namespace meshsim {
 

@@ -15,13 +15,13 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "comm/c10d_backend.h"
 #include "comm/communicator.h"
 #include "data/dataset.h"
 #include "data/text.h"
 #include "memory/allocator.h"
 #include "memory/virtual_gpu.h"
 #include "mesh/device_mesh.h"
-#include "mesh/memory_snapshot.h"
 #include "mesh/parallel_dims.h"
 #include "mesh/rank_runner.h"
 #include "models/models.h"
@@ -29,8 +29,11 @@
 #include "models/resnet.h"
 #include "report/atomic_file.h"
 #include "report/html_report.h"
+#include "report/memory_snapshot.h"
 #include "report/run_folder.h"
+#include "launch/process_env.h"
 #include "train/checkpoint.h"
+#include "train/run_parts.h"
 #include "train/trainer.h"
 
 namespace meshsim {
@@ -134,16 +137,62 @@ nlohmann::json collectives_json(const std::vector<Recorder>& recorders) {
   return out;
 }
 
-void write_outputs(RunFolder& run, DeviceMesh& mesh, const TrainConfig& config,
-                   nlohmann::json summary, const TrainResult* result) {
-  MemoryPictureInput picture;
-  nlohmann::json gpus = nlohmann::json::array();
+// What the run folder says of every GPU: from this process's mesh, or merged from the parts
+// that a run made of processes wrote (train/run_parts.h).
+struct GpuFigures {
+  std::vector<int64_t> capacities;
+  std::vector<CategoryBytes> peaks;
+  nlohmann::json gpus = nlohmann::json::array();  // summary.json's entries
+  std::vector<MemorySample> samples;
+  const std::vector<Recorder>* recorders = nullptr;
+};
+
+GpuFigures figures_of(DeviceMesh& mesh, const TrainResult* result) {
+  GpuFigures f;
   for (int r = 0; r < mesh.world_size(); ++r) {
-    picture.capacities.push_back(mesh.gpu(r).capacity());
-    picture.peaks.push_back(mesh.gpu(r).stats().peak_by_category); // as summary.json's
-    gpus.push_back(gpu_json(mesh.gpu(r), result));
+    f.capacities.push_back(mesh.gpu(r).capacity());
+    f.peaks.push_back(mesh.gpu(r).stats().peak_by_category); // as summary.json's
+    f.gpus.push_back(gpu_json(mesh.gpu(r), result));
   }
-  summary["gpus"] = gpus;
+  f.samples = mesh.timeline().samples();
+  f.recorders = result ? &result->recorders : nullptr;
+  return f;
+}
+
+// This process's rank's part of a run made of processes.
+RunPart part_of(DeviceMesh& mesh, int rank, const TrainResult* result) {
+  RunPart p;
+  p.rank = rank;
+  const double unix_now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  p.clock_start_unix_s = unix_now - mesh.clock().now();
+  p.gpu = gpu_json(mesh.gpu(rank), result);
+  p.capacity = mesh.gpu(rank).capacity();
+  p.peak_by_category = mesh.gpu(rank).stats().peak_by_category;
+  if (result && rank < static_cast<int>(result->recorders.size()))
+    p.recorder = result->recorders[rank];
+  p.samples = mesh.timeline().samples();
+  return p;
+}
+
+GpuFigures figures_of(const std::vector<RunPart>& parts, const MergedRun& merged) {
+  GpuFigures f;
+  for (const RunPart& p : parts) {
+    f.capacities.push_back(p.capacity);
+    f.peaks.push_back(p.peak_by_category);
+    f.gpus.push_back(p.gpu);
+  }
+  f.samples = merged.samples;
+  f.recorders = &merged.recorders;
+  return f;
+}
+
+void write_outputs(RunFolder& run, DeviceMesh& mesh, const TrainConfig& config,
+                   nlohmann::json summary, const GpuFigures& figures) {
+  MemoryPictureInput picture;
+  picture.capacities = figures.capacities;
+  picture.peaks = figures.peaks;
+  summary["gpus"] = figures.gpus;
   std::string plot_error;
   const std::string layout =
       uses_mesh_layout(config) ? fmt::format(" (dp={} x tp={} x pp={}, zero {})",
@@ -152,7 +201,7 @@ void write_outputs(RunFolder& run, DeviceMesh& mesh, const TrainConfig& config,
                                : "";
   picture.title = fmt::format("meshsim: {} {} on {} virtual GPUs{}", config.model,
                               config.strategy, config.gpus, layout);
-  picture.samples = mesh.timeline().samples();
+  picture.samples = figures.samples;
   // A run that failed before its first memory sample has nothing to plot: no warning then.
   const bool drawn = run.write_memory(picture, &plot_error);
   if (!drawn && !picture.samples.empty())
@@ -175,7 +224,7 @@ void write_outputs(RunFolder& run, DeviceMesh& mesh, const TrainConfig& config,
   report.metrics = read_metrics_lines(run.dir() / "metrics.jsonl");
   report.samples = &picture.samples;
   report.capacities = picture.capacities;
-  report.recorders = result ? &result->recorders : nullptr;
+  report.recorders = figures.recorders;
   std::string report_error;
   if (!write_html_report(run.dir() / "report.html", report, &report_error))
     fmt::print(stderr, "meshsim: warning: report.html not written: {}\n", report_error);
@@ -260,9 +309,59 @@ int run_train(TrainConfig config) {
     return kExitUsage;
   }
 
+  // --backend c10d: this process is one rank of a run made of processes.
+  std::optional<ProcessPlace> place;
+  if (config.backend == "c10d") {
+    try {
+      place = place_from_environment();
+    } catch (const std::invalid_argument& e) {
+      fmt::print(stderr, "meshsim: {}\n", e.what());
+      return kExitUsage;
+    }
+    if (!place) {
+      fmt::print(stderr, "meshsim: --backend c10d runs one rank per process and finds no RANK "
+                         "and WORLD_SIZE: start it with `meshsim launch --nproc-per-node N -- "
+                         "train ...`, torchrun, mpirun or srun\n");
+      return kExitUsage;
+    }
+  }
+  const bool leader = !place || place->rank == 0;  // writes the run folder's shared files
+  auto say = [&](const std::string& line) {
+    fmt::print(stderr, "meshsim: {}{}\n", place ? fmt::format("rank {}: ", place->rank) : "",
+               line);
+  };
+
   install_accounting_allocator();
-  std::unique_ptr<RunFolder> run;
+  MeshOptions mesh_options;
+  mesh_options.world_size = config.gpus;
+  mesh_options.capacity_bytes = config.gpu_mem_bytes;
+  mesh_options.device = config.device;
+  mesh_options.history_steps = config.memory_snapshot ? kSnapshotSteps : 0;
+  mesh_options.comm_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(config.comm_timeout_s * 1000));
+  if (place) {
+    mesh_options.backend = "c10d";
+    mesh_options.c10d.rank = place->rank;
+    mesh_options.c10d.world_size = place->world_size;
+    mesh_options.c10d.master_addr = place->master_addr;
+    mesh_options.c10d.master_port = place->master_port;
+    mesh_options.processes_per_host = place->local_world_size;
+  }
+  std::unique_ptr<DeviceMesh> mesh_owner;
   try {
+    mesh_owner = std::make_unique<DeviceMesh>(mesh_options);  // c10d: the rendezvous
+  } catch (const RendezvousError& e) {
+    say(one_line(e));
+    return kExitUsage;
+  } catch (const std::invalid_argument& e) {
+    say(one_line(e));
+    return kExitUsage;
+  }
+  DeviceMesh& mesh = *mesh_owner;
+
+  std::unique_ptr<RunFolder> run;
+  std::string folder_error;
+  if (leader) try {
     // A folder that holds something is another run's: never mix two runs' files. Resuming
     // into the folder it resumes keeps its metrics and checkpoints up to the checkpoint.
     if (!config.out.empty() && is_nonempty_dir(config.out)) {
@@ -281,21 +380,34 @@ int run_train(TrainConfig config) {
     }
     run = std::make_unique<RunFolder>(config.out);
   } catch (const std::exception& e) {
-    fmt::print(stderr, "meshsim: {}\n", one_line(e));
+    folder_error = one_line(e);
+  }
+  if (place) {
+    // The other processes write their checkpoint parts and run parts into rank 0's folder.
+    try {
+      const std::string shared = mesh.c10d_world()->share(
+          "run-folder", run ? run->dir().string() : "!" + folder_error);
+      if (!leader && shared.rfind('!', 0) == 0)
+        return kExitUsage;  // rank 0 says why
+      if (!leader)
+        run = std::make_unique<RunFolder>(shared, /*logs=*/false);
+    } catch (const CollectiveTimeout& e) {
+      say(one_line(e));
+      return kExitRankFailure;
+    } catch (const std::exception& e) {
+      say(one_line(e));
+      return kExitUsage;
+    }
+  }
+  if (!folder_error.empty()) {
+    say(folder_error);
     return kExitUsage;
   }
-  nlohmann::json config_json = to_json(config);
-  config_json["out"] = run->dir().string();
-  run->write_json("config.json", config_json);
-
-  MeshOptions mesh_options;
-  mesh_options.world_size = config.gpus;
-  mesh_options.capacity_bytes = config.gpu_mem_bytes;
-  mesh_options.device = config.device;
-  mesh_options.history_steps = config.memory_snapshot ? kSnapshotSteps : 0;
-  mesh_options.comm_timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(config.comm_timeout_s * 1000));
-  DeviceMesh mesh(mesh_options);
+  if (leader) {
+    nlohmann::json config_json = to_json(config);
+    config_json["out"] = run->dir().string();
+    run->write_json("config.json", config_json);
+  }
 
   const ParallelDims dims = ParallelDims::make(config.gpus, config.tp, config.pp);
   ModelOptions model_options;
@@ -313,11 +425,15 @@ int run_train(TrainConfig config) {
                             : "",
                         config.micro_batches, config.recompute)
           : "";
+  if (leader)
   fmt::print(stderr,
-             "meshsim: {} on {} virtual GPUs{} ({} each, {} device, {} threads per rank), model {} "
+             "meshsim: {} on {} {}{} ({} each, {} device, {} threads per rank), model {} "
              "({} parameters), data {} ({} train / {} test), run folder {}\n",
-             config.strategy, config.gpus, layout, format_bytes(mesh.gpu(0).capacity()),
-             config.device, threads_per_rank(config.gpus),
+             config.strategy, config.gpus,
+             place ? "processes (--backend c10d, Gloo)" : "virtual GPUs", layout,
+             format_bytes(mesh.gpu(0).capacity()), config.device,
+             threads_per_rank(config.gpus * mesh.processes_per_host() /
+                              static_cast<int>(mesh.local_ranks().size())),
              config.preset.empty() ? config.model
                                    : config.model + " (preset " + config.preset + ")",
              parameters, config.data, data.train.size(), data.test.size(), run->dir().string());
@@ -334,7 +450,8 @@ int run_train(TrainConfig config) {
                             {"parameters", parameters},
                             {"device", config.device},
                             {"batch_size", config.batch_size},
-                            {"global_batch_size", config.batch_size * dims.dp}};
+                            {"global_batch_size", config.batch_size * dims.dp},
+                            {"backend", config.backend}};
   const auto wall_start = std::chrono::steady_clock::now();
   auto wall = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
@@ -362,7 +479,9 @@ int run_train(TrainConfig config) {
     } else {
       if (result.stopped == StopReason::Signal) summary.erase("test_accuracy");
       if (result.stopped == StopReason::Signal) summary.erase("test_samples");
-      write_run_reports(run->dir(), config, result.recorders, mesh.timeline().samples(), summary);
+      if (!place)  // a run of processes writes them from every process's part, below
+        write_run_reports(run->dir(), config, result.recorders, mesh.timeline().samples(),
+                          summary);
     }
   } catch (const OutOfMemory& e) {
     code = kExitOutOfMemory, error = one_line(e);
@@ -380,6 +499,37 @@ int run_train(TrainConfig config) {
     code = kExitFailure, error = one_line(e);
   }
   summary["wall_seconds"] = wall();
+  GpuFigures figures = figures_of(mesh, trained ? &result : nullptr);
+  std::vector<RunPart> parts;
+  MergedRun merged;
+  if (place) {
+    // Every process writes its rank's part; once all have (a run that went well), rank 0
+    // merges them into the files a simulated run writes.
+    try {
+      write_run_part(run->dir(), part_of(mesh, place->rank, trained ? &result : nullptr));
+      if (code == kExitOk)
+        mesh.c10d_world()->store_barrier("parts");
+    } catch (const CollectiveTimeout& e) {
+      code = kExitRankFailure, error = one_line(e);
+    } catch (const std::exception& e) {
+      code = kExitFailure, error = one_line(e);
+    }
+    if (!leader) {
+      if (code != kExitOk)
+        say(error);
+      return code;
+    }
+    if (code == kExitOk) {
+      try {
+        parts = read_run_parts(run->dir(), config.gpus);
+        merged = merge_run_parts(parts);
+        write_run_reports(run->dir(), config, merged.recorders, merged.samples, summary);
+        figures = figures_of(parts, merged);
+      } catch (const std::exception& e) {
+        code = kExitFailure, error = one_line(e);
+      }
+    }
+  }
   // A write that failed (a full disk) or a stop mid-checkpoint leaves a temporary folder.
   try {
     tidy_checkpoints(run->dir());
@@ -401,13 +551,15 @@ int run_train(TrainConfig config) {
     ending = error;
   }
   try {
-    write_outputs(*run, mesh, config, summary, trained ? &result : nullptr);
+    write_outputs(*run, mesh, config, summary, figures);
   } catch (const std::exception& e) {
     fmt::print(stderr, "meshsim: could not write the run folder: {}\n", one_line(e));
     if (code == kExitOk) code = kExitFailure;
   }
-  if (!ending.empty())
-    fmt::print(stderr, "\nmeshsim: {}\n", ending);
+  if (!ending.empty()) {
+    fmt::print(stderr, "\n");
+    say(ending);
+  }
   if (code == kExitOk)
     fmt::print(stderr, "meshsim: done: {} steps, final loss {:.4f}, test accuracy {:.2f}%, {:.1f} s; wrote {}\n",
                summary["steps"].get<int64_t>(), summary["final_loss"].get<double>(),

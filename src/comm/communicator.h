@@ -3,6 +3,11 @@
 // One Communicator per rank. Every call is recorded (op, group, bytes, time). Collectives on a
 // group must be called by every member in the same order; a member that never arrives is
 // reported by a CollectiveTimeout naming the op, its sequence number and the missing ranks.
+//
+// The *_async calls start a collective and return its Work at once, as c10d's do: the
+// tensors belong to the backend until Work::wait() returns, and the caller computes
+// meanwhile (DDP's buckets, parallel/buckets.h). A backend runs a rank's collectives in the
+// order they were called, blocking or not.
 #pragma once
 
 #include <stdexcept>
@@ -11,7 +16,7 @@
 
 #include <torch/torch.h>
 
-#include "mesh/recorder.h"
+#include "comm/recorder.h"
 
 namespace meshsim {
 
@@ -25,6 +30,10 @@ struct Group {
   std::string key() const;       // "0,1,2,3"
   static Group world(int n);
 };
+
+/// all_gather's output for `input` over `members` ranks, [members, *input.sizes()], charged
+/// to the caller's GPU as communication: what every backend allocates.
+torch::Tensor all_gather_output(const torch::Tensor& input, int members);
 
 /// A collective did not complete in time: some ranks never arrived.
 class CollectiveTimeout : public std::runtime_error {
@@ -43,6 +52,22 @@ public:
 class CollectiveMismatch : public std::runtime_error {
 public:
   using std::runtime_error::runtime_error;
+};
+
+/// A collective in flight. wait() returns once its tensors are the caller's again, and
+/// rethrows its failure (CollectiveTimeout, RankAborted, CollectiveMismatch). Destroying a
+/// Work that was never waited on waits for it, and drops its failure.
+class Work {
+public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;
+};
+
+/// A Work already complete: what a backend that runs every collective on the calling
+/// thread returns.
+class CompletedWork final : public Work {
+public:
+  void wait() override {}
 };
 
 class Communicator {
@@ -67,6 +92,21 @@ public:
   /// Blocks until the matching send arrives; returns a tensor on the caller's GPU.
   virtual torch::Tensor recv(int src, int tag = 0) = 0;
   virtual void barrier(const Group& group) = 0;
+
+  /// Starts an in-place all-reduce of `tensor` (contiguous). The default runs it now.
+  virtual std::unique_ptr<Work> all_reduce_async(torch::Tensor tensor, ReduceOp op,
+                                                 const Group& group) {
+    all_reduce(tensor, op, group);
+    return std::make_unique<CompletedWork>();
+  }
+  /// Starts reduce_scatter of `input` into `output` (this member's chunk, contiguous). The
+  /// default runs it now.
+  virtual std::unique_ptr<Work> reduce_scatter_async(const torch::Tensor& input,
+                                                     torch::Tensor output, ReduceOp op,
+                                                     const Group& group) {
+    output.copy_(reduce_scatter(input, op, group));
+    return std::make_unique<CompletedWork>();
+  }
 
   /// The calls made so far by this rank.
   virtual const std::vector<CollectiveRecord>& records() const = 0;

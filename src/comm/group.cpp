@@ -1,8 +1,9 @@
-// Group: an ordered set of global ranks.
+// Group, an ordered set of global ranks, and the buffers every backend allocates alike.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "comm/communicator.h"
+#include "memory/allocator.h"
 
 namespace meshsim {
 
@@ -18,6 +19,14 @@ Group Group::world(int n) {
   Group g;
   for (int r = 0; r < n; ++r) g.ranks.push_back(r);
   return g;
+}
+
+torch::Tensor all_gather_output(const torch::Tensor& input, int members) {
+  std::vector<int64_t> sizes{members};
+  for (auto d : input.sizes())
+    sizes.push_back(d);
+  CategoryScope scope(MemoryCategory::Communication);
+  return torch::empty(sizes, input.options());
 }
 
 } // namespace meshsim

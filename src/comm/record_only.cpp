@@ -28,6 +28,40 @@ void RecordOnlyCommunicator::record(const char* op, const Group& group, const to
   records_.push_back(std::move(rec));
 }
 
+// Nothing moves, so waiting only marks where the rank waited.
+class RecordOnlyCommunicator::RecordedWork final : public Work {
+public:
+  RecordedWork(RecordOnlyCommunicator& comm, size_t record) : comm_(comm), record_(record) {}
+  void wait() override {
+    CollectiveRecord& rec = comm_.records_[record_];
+    if (rec.waited_s >= 0)
+      return;
+    rec.waited_s = comm_.clock_.now();
+    rec.start_charges = rec.end_charges = thread_charge_count();
+  }
+
+private:
+  RecordOnlyCommunicator& comm_;
+  size_t record_;
+};
+
+std::unique_ptr<Work> RecordOnlyCommunicator::all_reduce_async(torch::Tensor tensor, ReduceOp,
+                                                               const Group& group) {
+  record("all_reduce", group, tensor);
+  return std::make_unique<RecordedWork>(*this, records_.size() - 1);
+}
+
+std::unique_ptr<Work> RecordOnlyCommunicator::reduce_scatter_async(const torch::Tensor& input,
+                                                                   torch::Tensor output, ReduceOp,
+                                                                   const Group& group) {
+  if (input.numel() % group.size() != 0 || output.numel() * group.size() != input.numel())
+    throw std::invalid_argument(
+        fmt::format("reduce_scatter: an output of {} elements for {} over {} ranks",
+                    output.numel(), input.numel(), group.size()));
+  record("reduce_scatter", group, input);
+  return std::make_unique<RecordedWork>(*this, records_.size() - 1);
+}
+
 void RecordOnlyCommunicator::take_p2p_record() {
   records_.push_back(p2p_->records().back());
 }
@@ -52,16 +86,9 @@ void RecordOnlyCommunicator::reduce(torch::Tensor& tensor, int root, ReduceOp, c
 
 torch::Tensor RecordOnlyCommunicator::all_gather(const torch::Tensor& input, const Group& group) {
   torch::Tensor in = input.contiguous();
-  std::vector<int64_t> sizes{group.size()};
-  for (auto d : in.sizes())
-    sizes.push_back(d);
-  torch::Tensor out;
-  {
-    CategoryScope scope(MemoryCategory::Communication);
-    out = torch::empty(sizes, in.options());
-  }
+  torch::Tensor out = all_gather_output(in, group.size());
   if (!in.is_meta())
-    out.copy_(in.unsqueeze(0).expand(sizes));
+    out.copy_(in.unsqueeze(0).expand(out.sizes()));
   record("all_gather", group, in);
   return out;
 }

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "mesh/recorder.h"
+#include "comm/recorder.h"
 
 namespace meshsim {
 
@@ -38,11 +38,17 @@ public:
   /// This member's chunk of the input, uninitialized (meta tensors have no values anyway).
   torch::Tensor reduce_scatter(const torch::Tensor& input, ReduceOp op,
                                const Group& group) override;
+  /// Recorded now; the rank's wait on it is recorded as CollectiveRecord::waited_s.
+  std::unique_ptr<Work> all_reduce_async(torch::Tensor tensor, ReduceOp op,
+                                         const Group& group) override;
+  std::unique_ptr<Work> reduce_scatter_async(const torch::Tensor& input, torch::Tensor output,
+                                             ReduceOp op, const Group& group) override;
   void send(const torch::Tensor& tensor, int dst, int tag = 0) override;
   torch::Tensor recv(int src, int tag = 0) override;
   void barrier(const Group& group) override;
 
 private:
+  class RecordedWork;
   void record(const char* op, const Group& group, const torch::Tensor& tensor);
   void take_p2p_record();
 

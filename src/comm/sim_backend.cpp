@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "comm/comm_thread.h"
 #include "comm/kernels.h"
 #include "memory/allocator.h"
 #include "memory/virtual_gpu.h"
@@ -28,7 +29,7 @@ struct SimWorld::Slot {
   int arrived = 0;
   int departed = 0;
   // On a CUDA card: each member's buffers are ready after its `ready` event, and its work
-  // on the others' buffers is done after its `done` event (mesh/physical_device.h).
+  // on the others' buffers is done after its `done` event (device/physical_device.h).
   bool on_card = false;
   std::vector<DeviceEvent> ready, done;
 };
@@ -111,6 +112,27 @@ void copy_to_all(const SimWorld::Slot& s, void* src, const std::vector<void*>& o
 
 } // namespace
 
+class SimCommunicator;
+
+// A collective or message of SimCommunicator in flight (communicator.h's Work).
+class SimWork final : public Work {
+public:
+  SimWork(SimCommunicator& comm, std::shared_ptr<CommOp> op, size_t record, bool async,
+          bool ran_inline, std::function<void()> finish)
+      : comm_(comm), op_(std::move(op)), record_(record), async_(async), inline_(ran_inline),
+        finish_(std::move(finish)) {}
+  void wait() override;
+
+private:
+  SimCommunicator& comm_;
+  std::shared_ptr<CommOp> op_;
+  size_t record_;  // in comm_'s records
+  bool async_;
+  bool inline_;  // ran on the rank's thread (a CUDA card): done already
+  std::function<void()> finish_;  // on the rank's thread once the data has moved
+  bool waited_ = false;
+};
+
 class SimCommunicator final : public Communicator {
 public:
   SimCommunicator(SimWorld& world, int rank) : world_(world), rank_(rank) {}
@@ -121,85 +143,79 @@ public:
 
   void all_reduce(torch::Tensor& tensor, ReduceOp op, const Group& group) override {
     torch::Tensor buf = contiguous(tensor);
-    collective("all_reduce", group, buf, buf.data_ptr(), buf.data_ptr(), -1,
-               [&](SimWorld::Slot& s, int index) {
-                 auto [lo, hi] = slice_of(s.numel, group.size(), index);
-                 combine(s, s.in, s.out, lo, hi, op, group.size());
-               });
+    all_reduce_async(buf, op, group, false)->wait();
     if (!buf.is_same(tensor))
       tensor.copy_(buf);
+  }
+
+  std::unique_ptr<Work> all_reduce_async(torch::Tensor tensor, ReduceOp op,
+                                         const Group& group) override {
+    check_contiguous(tensor, "all_reduce_async");
+    return all_reduce_async(tensor, op, group, true);
   }
 
   void broadcast(torch::Tensor& tensor, int root, const Group& group) override {
     const int root_index = checked_member(group, root, "broadcast root");
     torch::Tensor buf = contiguous(tensor);
-    collective("broadcast", group, buf, buf.data_ptr(), buf.data_ptr(), root,
-               [&](SimWorld::Slot& s, int index) {
-                 auto [lo, hi] = slice_of(s.numel, group.size(), index);
+    const int n = group.size();
+    collective("broadcast", group, buf, buf.data_ptr(), buf.data_ptr(), root, {buf}, false,
+               [n, root_index](SimWorld::Slot& s, int index) {
+                 auto [lo, hi] = slice_of(s.numel, n, index);
                  std::vector<void*> others;
-                 for (int j = 0; j < group.size(); ++j)
+                 for (int j = 0; j < n; ++j)
                    if (j != root_index)
                      others.push_back(s.out[j]);
                  copy_to_all(s, s.in[root_index], others, lo, hi);
-               });
+               })
+        ->wait();
     if (!buf.is_same(tensor))
       tensor.copy_(buf);
   }
 
   torch::Tensor all_gather(const torch::Tensor& input, const Group& group) override {
     torch::Tensor in = input.contiguous();
-    std::vector<int64_t> sizes{group.size()};
-    for (auto d : in.sizes())
-      sizes.push_back(d);
-    torch::Tensor out;
-    {
-      CategoryScope scope(MemoryCategory::Communication);
-      out = torch::empty(sizes, in.options());
-    }
-    collective("all_gather", group, in, in.data_ptr(), out.data_ptr(), -1,
-               [&](SimWorld::Slot& s, int index) {
+    torch::Tensor out = all_gather_output(in, group.size());
+    const int n = group.size();
+    collective("all_gather", group, in, in.data_ptr(), out.data_ptr(), -1, {in, out}, false,
+               [n](SimWorld::Slot& s, int index) {
                  const int64_t bytes = s.numel * c10::elementSize(s.dtype);
                  std::vector<void*> outs;
-                 for (int j = 0; j < group.size(); ++j)
+                 for (int j = 0; j < n; ++j)
                    outs.push_back(at_offset(s.out[j], index * bytes));
                  copy_to_all(s, s.in[index], outs, 0, s.numel);
-               });
+               })
+        ->wait();
     return out;
   }
 
   torch::Tensor reduce_scatter(const torch::Tensor& input, ReduceOp op,
                                const Group& group) override {
-    torch::Tensor in = input.contiguous();
-    if (in.numel() % group.size() != 0)
-      throw std::invalid_argument(
-          fmt::format("reduce_scatter: {} elements do not split evenly over {} ranks", in.numel(),
-                      group.size()));
     torch::Tensor out;
     {
       CategoryScope scope(MemoryCategory::Communication);
-      out = torch::empty({in.numel() / group.size()}, in.options());
+      out = torch::empty({input.numel() / std::max(1, group.size())}, input.options());
     }
-    collective("reduce_scatter", group, in, in.data_ptr(), out.data_ptr(), -1,
-               [&](SimWorld::Slot& s, int index) {
-                 const int64_t chunk = s.numel / group.size();
-                 const int64_t item = c10::elementSize(s.dtype);
-                 // Member `index` reduces chunk `index` of every input into its own output.
-                 std::vector<void*> in_ptrs(group.size());
-                 for (int j = 0; j < group.size(); ++j)
-                   in_ptrs[j] = at_offset(s.in[j], index * chunk * item);
-                 combine(s, in_ptrs, {s.out[index]}, 0, chunk, op, group.size());
-               });
+    reduce_scatter_async(input.contiguous(), out, op, group, false)->wait();
     return out;
+  }
+
+  std::unique_ptr<Work> reduce_scatter_async(const torch::Tensor& input, torch::Tensor output,
+                                             ReduceOp op, const Group& group) override {
+    check_contiguous(input, "reduce_scatter_async");
+    check_contiguous(output, "reduce_scatter_async");
+    return reduce_scatter_async(input, output, op, group, true);
   }
 
   void reduce(torch::Tensor& tensor, int root, ReduceOp op, const Group& group) override {
     const int root_index = checked_member(group, root, "reduce root");
     torch::Tensor buf = contiguous(tensor);
-    collective("reduce", group, buf, buf.data_ptr(), buf.data_ptr(), root,
-               [&](SimWorld::Slot& s, int index) {
-                 auto [lo, hi] = slice_of(s.numel, group.size(), index);
-                 combine(s, s.in, {s.out[root_index]}, lo, hi, op, group.size());
-               });
+    const int n = group.size();
+    collective("reduce", group, buf, buf.data_ptr(), buf.data_ptr(), root, {buf}, false,
+               [n, root_index, op](SimWorld::Slot& s, int index) {
+                 auto [lo, hi] = slice_of(s.numel, n, index);
+                 combine(s, s.in, {s.out[root_index]}, lo, hi, op, n);
+               })
+        ->wait();
     if (rank_ == root && !buf.is_same(tensor))
       tensor.copy_(buf);
   }
@@ -220,14 +236,22 @@ public:
       ready = std::make_shared<DeviceEvent>();
       ready->record();
     }
-    {
-      std::lock_guard<std::mutex> lock(world_.mutex_);
-      if (!world_.abort_reason_.empty())
-        throw RankAborted(world_.abort_reason_);
-      world_.mailboxes_[{rank_, dst, tag}].push_back({std::move(message), std::move(ready)});
-    }
-    world_.cv_.notify_all();
-    finish_record(rec);
+    SimWorld* world = &world_;
+    const int from = rank_;
+    auto op = std::make_shared<CommOp>();
+    // The mailbox holds the message from here on, so the operation keeps nothing itself.
+    auto boxed = std::make_shared<SimWorld::Message>(SimWorld::Message{message, ready});
+    message = torch::Tensor();
+    op->run = [world, from, dst, tag, boxed] {
+      {
+        std::lock_guard<std::mutex> lock(world->mutex_);
+        if (!world->abort_reason_.empty())
+          throw RankAborted(world->abort_reason_);
+        world->mailboxes_[{from, dst, tag}].push_back(std::move(*boxed));
+      }
+      world->cv_.notify_all();
+    };
+    submit(std::move(rec), std::move(op), false, nullptr)->wait();
   }
 
   torch::Tensor recv(int src, int tag) override {
@@ -235,47 +259,96 @@ public:
     CollectiveRecord rec = start_record("recv", {src, rank_}, torch::Tensor());
     rec.peer = src;
     rec.seq = p2p_seq_[{src, -1 - tag}]++;
-    SimWorld::Message message;
-    {
-      std::unique_lock<std::mutex> lock(world_.mutex_);
-      auto& box = world_.mailboxes_[{src, rank_, tag}];
-      world_.waits_[rank_] = SimWorld::Wait{nullptr, {}, src};
-      const bool ready = world_.cv_.wait_for(
-          lock, world_.timeout_, [&] { return !box.empty() || !world_.abort_reason_.empty(); });
+    const int64_t seq = rec.seq;
+    auto message = std::make_shared<SimWorld::Message>();
+    SimWorld* world = &world_;
+    const int to = rank_;
+    auto op = std::make_shared<CommOp>();
+    op->run = [world, to, src, tag, seq, message] {
+      std::unique_lock<std::mutex> lock(world->mutex_);
+      auto& box = world->mailboxes_[{src, to, tag}];
+      world->waits_[to] = SimWorld::Wait{nullptr, {}, src};
+      const bool ready = world->cv_.wait_for(
+          lock, world->timeout_, [&] { return !box.empty() || !world->abort_reason_.empty(); });
       // A rank that times out keeps its wait on record: others' chains go through it.
       if (ready)
-        world_.waits_[rank_] = SimWorld::Wait{};
-      if (!world_.abort_reason_.empty())
-        throw RankAborted(world_.abort_reason_);
+        world->waits_[to] = SimWorld::Wait{};
+      if (!world->abort_reason_.empty())
+        throw RankAborted(world->abort_reason_);
       if (!ready)
         throw CollectiveTimeout(fmt::format("recv #{} on rank {} from rank {} (tag {}) timed out "
                                             "after {:.1f} s: rank {} never sent{}",
-                                            rec.seq, rank_, src, tag,
-                                            world_.timeout_.count() / 1000.0, src,
-                                            world_.wait_chain({src})));
-      message = std::move(box.front());
+                                            seq, to, src, tag, world->timeout_.count() / 1000.0,
+                                            src, world->wait_chain({src})));
+      *message = std::move(box.front());
       box.pop_front();
-    }
-    if (message.ready)
-      message.ready->block_current_stream();
-    torch::Tensor out = torch::empty_like(message.tensor); // charged to this rank's GPU
-    out.copy_(message.tensor);
-    // Frees the sender's copy; on a card, only once this stream's copy out of it has run.
-    hold_for_current_stream(message.tensor);
-    message = SimWorld::Message();
-    rec.bytes = out.numel() * out.element_size();
-    finish_record(rec);
+    };
+    torch::Tensor out;
+    const size_t index = records_.size();
+    submit(std::move(rec), std::move(op), false, [&, message, index] {
+      // The copy is made on the rank's own thread, so it is charged to this rank's GPU.
+      if (message->ready)
+        message->ready->block_current_stream();
+      out = torch::empty_like(message->tensor);
+      out.copy_(message->tensor);
+      // Frees the sender's copy; on a card, only once this stream's copy out of it has run.
+      hold_for_current_stream(message->tensor);
+      *message = SimWorld::Message();
+      records_[index].bytes = out.numel() * out.element_size();
+    })->wait();
     return out;
   }
 
   void barrier(const Group& group) override {
     torch::Tensor none;
-    collective("barrier", group, none, nullptr, nullptr, -1, [](SimWorld::Slot&, int) {});
+    collective("barrier", group, none, nullptr, nullptr, -1, {}, false,
+               [](SimWorld::Slot&, int) {})
+        ->wait();
   }
 
 private:
+  friend class SimWork;
+
+  std::unique_ptr<Work> all_reduce_async(const torch::Tensor& buf, ReduceOp op,
+                                         const Group& group, bool async) {
+    const int n = group.size();
+    return collective("all_reduce", group, buf, buf.data_ptr(), buf.data_ptr(), -1, {buf}, async,
+                      [n, op](SimWorld::Slot& s, int index) {
+                        auto [lo, hi] = slice_of(s.numel, n, index);
+                        combine(s, s.in, s.out, lo, hi, op, n);
+                      });
+  }
+
+  std::unique_ptr<Work> reduce_scatter_async(const torch::Tensor& in, const torch::Tensor& out,
+                                             ReduceOp op, const Group& group, bool async) {
+    if (in.numel() % group.size() != 0)
+      throw std::invalid_argument(
+          fmt::format("reduce_scatter: {} elements do not split evenly over {} ranks", in.numel(),
+                      group.size()));
+    if (out.numel() * group.size() != in.numel())
+      throw std::invalid_argument(
+          fmt::format("reduce_scatter: an output of {} elements for {} over {} ranks",
+                      out.numel(), in.numel(), group.size()));
+    const int n = group.size();
+    return collective("reduce_scatter", group, in, in.data_ptr(), out.data_ptr(), -1, {in, out},
+                      async, [n, op](SimWorld::Slot& s, int index) {
+                        const int64_t chunk = s.numel / n;
+                        const int64_t item = c10::elementSize(s.dtype);
+                        // Member `index` reduces chunk `index` of every input into its output.
+                        std::vector<void*> in_ptrs(n);
+                        for (int j = 0; j < n; ++j)
+                          in_ptrs[j] = at_offset(s.in[j], index * chunk * item);
+                        combine(s, in_ptrs, {s.out[index]}, 0, chunk, op, n);
+                      });
+  }
+
   static torch::Tensor contiguous(torch::Tensor& t) {
     return t.is_contiguous() ? t : t.contiguous();
+  }
+
+  static void check_contiguous(const torch::Tensor& t, const char* what) {
+    if (!t.is_contiguous())
+      throw std::invalid_argument(std::string(what) + ": the tensor must be contiguous");
   }
 
   int checked_member(const Group& group, int rank, const char* what) const {
@@ -302,19 +375,39 @@ private:
     return rec;
   }
 
-  void finish_record(CollectiveRecord& rec) {
-    rec.end_s = clock().now();
-    rec.end_charges = thread_charge_count();
-    records_.push_back(std::move(rec));
-  }
-
   const RunClock& clock() const { return world_.clock_ ? *world_.clock_ : world_.own_clock_; }
 
+  // Records `rec` and runs `op`: on the communication thread (started at the first call), or
+  // here on a CUDA card, where the rank's stream orders the work.
+  std::unique_ptr<Work> submit(CollectiveRecord rec, std::shared_ptr<CommOp> op, bool async,
+                               std::function<void()> finish, bool on_card = false) {
+    const size_t index = records_.size();
+    records_.push_back(std::move(rec));
+    if (on_card) {
+      op->start_s = clock().now();
+      try {
+        op->run();
+      } catch (...) {
+        op->error = std::current_exception();
+      }
+      op->end_s = clock().now();
+      op->done = true;
+    } else {
+      if (!thread_)
+        thread_ = std::make_unique<CommThread>(clock());
+      thread_->submit(op);
+    }
+    return std::make_unique<SimWork>(*this, std::move(op), index, async, on_card,
+                                     std::move(finish));
+  }
+
   // The rendezvous shared by every collective: arrive, do this member's slice, depart.
-  void collective(const char* op, const Group& group, const torch::Tensor& meta, void* in,
-                  void* out, int root, const std::function<void(SimWorld::Slot&, int)>& work) {
+  // `keep` are the buffers behind `in` and `out`.
+  std::unique_ptr<Work> collective(const char* op, const Group& group, const torch::Tensor& meta,
+                                   void* in, void* out, int root, std::vector<torch::Tensor> keep,
+                                   bool async,
+                                   std::function<void(SimWorld::Slot&, int)> work) {
     const int index = checked_member(group, rank_, "rank");
-    const int n = group.size();
     const std::string key = group.key();
     const int64_t seq = seq_[key]++;
     CollectiveRecord rec = start_record(op, group.ranks, meta);
@@ -322,16 +415,31 @@ private:
     const int64_t numel = meta.defined() ? meta.numel() : 0;
     const auto dtype = meta.defined() ? meta.scalar_type() : c10::ScalarType::Float;
     const bool on_card = meta.defined() && meta.is_cuda();
-    DeviceEvent ready; // this member's buffers exist once its stream reaches here
+    auto ready = std::make_shared<DeviceEvent>(); // this member's buffers exist from here
     if (on_card)
-      ready.record();
+      ready->record();
+    auto task = std::make_shared<CommOp>();
+    task->keep = std::move(keep);
+    task->run = [world = &world_, rank = rank_, op, ranks = group.ranks, key, seq, index, numel,
+                 dtype, on_card, root, in, out, ready, work = std::move(work)] {
+      rendezvous(*world, rank, op, ranks, key, seq, index, numel, dtype, on_card, root, in, out,
+                 std::move(*ready), work);
+    };
+    return submit(std::move(rec), std::move(task), async, nullptr, on_card);
+  }
 
+  static void rendezvous(SimWorld& world, int rank, const char* op, const std::vector<int>& ranks,
+                         const std::string& key, int64_t seq, int index, int64_t numel,
+                         c10::ScalarType dtype, bool on_card, int root, void* in, void* out,
+                         DeviceEvent ready,
+                         const std::function<void(SimWorld::Slot&, int)>& work) {
+    const int n = static_cast<int>(ranks.size());
     std::shared_ptr<SimWorld::Slot> slot;
     {
-      std::unique_lock<std::mutex> lock(world_.mutex_);
-      if (!world_.abort_reason_.empty())
-        throw RankAborted(world_.abort_reason_);
-      auto& entry = world_.slots_[{key, seq}];
+      std::unique_lock<std::mutex> lock(world.mutex_);
+      if (!world.abort_reason_.empty())
+        throw RankAborted(world.abort_reason_);
+      auto& entry = world.slots_[{key, seq}];
       if (!entry) {
         entry = std::make_shared<SimWorld::Slot>();
         entry->op = op;
@@ -350,7 +458,7 @@ private:
                  entry->root != root || entry->on_card != on_card) {
         throw CollectiveMismatch(fmt::format(
             "collective #{} on group [{}]: rank {} called {}{} but another rank called {}{}", seq,
-            key, rank_, describe(op, numel, dtype), on_card ? " on the card" : "",
+            key, rank, describe(op, numel, dtype), on_card ? " on the card" : "",
             describe(entry->op, entry->numel, entry->dtype), entry->on_card ? " on the card" : ""));
       }
       slot = entry;
@@ -360,24 +468,24 @@ private:
       if (on_card)
         slot->ready[index] = std::move(ready);
       if (++slot->arrived == n)
-        world_.cv_.notify_all();
-      world_.waits_[rank_] = SimWorld::Wait{slot, group.ranks, -1};
-      const bool all_here = world_.cv_.wait_for(lock, world_.timeout_, [&] {
-        return slot->arrived == n || !world_.abort_reason_.empty();
+        world.cv_.notify_all();
+      world.waits_[rank] = SimWorld::Wait{slot, ranks, -1};
+      const bool all_here = world.cv_.wait_for(lock, world.timeout_, [&] {
+        return slot->arrived == n || !world.abort_reason_.empty();
       });
       if (all_here)
-        world_.waits_[rank_] = SimWorld::Wait{};
-      if (!world_.abort_reason_.empty())
-        throw RankAborted(world_.abort_reason_);
+        world.waits_[rank] = SimWorld::Wait{};
+      if (!world.abort_reason_.empty())
+        throw RankAborted(world.abort_reason_);
       if (!all_here) {
         std::vector<int> missing;
         for (int j = 0; j < n; ++j)
           if (!slot->present[j])
-            missing.push_back(group.ranks[j]);
+            missing.push_back(ranks[j]);
         throw CollectiveTimeout(fmt::format(
             "{} #{} on group [{}] timed out after {:.1f} s: rank{} {} never arrived{}", op, seq,
-            key, world_.timeout_.count() / 1000.0, missing.size() > 1 ? "s" : "",
-            fmt::join(missing, ", "), world_.wait_chain(missing)));
+            key, world.timeout_.count() / 1000.0, missing.size() > 1 ? "s" : "",
+            fmt::join(missing, ", "), world.wait_chain(missing)));
       }
     }
 
@@ -392,19 +500,19 @@ private:
     if (on_card)
       done.record();
     {
-      std::unique_lock<std::mutex> lock(world_.mutex_);
+      std::unique_lock<std::mutex> lock(world.mutex_);
       if (on_card)
         slot->done[index] = std::move(done);
       if (++slot->departed == n) {
-        world_.slots_.erase({key, seq});
-        world_.cv_.notify_all();
+        world.slots_.erase({key, seq});
+        world.cv_.notify_all();
       }
       // Others are still reading our input or writing our output until they depart.
-      const bool all_done = world_.cv_.wait_for(lock, world_.timeout_, [&] {
-        return slot->departed == n || !world_.abort_reason_.empty();
+      const bool all_done = world.cv_.wait_for(lock, world.timeout_, [&] {
+        return slot->departed == n || !world.abort_reason_.empty();
       });
-      if (!world_.abort_reason_.empty() && slot->departed != n)
-        throw RankAborted(world_.abort_reason_);
+      if (!world.abort_reason_.empty() && slot->departed != n)
+        throw RankAborted(world.abort_reason_);
       if (!all_done)
         throw CollectiveTimeout(
             fmt::format("{} #{} on group [{}]: members did not finish in time", op, seq, key));
@@ -413,7 +521,6 @@ private:
       for (int j = 0; j < n; ++j)
         if (j != index)
           slot->done[j].block_current_stream();
-    finish_record(rec);
   }
 
   SimWorld& world_;
@@ -421,7 +528,35 @@ private:
   std::map<std::string, int64_t> seq_;
   std::map<std::pair<int, int>, int64_t> p2p_seq_;
   std::vector<CollectiveRecord> records_;
+  std::unique_ptr<CommThread> thread_; // last: joined before the records and maps go
 };
+
+void SimWork::wait() {
+  if (waited_)
+    return;
+  waited_ = true;
+  // An operation takes at most two collective timeouts (arriving, then departing); the ones
+  // queued before it fail at once after a failure (comm_thread.h).
+  const auto limit = 2 * comm_.world_.timeout() + std::chrono::milliseconds(5000);
+  const bool queued = comm_.thread_ != nullptr && !inline_;
+  if (queued && !comm_.thread_->wait(*op_, limit))
+    throw CollectiveTimeout(fmt::format("{} #{} on rank {} did not complete within {:.1f} s",
+                                        comm_.records_[record_].op, comm_.records_[record_].seq,
+                                        comm_.rank_, limit.count() / 1000.0));
+  CollectiveRecord& rec = comm_.records_[record_];
+  rec.start_s = op_->start_s;
+  rec.end_s = op_->end_s;
+  rec.end_charges = thread_charge_count();
+  if (async_) {
+    rec.waited_s = comm_.clock().now();
+    rec.start_charges = rec.end_charges;
+  }
+  op_->keep.clear();
+  if (op_->error)
+    std::rethrow_exception(op_->error);
+  if (finish_)
+    finish_();
+}
 
 SimWorld::SimWorld(int world_size, std::chrono::milliseconds timeout, const RunClock* clock)
     : world_size_(world_size), timeout_(timeout), clock_(clock) {

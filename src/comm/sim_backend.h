@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "mesh/physical_device.h"
-#include "mesh/recorder.h"
+#include "comm/recorder.h"
+#include "device/physical_device.h"
 
 namespace meshsim {
 

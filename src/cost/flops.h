@@ -34,7 +34,7 @@
 
 #include <torch/torch.h>
 
-#include "mesh/recorder.h"
+#include "comm/recorder.h"
 
 namespace meshsim {
 

@@ -184,16 +184,20 @@ json records_to_json(const std::vector<Recorder>& ranks, int64_t samples_per_ste
                          {"op", c.op},
                          {"layers", layers}});
     }
-    for (const CollectiveRecord& c : r.collectives)
-      collectives.push_back({{"op", c.op},
-                             {"group", c.group},
-                             {"bytes", c.bytes},
-                             {"seq", c.seq},
-                             {"peer", c.peer},
-                             {"start_s", c.start_s},
-                             {"end_s", c.end_s},
-                             {"start_charges", c.start_charges},
-                             {"end_charges", c.end_charges}});
+    for (const CollectiveRecord& c : r.collectives) {
+      json rec = {{"op", c.op},
+                  {"group", c.group},
+                  {"bytes", c.bytes},
+                  {"seq", c.seq},
+                  {"peer", c.peer},
+                  {"start_s", c.start_s},
+                  {"end_s", c.end_s},
+                  {"start_charges", c.start_charges},
+                  {"end_charges", c.end_charges}};
+      if (c.waited_s >= 0)
+        rec["waited_s"] = c.waited_s;
+      collectives.push_back(std::move(rec));
+    }
     out_ranks.push_back({{"compute", compute}, {"collectives", collectives}});
   }
   return {{"format", "meshsim-records-1"},
@@ -248,6 +252,7 @@ std::vector<Recorder> records_from_json(const json& doc, int64_t* samples_per_st
         c.end_s = field<double>(j, "end_s");
         c.start_charges = j.value("start_charges", int64_t{-1});
         c.end_charges = j.value("end_charges", int64_t{-1});
+        c.waited_s = j.value("waited_s", -1.0); // absent for blocking calls
         r.collectives.push_back(std::move(c));
       }
       ranks.push_back(std::move(r));

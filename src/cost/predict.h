@@ -1,6 +1,6 @@
 // Prediction: one recorded training step replayed on a target cluster.
 //
-// build_step_program() turns what the ranks recorded (mesh/recorder.h) into a replay Program:
+// build_step_program() turns what the ranks recorded (comm/recorder.h) into a replay Program:
 //  - each rank's compute regions and collectives of the step, in the order they started
 //    (stream order); a step runs from the rank's first compute region of the step to its
 //    first one of the next step;
@@ -24,8 +24,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "comm/recorder.h"
 #include "cost/replay.h"
-#include "mesh/recorder.h"
 
 namespace meshsim {
 

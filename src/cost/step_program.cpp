@@ -112,6 +112,12 @@ double region_time(const ComputeRecord& c, const GpuSpec& gpu, const PredictOpti
   return total;
 }
 
+// Where a collective sits in its rank's program: where the rank called it, or for one started
+// with *_async, where the rank waited for it.
+double place_s(const CollectiveRecord& c) {
+  return c.waited_s >= 0 ? c.waited_s : c.start_s;
+}
+
 // Whether `c` and the collectives `inside` it carry their rank's memory charges
 // (ComputeRecord::start_charges; absent in records.json written before them).
 bool has_charges(const ComputeRecord& c, const std::vector<const CollectiveRecord*>& inside) {
@@ -219,7 +225,7 @@ Program build_step_program(const std::vector<Recorder>& ranks, int64_t step, con
   std::set<std::string> included;
   for (int r = 0; r < n; ++r)
     for (const CollectiveRecord& c : ranks[r].collectives)
-      if (owner_of(c, r) == r && c.start_s >= windows[r].begin && c.start_s < windows[r].end)
+      if (owner_of(c, r) == r && place_s(c) >= windows[r].begin && place_s(c) < windows[r].end)
         included.insert(keys.at(&c));
 
   Program program;
@@ -236,16 +242,21 @@ Program build_step_program(const std::vector<Recorder>& ranks, int64_t step, con
         colls.push_back(&c);
     auto by_start = [](const auto* a, const auto* b) { return a->start_s < b->start_s; };
     std::stable_sort(regions.begin(), regions.end(), by_start);
-    std::stable_sort(colls.begin(), colls.end(), by_start);
+    // A collective started with *_async takes its place in the rank's program where the
+    // rank waited for it: DDP's buckets, launched during backward and waited for after it,
+    // are then the reductions that follow backward, which the replay overlaps with it below.
+    std::stable_sort(colls.begin(), colls.end(), [](const auto* a, const auto* b) {
+      return place_s(*a) < place_s(*b);
+    });
 
     RankBuilder b(r, program.ranks[r]);
     size_t ci = 0;
     for (size_t k = 0; k < regions.size(); ++k) {
       const ComputeRecord& c = *regions[k];
-      while (ci < colls.size() && colls[ci]->start_s <= c.start_s)
+      while (ci < colls.size() && place_s(*colls[ci]) <= c.start_s)
         b.comm(*colls[ci], keys.at(colls[ci])), ++ci;
       std::vector<const CollectiveRecord*> inside;
-      while (ci < colls.size() && colls[ci]->start_s < c.end_s)
+      while (ci < colls.size() && place_s(*colls[ci]) < c.end_s)
         inside.push_back(colls[ci++]);
       std::vector<double> cumulative;
       const double target = region_time(c, gpu, o, &cumulative);
@@ -277,7 +288,7 @@ Program build_step_program(const std::vector<Recorder>& ranks, int64_t step, con
       std::vector<std::pair<const CollectiveRecord*, double>> buckets; // record, ready fraction
       double matched = 0;
       for (size_t j = ci; o.overlap_buckets && acc > 0 && j < colls.size() &&
-                          colls[j]->start_s < next_start && is_gradient_reduction(colls[j]->op);
+                          place_s(*colls[j]) < next_start && is_gradient_reduction(colls[j]->op);
            ++j) {
         matched += static_cast<double>(colls[j]->bytes);
         if (matched > acc)

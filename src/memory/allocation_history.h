@@ -1,5 +1,5 @@
 // A virtual GPU's allocation history, for `--memory-snapshot` (PyTorch's memory snapshot
-// format, mesh/memory_snapshot.h): every allocation and free with its address, size and
+// format, report/memory_snapshot.h): every allocation and free with its address, size and
 // category, and the blocks live now. Kept only when asked for: a GPU without a history pays
 // one pointer check per allocation.
 #pragma once

@@ -41,7 +41,4 @@ std::string format_bytes(int64_t bytes);
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
-/// Parses "512MiB", "2GiB", "1.5GB", "4096" (bytes). Throws std::invalid_argument.
-int64_t parse_bytes(const std::string& text);
-
 } // namespace meshsim

@@ -3,7 +3,7 @@
 //
 // - Routing: every allocation made on the virtual GPU's stream goes to its pool (the caching
 //   allocator's MemPool routing, keyed by stream). Backward runs on the rank's own thread
-//   and stream (mesh/physical_device.h), so it is routed the same way.
+//   and stream (device/physical_device.h), so it is routed the same way.
 // - Reserved bytes and capacity: the pool takes segments from the card through the virtual
 //   GPU (VirtualGpu::try_reserve), so the capacity applies to what the virtual GPU really takes
 //   from the card, with the caching allocator's rounding and segments. A refused segment makes

@@ -8,8 +8,8 @@
 #include <fmt/format.h>
 
 #include "comm/record_only.h"
+#include "device/nvml.h"
 #include "mesh/meta_device.h"
-#include "mesh/nvml.h"
 
 namespace meshsim {
 namespace {
@@ -46,8 +46,20 @@ int64_t auto_capacity(const std::string& device, int world_size) {
 DeviceMesh::DeviceMesh(const MeshOptions& options)
     : options_(options), host_(host_memory_for_gpus()),
       world_(options.world_size, options.comm_timeout, &clock_) {
+  if (options_.backend != "sim" && options_.backend != "c10d")
+    throw std::invalid_argument("--backend must be sim or c10d, not '" + options_.backend + "'");
+  if (options_.backend == "c10d") {
+    if (options_.device != "cpu")
+      throw std::invalid_argument("--backend c10d runs on the CPU (Gloo) in this build, not on " +
+                                  options_.device);
+    if (options_.c10d.world_size != options_.world_size)
+      throw std::invalid_argument(fmt::format("WORLD_SIZE is {} but --gpus is {}",
+                                              options_.c10d.world_size, options_.world_size));
+  }
   if (options_.capacity_bytes <= 0)
-    options_.capacity_bytes = auto_capacity(options_.device, options_.world_size);
+    options_.capacity_bytes = auto_capacity(
+        options_.device, options_.backend == "c10d" ? options_.processes_per_host
+                                                    : options_.world_size);
   // Meta tensors take no host memory: a plan's GPUs are bounded by their own capacity only.
   const bool meta = options_.device == "meta";
   if (meta)
@@ -81,9 +93,30 @@ DeviceMesh::DeviceMesh(const MeshOptions& options)
     if (nvml_index_ >= 0)
       nvml_ = &nvml;
   }
+  if (options_.backend == "c10d") {
+    C10dOptions c = options_.c10d;
+    c.timeout = options_.comm_timeout;
+    c10d_ = std::make_unique<C10dWorld>(c, clock_);
+  }
+}
+
+std::vector<int> DeviceMesh::local_ranks() const {
+  if (c10d_)
+    return {c10d_->rank()};
+  std::vector<int> all(options_.world_size);
+  for (int r = 0; r < options_.world_size; ++r)
+    all[r] = r;
+  return all;
 }
 
 std::unique_ptr<Communicator> DeviceMesh::make_communicator(int rank) {
+  if (c10d_) {
+    if (rank != c10d_->rank())
+      throw std::invalid_argument(
+          fmt::format("rank {} runs in another process (this one is rank {})", rank,
+                      c10d_->rank()));
+    return c10d_->make_communicator();
+  }
   auto comm = world_.make_communicator(rank);
   if (options_.device == "meta")
     return std::make_unique<RecordOnlyCommunicator>(std::move(comm), clock_);

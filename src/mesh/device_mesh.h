@@ -8,12 +8,14 @@
 #include <string>
 #include <vector>
 
+#include "comm/c10d_backend.h"
+#include "comm/recorder.h"
 #include "comm/sim_backend.h"
+#include "device/physical_device.h"
 #include "memory/allocation_history.h"
 #include "memory/cuda_allocator.h"
+#include "memory/timeline.h"
 #include "memory/virtual_gpu.h"
-#include "mesh/physical_device.h"
-#include "mesh/recorder.h"
 
 namespace meshsim {
 
@@ -30,11 +32,18 @@ struct MeshOptions {
   int64_t capacity_bytes = 0; // per virtual GPU; 0 = auto (host memory split evenly)
   /// "cpu"; "cuda": the virtual GPUs are carved out of CUDA card 0, each with its own stream
   /// and memory pool (memory/cuda_allocator.h), and each memory sample also reads the card
-  /// through NVML (mesh/nvml.h); or "meta" for plans: tensors have shapes and no storage, the
+  /// through NVML (device/nvml.h); or "meta" for plans: tensors have shapes and no storage, the
   /// GPUs are charged what they would hold (not the host), and collectives only record
   /// (comm/record_only.h).
   std::string device = "cpu";
   std::chrono::milliseconds comm_timeout{60000};
+  /// "sim": every rank is a thread of this process and collectives move data between them
+  /// (comm/sim_backend.h). "c10d": this process runs rank `c10d.rank` of `world_size` alone,
+  /// its collectives through c10d (comm/c10d_backend.h); the mesh joins the rendezvous when
+  /// it is made, and its other GPUs stay empty.
+  std::string backend = "sim";
+  C10dOptions c10d;  // with backend c10d: rank, rendezvous (timeout: comm_timeout)
+  int processes_per_host = 1;  // with backend c10d: the ranks sharing this host's cores
   bool timeline = true; // sample_memory() keeps memory.csv rows (off for plans of many GPUs)
   /// Each rank's memory.csv sample also closes a window of its GPU's peaks (close_window):
   /// plans carry each phase's peak to larger models (train/search.h).
@@ -56,6 +65,10 @@ public:
 
   int world_size() const { return options_.world_size; }
   const std::string& device() const { return options_.device; }
+  /// The processes sharing this host's cores (1 unless backend c10d).
+  int processes_per_host() const {
+    return options_.backend == "c10d" ? std::max(1, options_.processes_per_host) : 1;
+  }
   bool on_card() const { return options_.device == "cuda"; }
   /// Rank `rank`'s CUDA stream (invalid off the card).
   const RankStream& stream(int rank) const { return streams_.at(rank); }
@@ -64,8 +77,13 @@ public:
   VirtualGpu& gpu(int rank) { return *gpus_.at(rank); }
   const VirtualGpu& gpu(int rank) const { return *gpus_.at(rank); }
   SimWorld& comm_world() { return world_; }
-  /// Rank `rank`'s communicator: the in-process backend, record-only on the meta device.
+  /// Rank `rank`'s communicator: the in-process backend, record-only on the meta device,
+  /// c10d's for this process's rank with backend c10d.
   std::unique_ptr<Communicator> make_communicator(int rank);
+  /// The ranks this process runs: all of them, or with backend c10d its own.
+  std::vector<int> local_ranks() const;
+  /// The processes of the run with backend c10d (null otherwise).
+  C10dWorld* c10d_world() { return c10d_.get(); }
   MemoryTimeline& timeline() { return timeline_; }
   const MemoryTimeline& timeline() const { return timeline_; }
   const RunClock& clock() const { return clock_; }
@@ -101,6 +119,7 @@ private:
   std::vector<RankStream> streams_;
   std::vector<std::unique_ptr<CudaPool>> pools_; // after gpus_: detached before they go
   SimWorld world_;
+  std::unique_ptr<C10dWorld> c10d_;  // backend c10d: after clock_, which it reads
   MemoryTimeline timeline_;
   std::vector<std::vector<PeakWindow>> windows_; // per rank, written by its own thread
   Nvml* nvml_ = nullptr; // set with nvml_index_ on a CUDA run whose card NVML can read

@@ -30,9 +30,7 @@ int threads_per_rank(int world_size) {
 }
 
 std::vector<Recorder> run_ranks(DeviceMesh& mesh, const std::function<void(RankContext&)>& fn) {
-  std::vector<int> all(mesh.world_size());
-  for (int r = 0; r < mesh.world_size(); ++r) all[r] = r;
-  return run_ranks(mesh, fn, all);
+  return run_ranks(mesh, fn, mesh.local_ranks());
 }
 
 std::vector<Recorder> run_ranks(DeviceMesh& mesh, const std::function<void(RankContext&)>& fn,
@@ -48,7 +46,8 @@ std::vector<Recorder> run_ranks(DeviceMesh& mesh, const std::function<void(RankC
     comms[r] = mesh.make_communicator(r);
   }
 
-  const int intra_threads = threads_per_rank(static_cast<int>(only.size()));
+  const int intra_threads =
+      threads_per_rank(static_cast<int>(only.size()) * mesh.processes_per_host());
   std::vector<std::thread> threads;
   for (int r : only) {
     threads.emplace_back([&, r] {

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/recorder.h"
 #include "mesh/device_mesh.h"
-#include "mesh/recorder.h"
 
 namespace meshsim {
 
@@ -50,7 +50,8 @@ struct RankContext {
 /// Intra-op threads each rank uses so that all ranks together fill the physical cores.
 int threads_per_rank(int world_size);
 
-/// Runs `fn` on every rank and returns each rank's Recorder (with its collective records).
+/// Runs `fn` on every rank of this process (DeviceMesh::local_ranks) and returns each rank's
+/// Recorder (with its collective records); another process's ranks' are empty.
 std::vector<Recorder> run_ranks(DeviceMesh& mesh, const std::function<void(RankContext&)>& fn);
 
 /// The same on the ranks listed in `only` (plans run one rank per symmetry class); the

@@ -1,6 +1,7 @@
 // DistributedDataParallel: every rank holds the whole model and its own optimizer. The
-// initial parameters are broadcast from rank 0; after backward, gradients are averaged with
-// one all-reduce per bucket; every rank then takes the same optimizer step.
+// initial parameters are broadcast from rank 0; gradients are averaged with one all-reduce
+// per bucket, each started during backward as soon as its gradients are there (or, with
+// --no-overlap, after backward); every rank then takes the same optimizer step.
 #include "memory/allocator.h"
 #include "parallel/buckets.h"
 #include "parallel/replica.h"
@@ -12,7 +13,8 @@ class DdpStrategy final : public Strategy {
 public:
   DdpStrategy(RankContext& ctx, const StrategyOptions& options)
       : ctx_(ctx), replica_(options, ctx.rank, /*with_optimizer=*/true),
-        buckets_(replica_.params, options.bucket_mb), world_(Group::world(ctx.world_size)) {
+        buckets_(replica_.params, options.bucket_mb), world_(Group::world(ctx.world_size)),
+        overlap_(options.overlap) {
     torch::NoGradGuard no_grad;
     CategoryScope scope(MemoryCategory::Communication);
     for (auto& p : replica_.params) ctx_.comm.broadcast(p, 0, world_);
@@ -20,8 +22,13 @@ public:
 
   double step(const Batch& batch, int64_t step_number) override {
     replica_.optimizer->zero_grad();
+    if (overlap_)
+      buckets_.start_overlapped(ctx_.comm, world_);
     const double local_loss = replica_.forward_backward(ctx_, batch, step_number);
-    buckets_.all_reduce_average(ctx_.comm, world_);
+    if (overlap_)
+      buckets_.finish_overlapped();
+    else
+      buckets_.all_reduce_average(ctx_.comm, world_);
     ctx_.sample_memory(step_number, "all_reduce");
     replica_.optimizer_step(ctx_, step_number,
                             gradients_finite(ctx_, *replica_.optimizer, world_));
@@ -47,6 +54,7 @@ private:
   Replica replica_;
   GradientBuckets buckets_;
   Group world_;
+  bool overlap_;
 };
 
 } // namespace

@@ -7,7 +7,7 @@
 
 #include <torch/torch.h>
 
-#include "mesh/recorder.h"
+#include "comm/recorder.h"
 #include "parallel/strategy.h"
 
 namespace meshsim {

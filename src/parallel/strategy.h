@@ -10,7 +10,7 @@
 
 #include "mesh/rank_runner.h"
 #include "models/models.h"
-#include "train/optimizer.h"
+#include "optim/optimizer.h"
 
 namespace meshsim {
 
@@ -45,7 +45,7 @@ struct StrategyOptions {
   int micro_batches = 1;
   Recompute recompute = Recompute::None; // what the transformer blocks recompute in backward
   torch::Dtype dtype = torch::kFloat32; // parameters and activations (float64 in tests)
-  /// fp32 | bf16 | fp16. bf16 and fp16 are mixed precision (train/optimizer.h): the model's
+  /// fp32 | bf16 | fp16. bf16 and fp16 are mixed precision (optim/optimizer.h): the model's
   /// parameters, gradients and activations in 16 bits, fp32 master weights and moments in the
   /// optimizer. They replace `dtype` and need it to be float32: float64 is for tests of exact
   /// equivalence, which mixed precision is not.
@@ -53,6 +53,9 @@ struct StrategyOptions {
   torch::Device device = torch::kCPU;   // where the model is built: meta for plans
   OptimizerOptions optimizer;
   double bucket_mb = 25;
+  /// ddp: each bucket's all-reduce starts during backward, once its gradients are there
+  /// (parallel/buckets.h); false: all of them after backward.
+  bool overlap = true;
 };
 
 class Strategy {

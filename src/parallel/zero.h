@@ -12,7 +12,7 @@
 
 #include "comm/communicator.h"
 #include "mesh/rank_runner.h"
-#include "train/optimizer.h"
+#include "optim/optimizer.h"
 
 namespace meshsim {
 

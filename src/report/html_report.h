@@ -11,7 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "mesh/recorder.h"
+#include "comm/recorder.h"
+#include "memory/timeline.h"
 #include "report/report_data.h"
 
 namespace meshsim {

@@ -23,8 +23,9 @@
 #include <string>
 #include <vector>
 
+#include "comm/recorder.h"
 #include "memory/category.h"
-#include "mesh/recorder.h"
+#include "memory/timeline.h"
 
 namespace meshsim {
 

@@ -11,7 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "mesh/recorder.h"
+#include "comm/recorder.h"
+#include "memory/timeline.h"
 
 namespace meshsim {
 

@@ -34,10 +34,12 @@ double unix_seconds() {
 
 } // namespace
 
-RunFolder::RunFolder(std::filesystem::path dir) : dir_(dir.empty() ? default_run_dir() : dir) {
+RunFolder::RunFolder(std::filesystem::path dir, bool logs)
+    : dir_(dir.empty() ? default_run_dir() : dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
   if (ec) throw std::runtime_error("cannot create run folder " + dir_.string() + ": " + ec.message());
+  if (!logs) return;
   const auto metrics = dir_ / "metrics.jsonl";
   metrics_fd_ = ::open(metrics.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (metrics_fd_ < 0) throw std::runtime_error("cannot open " + metrics.string());
@@ -58,6 +60,7 @@ void RunFolder::write_json(const std::string& name, const nlohmann::json& value)
 
 void RunFolder::log_metrics(const nlohmann::json& line) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (!tensorboard_) return;  // the logs are another process's
   const std::string text = line.dump() + "\n";
   // One write() per line: with O_APPEND a line is never split by a crash between writes.
   if (::write(metrics_fd_, text.data(), text.size()) != static_cast<ssize_t>(text.size()))
@@ -72,6 +75,7 @@ void RunFolder::log_metrics(const nlohmann::json& line) {
 
 void RunFolder::log_scalar(const std::string& tag, double value, int64_t step) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (!tensorboard_) return;
   tensorboard_->add_scalar(tag, static_cast<float>(value), step, unix_seconds());
   tensorboard_->flush();
 }

@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "mesh/recorder.h"
+#include "comm/recorder.h"
 #include "report/memory_picture.h"
 
 namespace meshsim {
@@ -21,8 +21,10 @@ class TensorBoardWriter;
 
 class RunFolder {
 public:
-  /// Creates `dir` (and its parents). An empty `dir` means runs/<timestamp>.
-  explicit RunFolder(std::filesystem::path dir);
+  /// Creates `dir` (and its parents). An empty `dir` means runs/<timestamp>. Without `logs`
+  /// (another process of the run keeps them: --backend c10d), metrics.jsonl and tb/ are
+  /// neither opened nor written.
+  explicit RunFolder(std::filesystem::path dir, bool logs = true);
   ~RunFolder();
 
   const std::filesystem::path& dir() const { return dir_; }

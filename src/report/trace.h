@@ -13,7 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "mesh/recorder.h"
+#include "comm/recorder.h"
+#include "memory/timeline.h"
 
 namespace meshsim {
 

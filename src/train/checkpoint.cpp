@@ -82,8 +82,13 @@ void publish(const fs::path& dir, const fs::path& tmp, const CheckpointManifest&
       fs::remove_all(dir / checkpoint_name(steps[i]));
 }
 
-fs::path temporary_folder(const fs::path& dir, int64_t step) {
-  return dir / fmt::format(".{}.tmp-{}", checkpoint_name(step), ::getpid());
+// Where a checkpoint is written before it is published. A run made of processes writes one
+// folder, rank 0's (shared through the rendezvous store, not a collective).
+fs::path temporary_folder(const fs::path& dir, int64_t step, RankContext& ctx) {
+  const fs::path tmp = dir / fmt::format(".{}.tmp-{}", checkpoint_name(step), ::getpid());
+  if (C10dWorld* world = ctx.mesh.c10d_world())
+    return world->share(fmt::format("checkpoint-{}", step), tmp.string());
+  return tmp;
 }
 
 // Rank 0 writes model.pt: the model, the optimizer and every rank's dropout generator
@@ -111,7 +116,7 @@ void save_whole(const fs::path& dir, RankContext& ctx, Strategy& strategy,
       archive.write("rng/dropout", dropout_rng);
     bytes = serialize(archive);
   }
-  const fs::path tmp = temporary_folder(dir, step);
+  const fs::path tmp = temporary_folder(dir, step, ctx);
   fs::create_directories(tmp);
   CheckpointManifest manifest{step, ctx.world_size, identity, {}};
   manifest.parts.push_back(write_part(tmp, kWholeFile, 0, bytes));
@@ -122,7 +127,7 @@ void save_whole(const fs::path& dir, RankContext& ctx, Strategy& strategy,
 // writes the manifest.
 void save_parts(const fs::path& dir, RankContext& ctx, Strategy& strategy,
                 const CheckpointIdentity& identity, int64_t step, int64_t keep) {
-  const fs::path tmp = temporary_folder(dir, step);
+  const fs::path tmp = temporary_folder(dir, step, ctx);
   fs::create_directories(tmp); // every rank: creating an existing folder is no error
   CheckpointPart mine;
   {

@@ -12,8 +12,8 @@
 #include <fmt/format.h>
 
 #include "cost/hardware.h"
+#include "device/physical_device.h"
 #include "memory/category.h"
-#include "mesh/physical_device.h"
 #include "mesh/parallel_dims.h"
 #include "models/models.h"
 #include "models/presets.h"
@@ -21,16 +21,18 @@
 #include "parallel/schedule.h"
 #include "parallel/strategy.h"
 #include "report/json_integer.h"
+#include "train/byte_size.h"
 
 namespace meshsim {
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw std::invalid_argument(message);
+}
+
 namespace {
 
 bool contains(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
-}
-
-void require(bool ok, const std::string& message) {
-  if (!ok) throw std::invalid_argument(message);
 }
 
 // Megatron's --micro-batch-size m: micro-batches = global batch ÷ (m × dp). micro_batches 0
@@ -204,6 +206,17 @@ void validate(TrainConfig& c) {
   require(c.device == "cpu" || c.device == "cuda" || c.device == "cuda:0" || c.device == "auto" ||
               c.device == "meta",
           fmt::format("unknown device '{}' (choose cpu, cuda or auto)", c.device));
+  require(c.backend == "sim" || c.backend == "c10d",
+          fmt::format("unknown --backend '{}' (choose sim or c10d)", c.backend));
+  if (c.backend == "c10d") {
+    // One process per rank on the host's cores: the CPU, as Gloo runs there.
+    if (c.device == "auto")
+      c.device = "cpu";
+    require(c.device == "cpu",
+            fmt::format("--backend c10d runs on the CPU (Gloo), not --device {}", c.device));
+    require(!c.memory_snapshot, "--memory-snapshot records the virtual GPUs of one process: use "
+                                "it with --backend sim");
+  }
   const bool chose_cuda = c.device != "auto"; // auto picks the card only when it is usable
   if (c.device != "meta")
     c.device = resolve_device(c.device);
@@ -319,6 +332,8 @@ nlohmann::json to_json(const TrainConfig& c) {
           {"momentum", c.optimizer.momentum},
           {"gpu_mem", c.gpu_mem},
           {"bucket_mb", c.bucket_mb},
+          {"overlap", c.overlap},
+          {"backend", c.backend},
           {"comm_timeout_s", c.comm_timeout_s},
           {"checkpoint_every", c.checkpoint_every},
           {"memory_snapshot", c.memory_snapshot},
@@ -449,6 +464,8 @@ TrainConfig config_from_json(const json& doc) {
       {"momentum", to(c.optimizer.momentum)},
       {"gpu_mem", to(c.gpu_mem)},
       {"bucket_mb", to(c.bucket_mb)},
+      {"overlap", to(c.overlap)},
+      {"backend", to(c.backend)},
       {"comm_timeout_s", to(c.comm_timeout_s)},
       {"checkpoint_every", to(c.checkpoint_every)},
       {"memory_snapshot", to(c.memory_snapshot)},

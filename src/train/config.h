@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "models/models.h"
-#include "train/optimizer.h"
+#include "optim/optimizer.h"
 
 namespace meshsim {
 
@@ -41,10 +41,13 @@ struct TrainConfig {
   int micro_batches = 0;        // 0: not given: 1, or what micro_batch_size makes (validate)
   int64_t micro_batch_size = 0; // samples per micro-batch; 0: batch ÷ micro_batches
   std::string recompute = "none";
-  std::string precision = "fp32";  // fp32 | bf16 | fp16 (mixed precision: train/optimizer.h)
+  std::string precision = "fp32";  // fp32 | bf16 | fp16 (mixed precision: optim/optimizer.h)
   bool sequence_parallel = false;  // with tp > 1: norms and residuals on 1/tp of the sequence
   int64_t global_batch_size = 0;  // 0: batch_size × dp (a flag value must be positive)
   std::string device = "cpu";
+  /// sim: every GPU a thread of this process; c10d: one rank per process, started by
+  /// `meshsim launch`, torchrun, mpirun or srun (docs/processes.md)
+  std::string backend = "sim";
   int64_t epochs = 1;
   int64_t max_steps = 0;      // 0: no limit
   int64_t batch_size = 64;    // per data-parallel replica (per GPU without --tp/--pp)
@@ -54,6 +57,7 @@ struct TrainConfig {
   std::string gpu_mem = "auto";
   int64_t gpu_mem_bytes = 0;  // resolved from gpu_mem; 0 = auto
   double bucket_mb = 25;
+  bool overlap = true;  // --no-overlap: ddp all-reduces its buckets after backward
   double comm_timeout_s = 60;
   int64_t checkpoint_every = 0;  // 0: only at the end
   int64_t keep_checkpoints = 0;  // the newest N checkpoints are kept; 0: all
@@ -71,6 +75,9 @@ struct TrainConfig {
   std::string intra;    // --intra / --inter: link overrides for --cluster
   std::string inter;
 };
+
+/// Throws std::invalid_argument(message) unless `ok`: a flag's one-line error.
+void require(bool ok, const std::string& message);
 
 /// gpt and llama: transformers on token data (text or synthetic), shaped by GptOptions.
 bool is_transformer(const std::string& model);

@@ -15,11 +15,6 @@
 namespace meshsim {
 namespace {
 
-void require(bool ok, const std::string& message) {
-  if (!ok)
-    throw std::invalid_argument(message);
-}
-
 // Levenshtein distance: how many one-character edits turn a into b.
 size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<size_t> row(b.size() + 1);

@@ -15,13 +15,14 @@
 #include <cstdint>
 #include <vector>
 
+#include "comm/recorder.h"
 #include "cost/hardware.h"
 #include "cost/predict.h"
 #include "memory/category.h"
+#include "memory/timeline.h"
 #include "memory/virtual_gpu.h"
 #include "mesh/device_mesh.h"
 #include "mesh/parallel_dims.h"
-#include "mesh/recorder.h"
 #include "train/config.h"
 
 namespace meshsim {

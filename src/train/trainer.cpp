@@ -2,6 +2,7 @@
 #include "train/trainer.h"
 
 #include <cmath>
+#include <csignal>
 #include <optional>
 
 #include <fmt/format.h>
@@ -24,9 +25,11 @@ bool same_use(const MemoryStats& a, const MemoryStats& b) {
 
 // One line per GPU in rank order, what its memory holds after setup; a run of GPUs holding
 // the same is one line ("gpu1-gpu7: ...").
+// The GPUs of this process only: another process's are its own to report.
 void print_memory_lines(DeviceMesh& mesh) {
-  const int n = mesh.world_size();
-  for (int first = 0; first < n;) {
+  const std::vector<int> local = mesh.local_ranks();
+  const int n = local.back() + 1;
+  for (int first = local.front(); first < n;) {
     const MemoryStats s = mesh.gpu(first).stats();
     int last = first;
     while (last + 1 < n && same_use(mesh.gpu(last + 1).stats(), s))
@@ -47,6 +50,7 @@ StrategyOptions strategy_options(const TrainConfig& config) {
   options.seed = config.seed;
   options.optimizer = config.optimizer;
   options.bucket_mb = config.bucket_mb;
+  options.overlap = config.overlap;
   options.gpt = config.gpt;
   options.tp = config.tp;
   options.pp = config.pp;
@@ -129,7 +133,7 @@ TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& 
     if (resume)
       start = load_checkpoint(*resume, ctx, *strategy);
     ctx.comm.barrier(); // every GPU is set up: say what each holds
-    if (ctx.rank == 0) {
+    if (ctx.rank == mesh.local_ranks().front()) {  // one thread of each process
       print_memory_lines(mesh);
       if (resume)
         resume->part_bytes = {}; // every rank has loaded its part (the barrier)
@@ -180,6 +184,12 @@ TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& 
           std::tie(b.inputs, b.targets) = gather_batch(data.train, {first, last});
           if (ctx.mesh.on_card())
             b = b.to(torch::Device(torch::kCUDA, 0));
+        }
+        if (ctx.rank == config.fault_rank && step + 1 == config.fault_step && mesh.c10d_world()) {
+          // A process of its own dies as a crashed node's does: at once, saying nothing.
+          fmt::print(stderr, "meshsim: rank {} kills its process at step {} (--inject-fault)\n",
+                     ctx.rank, step + 1);
+          std::raise(SIGKILL);
         }
         if (ctx.rank == config.fault_rank && step + 1 == config.fault_step)
           throw RankLeft(

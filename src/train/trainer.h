@@ -6,9 +6,9 @@
 #include <optional>
 #include <vector>
 
+#include "comm/recorder.h"
 #include "data/dataset.h"
 #include "mesh/device_mesh.h"
-#include "mesh/recorder.h"
 #include "parallel/strategy.h"
 #include "report/run_folder.h"
 #include "train/checkpoint.h"

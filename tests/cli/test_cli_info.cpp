@@ -1,10 +1,10 @@
 // `meshsim info`: NVML's lines, from a machine without a driver (MESHSIM_NVML_LIB at a
-// missing file) and from tests/mesh/fake_nvml.c standing in for a driver with two cards.
+// missing file) and from tests/device/fake_nvml.c standing in for a driver with two cards.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 
-#include "../mesh/fake_nvml.h"
+#include "../device/fake_nvml.h"
 #include "cli_harness.h"
 
 using namespace meshsim::testing;

@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include "mesh/physical_device.h"
+#include "device/physical_device.h"
 
 #define MESHSIM_REQUIRE_CUDA()                                 \
   do {                                                         \

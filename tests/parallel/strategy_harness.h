@@ -56,6 +56,7 @@ struct HarnessRun {
   std::vector<double> losses;            // rank 0's reported loss per step
   std::vector<torch::Tensor> parameters; // rank 0's final parameters
   DeviceMesh* mesh = nullptr;
+  std::vector<Recorder> recorders;       // every rank's compute regions and collectives
 };
 
 /// Global batch k is `global_batch` consecutive samples of a fixed permutation of `data`.
@@ -78,7 +79,7 @@ inline HarnessRun run_strategy(DeviceMesh& mesh, const std::string& strategy,
   HarnessRun out;
   out.mesh = &mesh;
   torch::Tensor order = torch::randperm(data.size(), torch::TensorOptions().dtype(torch::kLong));
-  run_ranks(mesh, [&](RankContext& ctx) {
+  out.recorders = run_ranks(mesh, [&](RankContext& ctx) {
     auto s = make_strategy(strategy, ctx, options);
     for (int k = 0; k < steps; ++k) {
       const int64_t begin = (k * global_batch) % (data.size() - global_batch);

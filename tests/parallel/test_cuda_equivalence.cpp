@@ -5,7 +5,7 @@
 // Tolerances, derived as in strategy_harness.h: summation order (the card's kernels add in
 // other orders than the CPU's) is amplified at most 4.8e5 times over 20 steps, so float64 runs
 // agree within kFloat64Tolerance (1e-9), and float32 runs within 4.8e5 x 2^-24 = 2.9e-2.
-// TF32 is off on the card (mesh/physical_device.cpp): with it, float32 would round to 10 bits.
+// TF32 is off on the card (device/physical_device.cpp): with it, float32 would round to 10 bits.
 #include <gtest/gtest.h>
 
 #include <array>

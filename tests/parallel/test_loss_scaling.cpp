@@ -1,4 +1,4 @@
-// fp16 dynamic loss scaling (train/optimizer.h LossScaler) and the mixed-precision optimizer:
+// fp16 dynamic loss scaling (optim/optimizer.h LossScaler) and the mixed-precision optimizer:
 // an overflow on any rank skips the step on every rank and halves the scale; good steps
 // unscale exactly and grow the scale after 1000 of them; fp32 master weights, moments and
 // the scale survive a checkpoint. LibTorch 1.13 has no fp16 matmul on the CPU, so the fp16

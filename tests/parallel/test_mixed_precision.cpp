@@ -1,4 +1,4 @@
-// bf16 mixed precision (parallel/strategy.h `precision`, train/optimizer.h): DDP and the mesh
+// bf16 mixed precision (parallel/strategy.h `precision`, optim/optimizer.h): DDP and the mesh
 // engine with ZeRO 1/2/3 against single-device training at the same precision, on the same
 // global batches, and the tolerance they are held to, derived from where the two runs round
 // differently.

@@ -13,7 +13,7 @@
 #include "parallel/pipeline.h"
 #include "parallel/strategy.h"
 #include "strategy_harness.h"
-#include "train/optimizer.h"
+#include "optim/optimizer.h"
 
 using namespace meshsim;
 using meshsim::testing::relative_error;

@@ -10,6 +10,7 @@
 
 #include "../cli/cli_harness.h"
 #include "memory/category.h"
+#include "train/byte_size.h"
 #include "train/config.h"
 #include "error_of.h"
 
@@ -186,9 +187,20 @@ TEST(ConfigFile, ValidateRefusesValuesThatWouldOverflow) {
             std::string::npos);
 }
 
-// parse_bytes (memory/category.h) behind "gpu_mem": stod stopped at a second '.', so
+// parse_bytes (train/byte_size.h) behind "gpu_mem": stod stopped at a second '.', so
 // "1.2.3GiB" was taken as 1.2 GiB; and a control character broke the one-line message (found
 // by fuzz/fuzz_size, fuzz/corpus/fuzz_size/crash-newline-in-message).
+TEST(ConfigFile, SizesParseWithTheirUnits) {
+  EXPECT_EQ(parse_bytes("512MiB"), 512LL << 20);
+  EXPECT_EQ(parse_bytes("2GiB"), 2LL << 30);
+  EXPECT_EQ(parse_bytes("1MiB"), 1LL << 20);
+  EXPECT_EQ(parse_bytes("1.5GB"), 1500000000LL);
+  EXPECT_EQ(parse_bytes("4096"), 4096);
+  EXPECT_THROW(parse_bytes("lots"), std::invalid_argument);
+  EXPECT_THROW(parse_bytes("12XB"), std::invalid_argument);
+  EXPECT_THROW(parse_bytes("0MiB"), std::invalid_argument);
+}
+
 TEST(ConfigFile, GpuMemSizesAreParsedWhole) {
   EXPECT_EQ(parse_bytes("1.5GiB"), int64_t{3} << 29);
   EXPECT_NE(error_of([] { parse_bytes("1.2.3GiB"); }).find("expected a size"), std::string::npos);

@@ -1,4 +1,4 @@
-// Builds tests/mesh/fake_nvml.c into a shared library that MESHSIM_NVML_LIB (or an Nvml opened
+// Builds tests/device/fake_nvml.c into a shared library that MESHSIM_NVML_LIB (or an Nvml opened
 // on its path) can load: the only way to run the "NVML available" path without a driver.
 #pragma once
 
@@ -27,7 +27,7 @@ struct FakeNvml {
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
     const auto path = dir / ("libfake-nvml-" + id + ".so");
-    const std::string source = std::string(MESHSIM_SOURCE_DIR) + "/tests/mesh/fake_nvml.c";
+    const std::string source = std::string(MESHSIM_SOURCE_DIR) + "/tests/device/fake_nvml.c";
     for (const char* cc : {"cc", "gcc", "clang"}) {
       const std::string cmd = std::string(cc) + " -shared -fPIC -O1 " + defines + " -o '" +
                               path.string() + "' '" + source + "' >/dev/null 2>&1";

@@ -1,8 +1,8 @@
 // NVML loaded with dlopen: the declarations below are the subset of nvml.h (NVIDIA's NVML API
 // reference) that meshsim calls, with the same names, layouts and calling conventions. Checked
 // against a real driver (580.159.04, H100: every query, utilisation under load); the tests run
-// it against tests/mesh/fake_nvml.c.
-#include "mesh/nvml.h"
+// it against tests/device/fake_nvml.c.
+#include "device/nvml.h"
 
 #include <dlfcn.h>
 

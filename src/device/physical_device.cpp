@@ -1,5 +1,5 @@
 // The physical device: CUDA when this build has it (MESHSIM_CUDA), inert stand-ins otherwise.
-#include "mesh/physical_device.h"
+#include "device/physical_device.h"
 
 #include <torch/cuda.h>
 #include <torch/version.h>

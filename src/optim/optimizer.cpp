@@ -1,6 +1,6 @@
 // PyTorch 1.13's Adam (no weight decay, no amsgrad) and SGD (momentum, no dampening),
 // step for step, with fp32 master weights for 16-bit parameters and fp16's loss scaler.
-#include "train/optimizer.h"
+#include "optim/optimizer.h"
 
 #include <algorithm>
 #include <cmath>

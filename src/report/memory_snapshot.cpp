@@ -1,4 +1,4 @@
-#include "mesh/memory_snapshot.h"
+#include "report/memory_snapshot.h"
 
 #include <algorithm>
 #include <cmath>

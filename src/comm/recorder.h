@@ -1,19 +1,15 @@
 // Recorder: what one rank did, kept for the report and the cost model.
 //
 // Each rank owns one Recorder and is the only thread writing to it; the main thread reads
-// it after the rank threads have been joined. Memory samples are the exception: they go to
-// the shared MemoryTimeline, which is guarded.
+// it after the rank threads have been joined. Its communicator records every collective it
+// calls; its strategy records compute regions. Memory samples are kept apart, in the shared
+// MemoryTimeline (memory/timeline.h).
 #pragma once
 
-#include <array>
 #include <chrono>
 #include <cstdint>
-#include <mutex>
-#include <optional>
 #include <string>
 #include <vector>
-
-#include "memory/category.h"
 
 namespace meshsim {
 
@@ -41,6 +37,10 @@ struct CollectiveRecord {
   // The rank thread's thread_charge_count() at start and end (-1: not recorded).
   int64_t start_charges = -1;
   int64_t end_charges = -1;
+  // A collective started with *_async: when the rank waited for it (-1: a blocking call).
+  // It ran in [start_s, end_s] while the rank computed; the rank's program reaches it at
+  // waited_s, where its charge counts are taken.
+  double waited_s = -1;
 };
 
 /// The work of one layer inside a compute region, counted from shapes (cost/flops.h).
@@ -91,38 +91,6 @@ struct ComputeRecord {
 struct Recorder {
   std::vector<CollectiveRecord> collectives;
   std::vector<ComputeRecord> compute;
-};
-
-/// One row of memory.csv: the live bytes of every GPU at one instant, and the physical card's
-/// NVML reading at that instant (CUDA runs where NVML is available; absent otherwise).
-struct MemorySample {
-  double time_s = 0;
-  int64_t step = 0;
-  std::string phase;
-  std::vector<int64_t> bytes;  // one per GPU
-  // The same bytes by category (MemoryCategory order), one array per GPU; empty when the
-  // sample was made without them (tests' hand-made samples).
-  std::vector<CategoryBytes> by_category;
-  std::optional<int64_t> phys_used_bytes = std::nullopt;  // the card's used memory
-  std::optional<int> phys_util_pct = std::nullopt;        // the card's utilisation, percent
-  int rank = -1;  // the rank whose phase ended (-1: none in particular)
-};
-
-/// Samples shared by all ranks, appended under a mutex.
-class MemoryTimeline {
-public:
-  void add(MemorySample sample) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    samples_.push_back(std::move(sample));
-  }
-  std::vector<MemorySample> samples() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return samples_;
-  }
-
-private:
-  mutable std::mutex mutex_;
-  std::vector<MemorySample> samples_;
 };
 
 } // namespace meshsim

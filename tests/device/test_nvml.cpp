@@ -1,5 +1,5 @@
 // Tests for src/mesh/nvml: NVML absent or broken is a one-line reason and never a failure; the
-// "available" path runs against tests/mesh/fake_nvml.c (two cards, the second without a
+// "available" path runs against tests/device/fake_nvml.c (two cards, the second without a
 // utilisation reading); a CPU mesh's memory samples carry no card reading.
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "fake_nvml.h"
+#include "device/nvml.h"
 #include "mesh/device_mesh.h"
-#include "mesh/nvml.h"
 
 using namespace meshsim;
 using meshsim::testing::FakeNvml;

@@ -21,8 +21,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "comm/recorder.h"
 #include "memory/allocation_history.h"
-#include "mesh/recorder.h"
+#include "memory/timeline.h"
 
 namespace meshsim {
 

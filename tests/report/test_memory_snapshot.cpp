@@ -1,5 +1,5 @@
 // Tests for --memory-snapshot: the allocation history a virtual GPU keeps, the snapshot made
-// of it (mesh/memory_snapshot.h), and the pickle Python reads it from (report/pickle.h).
+// of it (report/memory_snapshot.h), and the pickle Python reads it from (report/pickle.h).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -10,7 +10,7 @@
 
 #include "memory/allocator.h"
 #include "mesh/device_mesh.h"
-#include "mesh/memory_snapshot.h"
+#include "report/memory_snapshot.h"
 #include "report/pickle.h"
 #include "../python_torch.h"
 
@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 
 std::string run_python(const std::string& script, const fs::path& arg) {
   const auto out = fs::temp_directory_path() / ("meshsim-py-" + std::to_string(::getpid()));
-  const std::string cmd = "/usr/bin/python3 " MESHSIM_SOURCE_DIR "/tests/mesh/" + script + " " +
+  const std::string cmd = "/usr/bin/python3 " MESHSIM_SOURCE_DIR "/tests/report/" + script + " " +
                           arg.string() + " > " + out.string() + " 2>&1";
   const int rc = std::system(cmd.c_str());
   std::ifstream f(out);

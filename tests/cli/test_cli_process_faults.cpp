@@ -1,0 +1,111 @@
+// Faults in a run made of processes: a rank killed mid-run (kill -9) makes the others exit 5
+// within the collective timeout, naming it, and `meshsim launch` names it and exits with its
+// code; a port in use, a wrong world size, a missing rank 0 or no launcher at all are one
+// line and exit 2. No process outlives its run.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <regex>
+
+#include "process_harness.h"
+
+using namespace meshsim::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+#define SKIP_WITHOUT_C10D()                                                                        \
+  if (!meshsim::c10d_available())                                                                 \
+  GTEST_SKIP() << "this LibTorch has no c10d Gloo backend"
+
+} // namespace
+
+TEST(CliProcessFaults, AKilledRankMakesTheOthersExit5NamingIt) {
+  SKIP_WITHOUT_C10D();
+  const fs::path out = fresh_dir("c10d-kill9");
+  const auto start = std::chrono::steady_clock::now();
+  // --inject-fault 2:3: at step 3 rank 2's process sends itself SIGKILL.
+  const auto r = launch_c10d(4, kProcessGpt + "--gpus 4 --max-steps 8 --comm-timeout 20 --inject-fault 2:3 "
+                                              "--out " + out.string(),
+                             "--grace 30");
+  const double took = seconds_since(start);
+  EXPECT_EQ(r.code, 128 + 9) << r.output;  // the first rank to fail: killed by signal 9
+  EXPECT_NE(r.output.find("meshsim launch: rank 2 (pid "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("was killed by signal 9"), std::string::npos) << r.output;
+  // Every other rank saw it go, said which rank it was, and exited 5.
+  for (int rank : {0, 1, 3}) {
+    EXPECT_TRUE(std::regex_search(r.output, std::regex("meshsim launch: rank " + std::to_string(rank) +
+                                                       R"( \(pid \d+\) exited with code 5)")))
+        << "rank " << rank << "\n" << r.output;
+    EXPECT_TRUE(std::regex_search(r.output, std::regex("meshsim: rank " + std::to_string(rank) +
+                                                       ": .*rank 2 is gone")))
+        << "rank " << rank << "\n" << r.output;
+  }
+  EXPECT_LT(took, 20.0) << "the others should fail within --comm-timeout";
+  EXPECT_TRUE(processes_mentioning(out.string()).empty()) << "a process outlived the run";
+}
+
+TEST(CliProcessFaults, APortInUseIsExit2) {
+  SKIP_WITHOUT_C10D();
+  // Something listens on the port: launch refuses before starting anything, and so does a
+  // rank 0 started by another launcher (torchrun's variables set by hand).
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(::listen(fd, 4), 0);
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  const int port = ntohs(a.sin_port);
+  const fs::path out = fresh_dir("c10d-port");
+  auto r = launch_c10d(2, kProcessGpt + "--gpus 2 --max-steps 2 --out " + out.string(), "", port);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("port " + std::to_string(port) + " is already in use"), std::string::npos)
+      << r.output;
+  r = run_command(fmt::format("RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT={} {} {} "
+                              "--gpus 1 --max-steps 2 --backend c10d --no-progress --out {}",
+                              port, MESHSIM_BINARY, kProcessGpt, out.string()));
+  ::close(fd);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("already in use"), std::string::npos) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+}
+
+TEST(CliProcessFaults, AWrongWorldSizeIsExit2) {
+  SKIP_WITHOUT_C10D();
+  const fs::path out = fresh_dir("c10d-world");
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = launch_c10d(2, kProcessGpt + "--gpus 4 --max-steps 2 --out " + out.string());
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("WORLD_SIZE is 2 but --gpus is 4"), std::string::npos) << r.output;
+  EXPECT_LT(seconds_since(start), 30.0);
+  EXPECT_TRUE(processes_mentioning(out.string()).empty());
+}
+
+TEST(CliProcessFaults, ARankWithoutRankZeroGivesUpWithinTheTimeout) {
+  SKIP_WITHOUT_C10D();
+  // Rank 1 of 2, and nobody serves the rendezvous: a stale address, or rank 0 never started.
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = run_command(fmt::format(
+      "RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT={} {} {} --gpus 2 --max-steps 2 "
+      "--backend c10d "
+      "--comm-timeout 3 --no-progress",
+      free_port(), MESHSIM_BINARY, kProcessGpt));
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("rank 1 cannot reach the rendezvous at 127.0.0.1:"), std::string::npos)
+      << r.output;
+  EXPECT_LT(seconds_since(start), 20.0) << r.output;
+}
+
+TEST(CliProcessFaults, C10dWithoutALauncherSaysHowToStartIt) {
+  const auto r = run_command("env -u RANK -u WORLD_SIZE -u OMPI_COMM_WORLD_RANK -u SLURM_PROCID " +
+                             std::string(MESHSIM_BINARY) + " " + kProcessGpt +
+                             "--gpus 2 --backend c10d --no-progress");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("start it with `meshsim launch"), std::string::npos) << r.output;
+}
