@@ -41,7 +41,8 @@ else:
     print("(b) skipped: /usr/bin/python3 has no torch.distributed (install python3-torch)")
 PY
 "$build/bench_allreduce" 10
-bash "$(dirname "$0")/processes.sh" "$build"
+GPUS=2 bash "$(dirname "$0")/processes.sh" "$build"
+GPUS=4 bash "$(dirname "$0")/processes.sh" "$build"
 # Real-size planning, and the CUDA benchmarks (which say why they skip without a card).
 bash "$(dirname "$0")/plan.sh" "$build"
 bash "$(dirname "$0")/cuda.sh" "$build"

@@ -1,11 +1,15 @@
-// Faults in a run made of processes: a rank killed mid-run (kill -9) makes the others exit 5
-// within the collective timeout, naming it, and `meshsim launch` names it and exits with its
-// code; a port in use, a wrong world size, a missing rank 0 or no launcher at all are one
-// line and exit 2. No process outlives its run.
+// Faults in a run made of processes: a rank killed mid-run (kill -9, by itself or from
+// outside) or hung (SIGSTOP) makes the others exit 5 within the collective timeout, naming
+// it, and `meshsim launch` names it and exits with the first failing rank's code; a port in
+// use, a wrong world size, a missing rank 0 or no launcher at all are one line and exit 2.
+// No process outlives its run.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <regex>
+#include <thread>
 
 #include "process_harness.h"
 
@@ -108,4 +112,80 @@ TEST(CliProcessFaults, C10dWithoutALauncherSaysHowToStartIt) {
                              "--gpus 2 --backend c10d --no-progress");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("start it with `meshsim launch"), std::string::npos) << r.output;
+}
+
+namespace {
+
+// The pid of rank `rank`'s process of the run writing to `out` (its environment says RANK),
+// or 0.
+int rank_pid(const fs::path& out, int rank) {
+  for (int pid : processes_mentioning(out.string())) {
+    std::string env = read_text(fs::path("/proc") / std::to_string(pid) / "environ");
+    std::replace(env.begin(), env.end(), '\0', '\n');
+    const std::string cmd = read_text(fs::path("/proc") / std::to_string(pid) / "cmdline");
+    if (cmd.find("launch") == std::string::npos &&
+        ("\n" + env).find("\nRANK=" + std::to_string(rank) + "\n") != std::string::npos)
+      return pid;
+  }
+  return 0;
+}
+
+// Starts a 4-process run in the background, and once it has trained a step sends rank 1's
+// process `signal` from outside; returns launch's output and exit code.
+CliResult signal_rank_one_mid_run(const fs::path& out, int signal) {
+  fs::create_directories(out.parent_path());
+  const fs::path log = out.string() + ".log", rc = out.string() + ".rc";
+  const std::string command = fmt::format(
+      "( {} launch --nproc-per-node 4 --master-port {} --grace 10 -- {} --gpus 4 --max-steps "
+      "100000 --comm-timeout 5 --backend c10d --no-progress --out {} > {} 2>&1; echo $? > {} ) &",
+      MESHSIM_BINARY, free_port(), kProcessGpt, out.string(), log.string(), rc.string());
+  std::system(command.c_str());
+  // Polls the run folder: the test's own wait, bounded, for a run of other processes.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  int pid = 0;
+  while (std::chrono::steady_clock::now() < deadline &&
+         (pid == 0 || read_text(out / "metrics.jsonl").empty())) {
+    pid = rank_pid(out, 1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_GT(pid, 0) << "rank 1's process never appeared\n" << read_text(log);
+  if (pid > 0)
+    ::kill(pid, signal);
+  while (std::chrono::steady_clock::now() < deadline && read_text(rc).empty())
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CliResult r;
+  r.output = read_text(log);
+  const std::string code = read_text(rc);
+  r.code = code.empty() ? -1 : std::stoi(code);
+  return r;
+}
+
+} // namespace
+
+TEST(CliProcessFaults, KillNineFromOutsideIsNamedByLaunchAndTheOthers) {
+  SKIP_WITHOUT_C10D();
+  const fs::path out = fresh_dir("c10d-external-kill") / "run";
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = signal_rank_one_mid_run(out, SIGKILL);
+  EXPECT_EQ(r.code, 128 + 9) << r.output;
+  EXPECT_NE(r.output.find("meshsim launch: rank 1 (pid "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("was killed by signal 9"), std::string::npos) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(meshsim: rank 0: .*rank 1 is gone)")))
+      << r.output;
+  EXPECT_LT(seconds_since(start), 60.0);
+  EXPECT_TRUE(processes_mentioning(out.string()).empty()) << "a process outlived the run";
+}
+
+TEST(CliProcessFaults, AHungRankMakesTheOthersExit5WithinTheTimeout) {
+  SKIP_WITHOUT_C10D();
+  // SIGSTOP: the process stays, silent, as a hung one would; launch kills it after --grace.
+  const fs::path out = fresh_dir("c10d-hang") / "run";
+  const auto r = signal_rank_one_mid_run(out, SIGSTOP);
+  EXPECT_EQ(r.code, 5) << r.output;
+  for (int rank : {0, 2, 3})
+    EXPECT_TRUE(std::regex_search(r.output, std::regex("meshsim: rank " + std::to_string(rank) +
+                                                       ": .*rank 1 is gone")))
+        << "rank " << rank << "\n" << r.output;
+  EXPECT_NE(r.output.find("meshsim launch: rank 1 (pid "), std::string::npos) << r.output;
+  EXPECT_TRUE(processes_mentioning(out.string()).empty()) << "a process outlived the run";
 }

@@ -5,6 +5,8 @@
 // network namespace of its own joined by a veth pair.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 
 #include "../python_torch.h"
@@ -23,8 +25,12 @@ void expect_same_losses(const fs::path& processes, const fs::path& threads, cons
   const auto a = run_losses(processes), b = run_losses(threads);
   ASSERT_EQ(a.size(), b.size()) << what;
   ASSERT_FALSE(a.empty()) << what;
-  for (size_t k = 0; k < a.size(); ++k)
+  double worst = 0;
+  for (size_t k = 0; k < a.size(); ++k) {
     EXPECT_NEAR(a[k], b[k], kProcessTolerance * std::abs(b[k])) << what << " step " << k + 1;
+    worst = std::max(worst, std::abs(a[k] - b[k]) / std::abs(b[k]));
+  }
+  std::printf("%-10s losses of %zu steps within %.2g relative\n", what.c_str(), a.size(), worst);
 }
 
 void expect_same_model_state_peaks(const fs::path& processes, const fs::path& threads,
@@ -67,6 +73,7 @@ void expect_processes_match_threads(const std::string& name, const std::string& 
   const auto worst = state_dict_differences({{exported(processes), exported(threads)}});
   ASSERT_EQ(worst.size(), 1u) << name;
   EXPECT_LT(worst[0], kProcessTolerance) << name << ": final parameters differ";
+  std::printf("%-10s final parameters within %.2g relative\n", name.c_str(), worst[0]);
 }
 
 } // namespace
