@@ -38,6 +38,8 @@ int C10dWorld::world_size() const { return 1; }
 std::unique_ptr<Communicator> C10dWorld::make_communicator() { return nullptr; }
 void C10dWorld::store_barrier(const std::string&) {}
 std::string C10dWorld::share(const std::string&, const std::string& value) { return value; }
+std::string C10dWorld::agree(const std::string&, const std::string& value) { return value; }
+std::string C10dWorld::agreed(const std::string&) { return ""; }
 
 #else
 
@@ -309,6 +311,22 @@ std::string C10dWorld::share(const std::string& name, const std::string& value) 
     throw CollectiveTimeout(fmt::format("rank 0 did not publish '{}' within {:.1f} s{}", name,
                                         s.options.timeout.count() / 1000.0, s.missing({0})));
   }
+}
+
+std::string C10dWorld::agree(const std::string& name, const std::string& value) {
+  State& s = *state_;
+  const auto got = s.store->compareSet(s.key("agree/" + name), {},
+                                       std::vector<uint8_t>(value.begin(), value.end()));
+  return std::string(got.begin(), got.end());
+}
+
+std::string C10dWorld::agreed(const std::string& name) {
+  State& s = *state_;
+  const std::string key = s.key("agree/" + name);
+  if (!s.store->check({key}))
+    return "";
+  const auto got = s.store->get(key);
+  return std::string(got.begin(), got.end());
 }
 
 #endif

@@ -209,6 +209,17 @@ private:
             c10::intrusive_ptr<c10d::Work> work, bool async, std::function<void()> after)
         : comm_(comm), record_(record), group_(std::move(group)), work_(std::move(work)),
           async_(async), after_(std::move(after)) {}
+    // Never waited on (a rank unwinding from a failure): c10d's Work is released after a
+    // wait of its own, so that the error a Gloo thread stored in it is seen to be complete
+    // before it is freed here; the wait's own failure is dropped.
+    ~Pending() override {
+      if (done_)
+        return;
+      try {
+        work_->wait(comm_.s_->options.timeout);
+      } catch (const std::exception&) {
+      }
+    }
     void wait() override {
       if (done_)
         return;

@@ -55,8 +55,9 @@ public:
 };
 
 /// A collective in flight. wait() returns once its tensors are the caller's again, and
-/// rethrows its failure (CollectiveTimeout, RankAborted, CollectiveMismatch). Destroying a
-/// Work that was never waited on waits for it, and drops its failure.
+/// rethrows its failure (CollectiveTimeout, RankAborted, CollectiveMismatch). A Work that
+/// is never waited on (a rank unwinding from a failure) drops its failure; its tensors stay
+/// alive until the collective has ended.
 class Work {
 public:
   virtual ~Work() = default;

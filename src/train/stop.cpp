@@ -2,6 +2,9 @@
 #include "train/stop.h"
 
 #include <algorithm>
+#include <sstream>
+
+#include <fmt/format.h>
 
 namespace meshsim {
 
@@ -18,6 +21,24 @@ bool StopPoint::should_stop(int64_t step) {
   if (reason_ == StopReason::None && signal_ && signal_->load() != 0) {
     reason_ = StopReason::Signal;
     why_ = "stopped by signal " + std::to_string(signal_->load());
+  }
+  if (world_) { // one rank per process: the decision is the store's, "S reason why"
+    if (stop_after_ < 0) {
+      const std::string decided =
+          reason_ != StopReason::None
+              ? world_->agree("stop", fmt::format("{} {} {}", step + 1, static_cast<int>(reason_), why_))
+              : world_->agreed("stop");
+      if (!decided.empty()) {
+        std::istringstream in(decided);
+        int reason = 0;
+        in >> stop_after_ >> reason;
+        if (reason_ == StopReason::None) { // another process's reason
+          reason_ = static_cast<StopReason>(reason);
+          std::getline(in >> std::ws, why_);
+        }
+      }
+    }
+    return stop_after_ >= 0 && step >= stop_after_;
   }
   if (reason_ != StopReason::None && stop_after_ < 0)
     stop_after_ = furthest_passed_ + 1;

@@ -126,6 +126,7 @@ TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& 
   result.model_state_bytes.assign(world, 0);
   std::mutex result_mutex;
   StopPoint stop(stop_signal);
+  stop.across_processes(mesh.c10d_world());
 
   auto rank_main = [&](RankContext& ctx) {
     auto strategy = make_strategy(config.strategy, ctx, options);

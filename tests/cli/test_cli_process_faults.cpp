@@ -117,22 +117,27 @@ TEST(CliProcessFaults, C10dWithoutALauncherSaysHowToStartIt) {
 namespace {
 
 // The pid of rank `rank`'s process of the run writing to `out` (its environment says RANK),
-// or 0.
+// or with rank -1 of the launcher; 0 when there is none.
 int rank_pid(const fs::path& out, int rank) {
   for (int pid : processes_mentioning(out.string())) {
     std::string env = read_text(fs::path("/proc") / std::to_string(pid) / "environ");
     std::replace(env.begin(), env.end(), '\0', '\n');
-    const std::string cmd = read_text(fs::path("/proc") / std::to_string(pid) / "cmdline");
-    if (cmd.find("launch") == std::string::npos &&
-        ("\n" + env).find("\nRANK=" + std::to_string(rank) + "\n") != std::string::npos)
+    std::string cmd = read_text(fs::path("/proc") / std::to_string(pid) / "cmdline");
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    const bool launcher = cmd.find(" launch ") != std::string::npos &&
+                          cmd.rfind("bash", 0) != 0 && cmd.rfind("sh ", 0) != 0;
+    if (rank < 0 ? launcher
+                 : !launcher && ("\n" + env).find("\nRANK=" + std::to_string(rank) + "\n") !=
+                                    std::string::npos)
       return pid;
   }
   return 0;
 }
 
 // Starts a 4-process run in the background, and once it has trained a step sends rank 1's
-// process `signal` from outside; returns launch's output and exit code.
-CliResult signal_rank_one_mid_run(const fs::path& out, int signal) {
+// process (or with `rank` -1 the launcher) `signal` from outside; returns launch's output and
+// exit code.
+CliResult signal_mid_run(const fs::path& out, int signal, int rank = 1) {
   fs::create_directories(out.parent_path());
   const fs::path log = out.string() + ".log", rc = out.string() + ".rc";
   const std::string command = fmt::format(
@@ -145,10 +150,10 @@ CliResult signal_rank_one_mid_run(const fs::path& out, int signal) {
   int pid = 0;
   while (std::chrono::steady_clock::now() < deadline &&
          (pid == 0 || read_text(out / "metrics.jsonl").empty())) {
-    pid = rank_pid(out, 1);
+    pid = rank_pid(out, rank);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  EXPECT_GT(pid, 0) << "rank 1's process never appeared\n" << read_text(log);
+  EXPECT_GT(pid, 0) << "rank " << rank << "'s process never appeared\n" << read_text(log);
   if (pid > 0)
     ::kill(pid, signal);
   while (std::chrono::steady_clock::now() < deadline && read_text(rc).empty())
@@ -166,7 +171,7 @@ TEST(CliProcessFaults, KillNineFromOutsideIsNamedByLaunchAndTheOthers) {
   SKIP_WITHOUT_C10D();
   const fs::path out = fresh_dir("c10d-external-kill") / "run";
   const auto start = std::chrono::steady_clock::now();
-  const auto r = signal_rank_one_mid_run(out, SIGKILL);
+  const auto r = signal_mid_run(out, SIGKILL);
   EXPECT_EQ(r.code, 128 + 9) << r.output;
   EXPECT_NE(r.output.find("meshsim launch: rank 1 (pid "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("was killed by signal 9"), std::string::npos) << r.output;
@@ -180,12 +185,33 @@ TEST(CliProcessFaults, AHungRankMakesTheOthersExit5WithinTheTimeout) {
   SKIP_WITHOUT_C10D();
   // SIGSTOP: the process stays, silent, as a hung one would; launch kills it after --grace.
   const fs::path out = fresh_dir("c10d-hang") / "run";
-  const auto r = signal_rank_one_mid_run(out, SIGSTOP);
+  const auto r = signal_mid_run(out, SIGSTOP);
   EXPECT_EQ(r.code, 5) << r.output;
   for (int rank : {0, 2, 3})
     EXPECT_TRUE(std::regex_search(r.output, std::regex("meshsim: rank " + std::to_string(rank) +
                                                        ": .*rank 1 is gone")))
         << "rank " << rank << "\n" << r.output;
   EXPECT_NE(r.output.find("meshsim launch: rank 1 (pid "), std::string::npos) << r.output;
+  EXPECT_TRUE(processes_mentioning(out.string()).empty()) << "a process outlived the run";
+}
+
+TEST(CliProcessFaults, SigtermToLaunchStopsEveryRankAfterTheSameStep) {
+  SKIP_WITHOUT_C10D();
+  // launch forwards SIGTERM to every rank; they agree through the store on the step to stop
+  // after, write their parts and a checkpoint, and rank 0 merges the run folder.
+  const fs::path out = fresh_dir("c10d-sigterm") / "run";
+  const auto r = signal_mid_run(out, SIGTERM, -1);
+  EXPECT_EQ(r.code, 128 + SIGTERM) << r.output;
+  const auto summary = read_json(out / "summary.json");
+  EXPECT_EQ(summary["status"], "interrupted") << r.output;
+  EXPECT_EQ(summary["gpus"].size(), 4u);
+  // The step the ranks stopped after ran on every rank; metrics.jsonl has the steps before it
+  // (a stop is decided after a step's loss, before it is logged, as in one process).
+  const size_t steps = summary["steps"].get<size_t>();
+  EXPECT_GE(steps, 1u);
+  EXPECT_EQ(run_losses(out).size() + 1, steps);
+  EXPECT_TRUE(fs::exists(out / "checkpoint" / "latest")) << r.output;
+  EXPECT_EQ(r.output.find("killing"), std::string::npos) << "ranks did not stop by themselves\n"
+                                                         << r.output;
   EXPECT_TRUE(processes_mentioning(out.string()).empty()) << "a process outlived the run";
 }
