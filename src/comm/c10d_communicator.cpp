@@ -105,12 +105,7 @@ public:
       whole = input.contiguous().clone();
     }
     const size_t at = begin("reduce_scatter", group, input);
-    auto work = launch(at, group, [&] {
-      std::vector<at::Tensor> v{whole};
-      c10d::AllreduceOptions o;
-      o.reduceOp = to_c10d(op);
-      return s_->group(group)->allreduce(v, o);
-    });
+    auto work = launch(at, group, [&] { return allreduce(whole, op, group); });
     const int n = group.size();
     return std::make_unique<Pending>(*this, at, group, std::move(work), true,
                                      [whole, output, op, n, index]() mutable {
@@ -249,15 +244,19 @@ private:
     torch::Tensor buffer;  // alive until sent
   };
 
+  // Gloo's in-place sum (an average is a sum, divided afterwards) or max of `t` over `group`.
+  c10::intrusive_ptr<c10d::Work> allreduce(const torch::Tensor& t, ReduceOp op,
+                                           const Group& group) {
+    std::vector<at::Tensor> v{t};
+    c10d::AllreduceOptions o;
+    o.reduceOp = to_c10d(op);
+    return s_->group(group)->allreduce(v, o);
+  }
+
   std::unique_ptr<Work> all_reduce_async(const torch::Tensor& buf, ReduceOp op,
                                          const Group& group, bool async) {
     const size_t at = begin("all_reduce", group, buf);
-    auto work = launch(at, group, [&] {
-      std::vector<at::Tensor> v{buf};
-      c10d::AllreduceOptions o;
-      o.reduceOp = to_c10d(op);
-      return s_->group(group)->allreduce(v, o);
-    });
+    auto work = launch(at, group, [&] { return allreduce(buf, op, group); });
     const int n = group.size();
     std::function<void()> after;
     if (op == ReduceOp::Avg)
