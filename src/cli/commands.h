@@ -31,9 +31,6 @@ std::string one_line(const std::exception& e);
 void add_train_flags(CLI::App& app, TrainConfig& config);
 int run_train(TrainConfig config);
 int run_info();
-/// `meshsim info`'s NVML lines (nvml_info.cpp): the driver version and, per card, its name,
-/// memory used of total and utilisation; or the one-line reason NVML is not available.
-void print_nvml_info();
 
 /// `meshsim predict RUN_DIR --cluster SPEC` (predict_command.cpp).
 struct PredictArgs {

@@ -1,6 +1,5 @@
 // `meshsim train`: validate, load data, run, and write the run folder — also when the run
 // fails, so what was measured before the failure is kept.
-#include <ATen/Parallel.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -8,13 +7,13 @@
 #include <cmath>
 #include <csignal>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <typeinfo>
 
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/run_outputs.h"
 #include "comm/c10d_backend.h"
 #include "comm/communicator.h"
 #include "data/dataset.h"
@@ -27,9 +26,6 @@
 #include "models/models.h"
 #include "models/presets.h"
 #include "models/resnet.h"
-#include "report/atomic_file.h"
-#include "report/html_report.h"
-#include "report/memory_snapshot.h"
 #include "report/run_folder.h"
 #include "launch/process_env.h"
 #include "train/checkpoint.h"
@@ -86,149 +82,6 @@ public:
 private:
   struct sigaction old_int_ {}, old_term_ {};
 };
-
-bool is_nonempty_dir(const std::filesystem::path& dir) {
-  std::error_code ec;
-  return std::filesystem::is_directory(dir, ec) &&
-         std::filesystem::directory_iterator(dir, ec) != std::filesystem::directory_iterator();
-}
-
-// A resumed run that writes into the folder it resumes: metrics.jsonl keeps the lines up to
-// the checkpoint's step, so no step appears twice. Written atomically.
-void truncate_metrics(const std::filesystem::path& dir, int64_t step) {
-  const auto path = dir / "metrics.jsonl";
-  std::ifstream in(path);
-  if (!in) return;
-  std::string kept, line;
-  while (std::getline(in, line)) {
-    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object() && j.value("step", int64_t{0}) <= step) kept += line + "\n";
-  }
-  write_file_atomic(path, kept);
-}
-
-nlohmann::json gpu_json(const VirtualGpu& gpu, const TrainResult* result) {
-  const auto s = gpu.stats();
-  nlohmann::json by_category;
-  for (auto c : kAllCategories) by_category[category_name(c)] = s.peak_by_category[static_cast<size_t>(c)];
-  nlohmann::json out = {{"rank", gpu.rank()},
-                        {"capacity_bytes", s.capacity},
-                        {"peak_bytes", s.peak},
-                        {"peak_by_category", by_category},
-                        {"allocations", s.allocations}};
-  if (gpu.on_card()) // what the GPU's pool took from the card, as memory_reserved counts it
-    out["peak_reserved_bytes"] = s.peak_reserved;
-  if (result && gpu.rank() < static_cast<int>(result->eval_peak_bytes.size())) {
-    out["eval_peak_bytes"] = result->eval_peak_bytes[gpu.rank()];
-    out["model_state_bytes"] = result->model_state_bytes[gpu.rank()];
-  }
-  return out;
-}
-
-nlohmann::json collectives_json(const std::vector<Recorder>& recorders) {
-  std::map<std::string, std::pair<int64_t, int64_t>> by_op;  // calls, bytes (rank 0)
-  if (!recorders.empty())
-    for (const auto& c : recorders[0].collectives) {
-      by_op[c.op].first += 1;
-      by_op[c.op].second += c.bytes;
-    }
-  nlohmann::json out = nlohmann::json::object();
-  for (const auto& [op, v] : by_op) out[op] = {{"calls", v.first}, {"bytes", v.second}};
-  return out;
-}
-
-// What the run folder says of every GPU: from this process's mesh, or merged from the parts
-// that a run made of processes wrote (train/run_parts.h).
-struct GpuFigures {
-  std::vector<int64_t> capacities;
-  std::vector<CategoryBytes> peaks;
-  nlohmann::json gpus = nlohmann::json::array();  // summary.json's entries
-  std::vector<MemorySample> samples;
-  const std::vector<Recorder>* recorders = nullptr;
-};
-
-GpuFigures figures_of(DeviceMesh& mesh, const TrainResult* result) {
-  GpuFigures f;
-  for (int r = 0; r < mesh.world_size(); ++r) {
-    f.capacities.push_back(mesh.gpu(r).capacity());
-    f.peaks.push_back(mesh.gpu(r).stats().peak_by_category); // as summary.json's
-    f.gpus.push_back(gpu_json(mesh.gpu(r), result));
-  }
-  f.samples = mesh.timeline().samples();
-  f.recorders = result ? &result->recorders : nullptr;
-  return f;
-}
-
-// This process's rank's part of a run made of processes.
-RunPart part_of(DeviceMesh& mesh, int rank, const TrainResult* result) {
-  RunPart p;
-  p.rank = rank;
-  const double unix_now =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  p.clock_start_unix_s = unix_now - mesh.clock().now();
-  p.gpu = gpu_json(mesh.gpu(rank), result);
-  p.capacity = mesh.gpu(rank).capacity();
-  p.peak_by_category = mesh.gpu(rank).stats().peak_by_category;
-  if (result && rank < static_cast<int>(result->recorders.size()))
-    p.recorder = result->recorders[rank];
-  p.samples = mesh.timeline().samples();
-  return p;
-}
-
-GpuFigures figures_of(const std::vector<RunPart>& parts, const MergedRun& merged) {
-  GpuFigures f;
-  for (const RunPart& p : parts) {
-    f.capacities.push_back(p.capacity);
-    f.peaks.push_back(p.peak_by_category);
-    f.gpus.push_back(p.gpu);
-  }
-  f.samples = merged.samples;
-  f.recorders = &merged.recorders;
-  return f;
-}
-
-void write_outputs(RunFolder& run, DeviceMesh& mesh, const TrainConfig& config,
-                   nlohmann::json summary, const GpuFigures& figures) {
-  MemoryPictureInput picture;
-  picture.capacities = figures.capacities;
-  picture.peaks = figures.peaks;
-  summary["gpus"] = figures.gpus;
-  std::string plot_error;
-  const std::string layout =
-      uses_mesh_layout(config) ? fmt::format(" (dp={} x tp={} x pp={}, zero {})",
-                                             config.gpus / (config.tp * config.pp), config.tp,
-                                             config.pp, config.zero)
-                               : "";
-  picture.title = fmt::format("meshsim: {} {} on {} virtual GPUs{}", config.model,
-                              config.strategy, config.gpus, layout);
-  picture.samples = figures.samples;
-  // A run that failed before its first memory sample has nothing to plot: no warning then.
-  const bool drawn = run.write_memory(picture, &plot_error);
-  if (!drawn && !picture.samples.empty())
-    fmt::print(stderr, "meshsim: warning: memory.png not drawn: {}\n", plot_error);
-  if (config.memory_snapshot) {
-    if (mesh.on_card())
-      fmt::print(stderr, "meshsim: warning: --memory-snapshot records CPU virtual GPUs only; on "
-                         "the card, PyTorch's torch.cuda.memory._record_memory_history does\n");
-    try {
-      write_memory_snapshots(run.dir() / "memory_snapshot", mesh);
-    } catch (const std::exception& e) {
-      fmt::print(stderr, "meshsim: warning: memory snapshot not written: {}\n", e.what());
-    }
-  }
-  run.write_json("summary.json", summary);
-  // report.html: everything above in one page; like memory.png, a failure costs only the page.
-  HtmlReportInput report;
-  report.title = picture.title;
-  report.summary = summary;
-  report.metrics = read_metrics_lines(run.dir() / "metrics.jsonl");
-  report.samples = &picture.samples;
-  report.capacities = picture.capacities;
-  report.recorders = figures.recorders;
-  std::string report_error;
-  if (!write_html_report(run.dir() / "report.html", report, &report_error))
-    fmt::print(stderr, "meshsim: warning: report.html not written: {}\n", report_error);
-}
 
 } // namespace
 
@@ -430,7 +283,9 @@ int run_train(TrainConfig config) {
              "meshsim: {} on {} {}{} ({} each, {} device, {} threads per rank), model {} "
              "({} parameters), data {} ({} train / {} test), run folder {}\n",
              config.strategy, config.gpus,
-             place ? "processes (--backend c10d, Gloo)" : "virtual GPUs", layout,
+             !place ? "virtual GPUs"
+             : config.device == "cpu" ? "processes (--backend c10d, Gloo)"
+                                      : "processes (--backend c10d, NCCL)", layout,
              format_bytes(mesh.gpu(0).capacity()), config.device,
              threads_per_rank(config.gpus * mesh.processes_per_host() /
                               static_cast<int>(mesh.local_ranks().size())),
@@ -566,27 +421,6 @@ int run_train(TrainConfig config) {
                100 * summary["test_accuracy"].get<double>(), summary["wall_seconds"].get<double>(),
                run->dir().string());
   return code;
-}
-
-// The physical device: whether this build has the CUDA path, and the card it sees.
-void print_cuda_info() {
-  fmt::print("CUDA path: {}\n", cuda_built() ? "built" : "compiled out");
-  const CudaStatus card = cuda_status();
-  if (!card.usable) {
-    fmt::print("GPU: none ({})\n", card.reason);
-    return;
-  }
-  fmt::print("GPU: {} (compute capability {}.{}, {} multiprocessors), {} total, {} free\n",
-             card.name, card.capability_major, card.capability_minor, card.multiprocessors,
-             format_bytes(card.total_bytes), format_bytes(card.free_bytes));
-}
-
-int run_info() {
-  fmt::print("meshsim 0.1.0\nLibTorch {}\n", TORCH_VERSION);
-  print_cuda_info();
-  fmt::print("{}", at::get_parallel_info());
-  print_nvml_info();
-  return kExitOk;
 }
 
 } // namespace meshsim

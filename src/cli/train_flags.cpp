@@ -116,10 +116,12 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--bucket-mb", c.bucket_mb, "gradient bucket size in MiB")->capture_default_str();
   app.add_option("--backend", c.backend,
                  "sim: every GPU a thread of this process; c10d: one rank per process, through "
-                 "PyTorch's c10d (Gloo), started by meshsim launch, torchrun, mpirun or srun")
+                 "PyTorch's c10d (Gloo; NCCL with --device cuda), started by meshsim launch, "
+                 "torchrun, mpirun or srun")
       ->capture_default_str();
   app.add_flag("!--no-overlap", c.overlap,
-               "ddp: all-reduce the gradient buckets after backward, not during it");
+               "ddp: all-reduce the gradient buckets after backward, not during it; zero 2: wait "
+               "for each reduce-scatter before backward goes on");
   app.add_option("--comm-timeout", c.comm_timeout_s, "seconds a collective waits for all ranks")
       ->capture_default_str();
   app.add_option("--checkpoint-every", c.checkpoint_every, "steps between checkpoints (0: at the end only)")

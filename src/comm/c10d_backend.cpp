@@ -9,8 +9,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#ifdef USE_C10D_GLOO
+#if MESHSIM_C10D_GLOO
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <sys/socket.h>
@@ -23,14 +24,17 @@
 
 namespace meshsim {
 
-#ifndef USE_C10D_GLOO
+#if !MESHSIM_C10D_GLOO
 
 bool c10d_available() { return false; }
+bool c10d_nccl_available() { return false; }
 
 struct C10dWorld::State {};
 
 C10dWorld::C10dWorld(const C10dOptions&, const RunClock&) {
-  throw RendezvousError("--backend c10d: this LibTorch was built without c10d's Gloo backend");
+  throw RendezvousError(
+      "--backend c10d is compiled out of this build: its LibTorch has no Gloo headers (PyTorch's "
+      "wheels ship none; docs/processes.md)");
 }
 C10dWorld::~C10dWorld() = default;
 int C10dWorld::rank() const { return 0; }
@@ -44,6 +48,7 @@ std::string C10dWorld::agreed(const std::string&) { return ""; }
 #else
 
 bool c10d_available() { return true; }
+bool c10d_nccl_available() { return MESHSIM_C10D_NCCL != 0; }
 namespace {
 
 std::string first_line(const std::string& text) {
@@ -99,6 +104,26 @@ public:
 private:
   int saved_;
 };
+
+#if MESHSIM_C10D_NCCL
+// ProcessGroupNCCL's options embed NCCL's own config struct, sized by the nccl.h meshsim was
+// compiled with: the NCCL that LibTorch loaded must be that release. Found without a link
+// dependency, as LibTorch has loaded it already.
+void check_nccl_version() {
+  using GetVersion = int (*)(int*);
+  const auto get = reinterpret_cast<GetVersion>(::dlsym(RTLD_DEFAULT, "ncclGetVersion"));
+  int loaded = 0;
+  if (!get || get(&loaded) != 0)
+    return;  // not loaded yet: ProcessGroupNCCL says so itself at its first collective
+  const int major = loaded >= 10000 ? loaded / 10000 : loaded / 1000;
+  const int minor = loaded >= 10000 ? loaded / 100 % 100 : loaded / 100 % 10;
+  if (major != NCCL_MAJOR || minor != NCCL_MINOR)
+    throw RendezvousError(fmt::format(
+        "--backend c10d --device cuda: LibTorch loaded NCCL {}.{}, but meshsim was built "
+        "against nccl.h {}.{}: rebuild with the nccl.h of the NCCL LibTorch ships with",
+        major, minor, NCCL_MAJOR, NCCL_MINOR));
+}
+#endif
 
 } // namespace
 
@@ -173,20 +198,35 @@ std::string C10dWorld::State::missing(const std::vector<int>& ranks) {
   }
   if (gone.empty())
     return " (every other rank of the group is alive: one of them is late, or failed first)";
-  return fmt::format(" (rank{} {} {} gone: no heartbeat for {} ms)", gone.size() > 1 ? "s" : "",
-                     fmt::join(gone, ", "), gone.size() > 1 ? "are" : "is",
+  // Silent: dead (kill -9) or hung (SIGSTOP, a deadlock); the heartbeat cannot tell which.
+  return fmt::format(" (rank{} {} went silent: no heartbeat for {} ms, dead or hung)",
+                     gone.size() > 1 ? "s" : "", fmt::join(gone, ", "),
                      (4 * kHeartbeat).count());
 }
 
-c10::intrusive_ptr<c10d::ProcessGroupGloo> C10dWorld::State::group(const Group& g) {
+c10::intrusive_ptr<C10dGroup> C10dWorld::State::group(const Group& g, bool on_card) {
   std::lock_guard<std::mutex> lock(groups_mutex);
-  auto& pg = groups[g.key()];
-  if (!pg) {
-    const int index = g.index_of(options.rank);
-    auto prefixed = c10::make_intrusive<c10d::PrefixStore>(key("group/" + g.key() + "/"), store);
+  const std::string name = (on_card ? "nccl/" : "") + g.key();
+  auto& pg = groups[name];
+  if (pg)
+    return pg;
+  const int index = g.index_of(options.rank);
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>(key("group/" + name + "/"), store);
+  if (!on_card) {
     pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, index, g.size(), pg_options);
+    return pg;
   }
+#if MESHSIM_C10D_NCCL
+  // NCCL makes its communicator on the tensors' card at the group's first collective, and
+  // orders its stream after the caller's (the rank's stream, physical_device.h).
+  auto o = c10d::ProcessGroupNCCL::Options::create();
+  o->timeout = options.timeout;
+  pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, index, g.size(), o);
   return pg;
+#else
+  throw std::invalid_argument(
+      "a tensor on a CUDA card reached the c10d backend, and this LibTorch has no NCCL");
+#endif
 }
 
 C10dWorld::C10dWorld(const C10dOptions& options, const RunClock& clock)
@@ -201,6 +241,15 @@ C10dWorld::C10dWorld(const C10dOptions& options, const RunClock& clock)
         fmt::format("rank {} is outside [0, {}) of the world", options.rank, options.world_size));
   if (options.master_port < 1 || options.master_port > 65535)
     throw RendezvousError(fmt::format("rendezvous port {} is outside 1..65535", options.master_port));
+#if MESHSIM_C10D_NCCL
+  if (options.device == "cuda")
+    check_nccl_version();
+#endif
+  if (options.device != "cpu" && !(options.device == "cuda" && c10d_nccl_available()))
+    throw RendezvousError(fmt::format(
+        "--backend c10d runs on {}, not --device {}",
+        c10d_nccl_available() ? "cpu (Gloo) or cuda (NCCL)" : "the CPU (Gloo) in this build",
+        options.device));
   c10d::TCPStoreOptions so;
   so.port = static_cast<uint16_t>(options.master_port);
   so.isServer = options.rank == 0;
@@ -228,8 +277,6 @@ C10dWorld::C10dWorld(const C10dOptions& options, const RunClock& clock)
           "rank {} is already taken at the rendezvous {}: a stale run still holds the port, or "
           "two processes were given RANK={}",
           options.rank, at, options.rank));
-    s.store->set(s.key(fmt::format("world/{}", options.rank)),
-                 std::vector<uint8_t>(1, static_cast<uint8_t>(0)));
     const std::string world = std::to_string(options.world_size);
     if (options.rank == 0)
       s.store->set(s.key("world_size"), std::vector<uint8_t>(world.begin(), world.end()));
@@ -238,6 +285,9 @@ C10dWorld::C10dWorld(const C10dOptions& options, const RunClock& clock)
     if (theirs != world)
       throw RendezvousError(fmt::format("WORLD_SIZE is {} on rank {} but {} on rank 0", world,
                                         options.rank, theirs));
+    // Joined only once it agrees on the world: rank 0 does not count a rank that gave up.
+    s.store->set(s.key(fmt::format("world/{}", options.rank)),
+                 std::vector<uint8_t>(1, static_cast<uint8_t>(0)));
     std::vector<std::string> everyone;
     for (int r = 0; r < options.world_size; ++r)
       everyone.push_back(s.key(fmt::format("world/{}", r)));
@@ -264,7 +314,7 @@ C10dWorld::C10dWorld(const C10dOptions& options, const RunClock& clock)
       local_address_towards(options.master_addr, options.master_port)));
   c10d::TCPStoreOptions client = so;
   client.isServer = false;
-  client.numWorkers = c10::nullopt;
+  client.numWorkers.reset();  // c10::optional in 1.13, std::optional in 2.x
   s.heartbeat_store = c10::make_intrusive<c10d::TCPStore>(options.master_addr, client);
   s.heartbeat = std::thread([&s] { s.beat(); });
   try {

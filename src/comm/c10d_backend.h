@@ -1,5 +1,5 @@
 // The c10d backend: each rank a process of its own, collectives through PyTorch's c10d
-// process groups (Gloo on the CPU), so a layout debugged on virtual GPUs runs unchanged on
+// process groups (Gloo on the CPU, NCCL on CUDA), so a layout debugged on virtual GPUs runs unchanged on
 // real processes and nodes (docs/processes.md).
 //
 // C10dWorld is one process's end of the run: the rendezvous (a TCPStore on rank 0's host,
@@ -37,10 +37,15 @@ struct C10dOptions {
   int master_port = 29500;
   /// How long the rendezvous and every collective may take.
   std::chrono::milliseconds timeout{60000};
+  /// "cpu": Gloo's process groups; "cuda": NCCL's, on this process's card (the first it
+  /// sees: give each process its own with CUDA_VISIBLE_DEVICES), where c10d_nccl_available().
+  std::string device = "cpu";
 };
 
 /// Whether this build has a c10d backend (LibTorch built with distributed and Gloo).
 bool c10d_available();
+/// Whether it also has NCCL's (LibTorch built with CUDA and NCCL).
+bool c10d_nccl_available();
 
 class C10dWorld {
 public:

@@ -1,6 +1,6 @@
-// The c10d backend's communicator: the Communicator calls on c10d's Gloo process groups,
-// recorded as the in-process backend records them. See c10d_backend.h.
-#ifdef USE_C10D_GLOO
+// The c10d backend's communicator: the Communicator calls on c10d's process groups (Gloo's,
+// or NCCL's on CUDA), recorded as the in-process backend records them. See c10d_backend.h.
+#if MESHSIM_C10D_GLOO
 
 #include <fmt/format.h>
 
@@ -59,7 +59,7 @@ public:
       std::vector<at::Tensor> v{buf};
       c10d::BroadcastOptions o;
       o.rootRank = root_index;
-      return s_->group(group)->broadcast(v, o);
+      return s_->group(group, buf.is_cuda())->broadcast(v, o);
     });
     if (!buf.is_same(tensor))
       tensor.copy_(buf);
@@ -74,18 +74,14 @@ public:
       for (int i = 0; i < group.size(); ++i)
         outs[0].push_back(out[i]);
       std::vector<at::Tensor> ins{in};
-      return s_->group(group)->allgather(outs, ins);
+      return s_->group(group, in.is_cuda())->allgather(outs, ins);
     });
     return out;
   }
 
   torch::Tensor reduce_scatter(const torch::Tensor& input, ReduceOp op,
                                const Group& group) override {
-    torch::Tensor out;
-    {
-      CategoryScope scope(MemoryCategory::Communication);
-      out = torch::empty({input.numel() / std::max(1, group.size())}, input.options());
-    }
+    torch::Tensor out = reduce_scatter_output(input, group.size());
     reduce_scatter_async(input.contiguous(), out, op, group)->wait();
     return out;
   }
@@ -132,7 +128,7 @@ public:
       c10d::ReduceOptions o;
       o.reduceOp = to_c10d(op);
       o.rootRank = root_index;
-      return s_->group(group)->reduce(v, o);
+      return s_->group(group, buf.is_cuda())->reduce(v, o);
     });
     if (rank() == root) {
       if (op == ReduceOp::Avg)
@@ -157,10 +153,12 @@ public:
     }
     reap_sends();
     try {
-      auto world = s_->group(Group::world(world_size()));
+      // The header always through Gloo (it is on the host); the payload through the group of
+      // its device (NCCL for a card's tensor).
+      const Group world = Group::world(world_size());
       std::vector<at::Tensor> h{header}, p{payload};
-      sends_.push_back({world->send(h, dst, 2 * tag), header});
-      sends_.push_back({world->send(p, dst, 2 * tag + 1), payload});
+      sends_.push_back({s_->group(world)->send(h, dst, 2 * tag), header});
+      sends_.push_back({s_->group(world, payload.is_cuda())->send(p, dst, 2 * tag + 1), payload});
     } catch (const std::exception& e) {
       fail(at, pair, e);
     }
@@ -174,12 +172,12 @@ public:
     torch::Tensor header = torch::empty({kHeaderSize}, torch::kLong);
     torch::Tensor out;
     try {
-      auto world = s_->group(Group::world(world_size()));
+      const Group world = Group::world(world_size());
       std::vector<at::Tensor> h{header};
-      world->recv(h, src, 2 * tag)->wait(s_->options.timeout);
+      s_->group(world)->recv(h, src, 2 * tag)->wait(s_->options.timeout);
       out = from_header(header);
       std::vector<at::Tensor> p{out};
-      world->recv(p, src, 2 * tag + 1)->wait(s_->options.timeout);
+      s_->group(world, out.is_cuda())->recv(p, src, 2 * tag + 1)->wait(s_->options.timeout);
     } catch (const std::exception& e) {
       fail(at, pair, e);
     }
@@ -194,7 +192,7 @@ public:
   }
 
 private:
-  static constexpr int64_t kHeaderSize = 10;  // dtype, rank, up to 8 sizes
+  static constexpr int64_t kHeaderSize = 11;  // dtype, on a card, rank, up to 8 sizes
 
   // A started collective: waits for c10d's Work, then runs `after` (an average's division, a
   // reduce-scatter's chunk) on the rank's thread.
@@ -250,7 +248,7 @@ private:
     std::vector<at::Tensor> v{t};
     c10d::AllreduceOptions o;
     o.reduceOp = to_c10d(op);
-    return s_->group(group)->allreduce(v, o);
+    return s_->group(group, t.is_cuda())->allreduce(v, o);
   }
 
   std::unique_ptr<Work> all_reduce_async(const torch::Tensor& buf, ReduceOp op,
@@ -352,22 +350,26 @@ private:
   }
 
   static torch::Tensor make_header(const torch::Tensor& t) {
-    if (t.dim() > kHeaderSize - 2)
+    if (t.dim() > kHeaderSize - 3)
       throw std::invalid_argument(
-          fmt::format("send: tensors of at most {} dimensions, not {}", kHeaderSize - 2, t.dim()));
+          fmt::format("send: tensors of at most {} dimensions, not {}", kHeaderSize - 3, t.dim()));
     torch::Tensor h = torch::zeros({kHeaderSize}, torch::kLong);
     auto* p = h.data_ptr<int64_t>();
     p[0] = static_cast<int64_t>(t.scalar_type());
-    p[1] = t.dim();
+    p[1] = t.is_cuda() ? 1 : 0;
+    p[2] = t.dim();
     for (int64_t d = 0; d < t.dim(); ++d)
-      p[2 + d] = t.size(d);
+      p[3 + d] = t.size(d);
     return h;
   }
 
   torch::Tensor from_header(const torch::Tensor& h) {
     const auto* p = h.data_ptr<int64_t>();
-    std::vector<int64_t> sizes(p + 2, p + 2 + p[1]);
-    return torch::empty(sizes, torch::TensorOptions().dtype(static_cast<c10::ScalarType>(p[0])));
+    std::vector<int64_t> sizes(p + 3, p + 3 + p[2]);
+    auto options = torch::TensorOptions().dtype(static_cast<c10::ScalarType>(p[0]));
+    if (p[1] != 0)
+      options = options.device(torch::kCUDA);  // this process's card: the current device
+    return torch::empty(sizes, options);
   }
 
   std::shared_ptr<C10dWorld::State> s_;

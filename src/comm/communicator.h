@@ -34,6 +34,9 @@ struct Group {
 /// all_gather's output for `input` over `members` ranks, [members, *input.sizes()], charged
 /// to the caller's GPU as communication: what every backend allocates.
 torch::Tensor all_gather_output(const torch::Tensor& input, int members);
+/// reduce_scatter's output for `input` over `members` ranks, [numel / members], charged as
+/// communication; throws std::invalid_argument when the input does not split evenly.
+torch::Tensor reduce_scatter_output(const torch::Tensor& input, int members);
 
 /// A collective did not complete in time: some ranks never arrived.
 class CollectiveTimeout : public std::runtime_error {

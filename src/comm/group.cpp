@@ -29,4 +29,13 @@ torch::Tensor all_gather_output(const torch::Tensor& input, int members) {
   return torch::empty(sizes, input.options());
 }
 
+torch::Tensor reduce_scatter_output(const torch::Tensor& input, int members) {
+  if (members < 1 || input.numel() % members != 0)
+    throw std::invalid_argument(
+        fmt::format("reduce_scatter: {} elements do not split evenly over {} ranks",
+                    input.numel(), members));
+  CategoryScope scope(MemoryCategory::Communication);
+  return torch::empty({input.numel() / members}, input.options());
+}
+
 } // namespace meshsim

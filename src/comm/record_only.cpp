@@ -96,15 +96,7 @@ torch::Tensor RecordOnlyCommunicator::all_gather(const torch::Tensor& input, con
 torch::Tensor RecordOnlyCommunicator::reduce_scatter(const torch::Tensor& input, ReduceOp,
                                                      const Group& group) {
   torch::Tensor in = input.contiguous();
-  if (in.numel() % group.size() != 0)
-    throw std::invalid_argument(
-        fmt::format("reduce_scatter: {} elements do not split evenly over {} ranks", in.numel(),
-                    group.size()));
-  torch::Tensor out;
-  {
-    CategoryScope scope(MemoryCategory::Communication);
-    out = torch::empty({in.numel() / group.size()}, in.options());
-  }
+  torch::Tensor out = reduce_scatter_output(in, group.size());
   record("reduce_scatter", group, in);
   return out;
 }

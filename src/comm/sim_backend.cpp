@@ -18,27 +18,8 @@
 
 namespace meshsim {
 
-struct SimWorld::Slot {
-  std::string op;
-  int64_t numel = 0;
-  c10::ScalarType dtype = c10::ScalarType::Float;
-  int root = -1;
-  std::vector<void*> in;
-  std::vector<void*> out;
-  std::vector<bool> present;
-  int arrived = 0;
-  int departed = 0;
-  // On a CUDA card: each member's buffers are ready after its `ready` event, and its work
-  // on the others' buffers is done after its `done` event (device/physical_device.h).
-  bool on_card = false;
-  std::vector<DeviceEvent> ready, done;
-};
 
 namespace {
-
-std::string describe(const std::string& op, int64_t numel, c10::ScalarType dtype) {
-  return fmt::format("{} of {} {} elements", op, numel, c10::toString(dtype));
-}
 
 // The slice of `numel` elements that group member `index` of `n` works on.
 std::pair<int64_t, int64_t> slice_of(int64_t numel, int n, int index) {
@@ -190,11 +171,7 @@ public:
 
   torch::Tensor reduce_scatter(const torch::Tensor& input, ReduceOp op,
                                const Group& group) override {
-    torch::Tensor out;
-    {
-      CategoryScope scope(MemoryCategory::Communication);
-      out = torch::empty({input.numel() / std::max(1, group.size())}, input.options());
-    }
+    torch::Tensor out = reduce_scatter_output(input, group.size());
     reduce_scatter_async(input.contiguous(), out, op, group, false)->wait();
     return out;
   }
@@ -420,107 +397,12 @@ private:
       ready->record();
     auto task = std::make_shared<CommOp>();
     task->keep = std::move(keep);
-    task->run = [world = &world_, rank = rank_, op, ranks = group.ranks, key, seq, index, numel,
-                 dtype, on_card, root, in, out, ready, work = std::move(work)] {
-      rendezvous(*world, rank, op, ranks, key, seq, index, numel, dtype, on_card, root, in, out,
-                 std::move(*ready), work);
+    SimWorld::Arrival arrival{rank_, op,    group.ranks, key, seq, index, numel,
+                              dtype, on_card, root,  in,  out};
+    task->run = [world = &world_, arrival = std::move(arrival), ready, work = std::move(work)] {
+      world->rendezvous(arrival, std::move(*ready), work);
     };
     return submit(std::move(rec), std::move(task), async, nullptr, on_card);
-  }
-
-  static void rendezvous(SimWorld& world, int rank, const char* op, const std::vector<int>& ranks,
-                         const std::string& key, int64_t seq, int index, int64_t numel,
-                         c10::ScalarType dtype, bool on_card, int root, void* in, void* out,
-                         DeviceEvent ready,
-                         const std::function<void(SimWorld::Slot&, int)>& work) {
-    const int n = static_cast<int>(ranks.size());
-    std::shared_ptr<SimWorld::Slot> slot;
-    {
-      std::unique_lock<std::mutex> lock(world.mutex_);
-      if (!world.abort_reason_.empty())
-        throw RankAborted(world.abort_reason_);
-      auto& entry = world.slots_[{key, seq}];
-      if (!entry) {
-        entry = std::make_shared<SimWorld::Slot>();
-        entry->op = op;
-        entry->numel = numel;
-        entry->dtype = dtype;
-        entry->root = root;
-        entry->in.assign(n, nullptr);
-        entry->out.assign(n, nullptr);
-        entry->present.assign(n, false);
-        entry->on_card = on_card;
-        if (on_card) {
-          entry->ready.resize(n);
-          entry->done.resize(n);
-        }
-      } else if (entry->op != op || entry->numel != numel || entry->dtype != dtype ||
-                 entry->root != root || entry->on_card != on_card) {
-        throw CollectiveMismatch(fmt::format(
-            "collective #{} on group [{}]: rank {} called {}{} but another rank called {}{}", seq,
-            key, rank, describe(op, numel, dtype), on_card ? " on the card" : "",
-            describe(entry->op, entry->numel, entry->dtype), entry->on_card ? " on the card" : ""));
-      }
-      slot = entry;
-      slot->in[index] = in;
-      slot->out[index] = out;
-      slot->present[index] = true;
-      if (on_card)
-        slot->ready[index] = std::move(ready);
-      if (++slot->arrived == n)
-        world.cv_.notify_all();
-      world.waits_[rank] = SimWorld::Wait{slot, ranks, -1};
-      const bool all_here = world.cv_.wait_for(lock, world.timeout_, [&] {
-        return slot->arrived == n || !world.abort_reason_.empty();
-      });
-      if (all_here)
-        world.waits_[rank] = SimWorld::Wait{};
-      if (!world.abort_reason_.empty())
-        throw RankAborted(world.abort_reason_);
-      if (!all_here) {
-        std::vector<int> missing;
-        for (int j = 0; j < n; ++j)
-          if (!slot->present[j])
-            missing.push_back(ranks[j]);
-        throw CollectiveTimeout(fmt::format(
-            "{} #{} on group [{}] timed out after {:.1f} s: rank{} {} never arrived{}", op, seq,
-            key, world.timeout_.count() / 1000.0, missing.size() > 1 ? "s" : "",
-            fmt::join(missing, ", "), world.wait_chain(missing)));
-      }
-    }
-
-    if (on_card) // read the others' buffers only after their streams have produced them
-      for (int j = 0; j < n; ++j)
-        if (j != index)
-          slot->ready[j].block_current_stream();
-
-    work(*slot, index);
-
-    DeviceEvent done; // recorded before departing, under the lock others read it under
-    if (on_card)
-      done.record();
-    {
-      std::unique_lock<std::mutex> lock(world.mutex_);
-      if (on_card)
-        slot->done[index] = std::move(done);
-      if (++slot->departed == n) {
-        world.slots_.erase({key, seq});
-        world.cv_.notify_all();
-      }
-      // Others are still reading our input or writing our output until they depart.
-      const bool all_done = world.cv_.wait_for(lock, world.timeout_, [&] {
-        return slot->departed == n || !world.abort_reason_.empty();
-      });
-      if (!world.abort_reason_.empty() && slot->departed != n)
-        throw RankAborted(world.abort_reason_);
-      if (!all_done)
-        throw CollectiveTimeout(
-            fmt::format("{} #{} on group [{}]: members did not finish in time", op, seq, key));
-    }
-    if (on_card) // our buffers are ours again once every member's work on them has run
-      for (int j = 0; j < n; ++j)
-        if (j != index)
-          slot->done[j].block_current_stream();
   }
 
   SimWorld& world_;
@@ -558,64 +440,11 @@ void SimWork::wait() {
     finish_();
 }
 
-SimWorld::SimWorld(int world_size, std::chrono::milliseconds timeout, const RunClock* clock)
-    : world_size_(world_size), timeout_(timeout), clock_(clock) {
-  if (world_size < 1)
-    throw std::invalid_argument("world size must be at least 1");
-  waits_.resize(static_cast<size_t>(world_size));
-}
-
-std::vector<int> SimWorld::waited_by(int rank) const {
-  const Wait& w = waits_[static_cast<size_t>(rank)];
-  if (w.src >= 0)
-    return {w.src};
-  std::vector<int> missing;
-  if (w.slot)
-    for (size_t j = 0; j < w.group.size(); ++j)
-      if (!w.slot->present[j])
-        missing.push_back(w.group[j]);
-  return missing;
-}
-
-std::string SimWorld::wait_chain(const std::vector<int>& missing) const {
-  // A rank that is missing but blocked itself is not the cause: follow its waits (each rank
-  // once) to one that waits for nobody.
-  std::string chain;
-  std::vector<bool> seen(static_cast<size_t>(world_size_), false);
-  int at = missing.empty() ? -1 : missing.front();
-  while (at >= 0 && !seen[static_cast<size_t>(at)]) {
-    seen[static_cast<size_t>(at)] = true;
-    const std::vector<int> next = waited_by(at);
-    if (next.empty())
-      break;
-    chain += fmt::format("{}rank {} waits for rank{} {}", chain.empty() ? " (" : ", ", at,
-                         next.size() > 1 ? "s" : "", fmt::join(next, ", "));
-    at = next.front();
-  }
-  return chain.empty() ? chain : chain + ")";
-}
-
-SimWorld::~SimWorld() = default;
-
 std::unique_ptr<Communicator> SimWorld::make_communicator(int rank) {
   if (rank < 0 || rank >= world_size_)
     throw std::invalid_argument(
         fmt::format("rank {} out of range for world {}", rank, world_size_));
   return std::make_unique<SimCommunicator>(*this, rank);
-}
-
-void SimWorld::abort(const std::string& reason) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (abort_reason_.empty())
-      abort_reason_ = reason.empty() ? "aborted" : reason;
-  }
-  cv_.notify_all();
-}
-
-bool SimWorld::aborted() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return !abort_reason_.empty();
 }
 
 } // namespace meshsim

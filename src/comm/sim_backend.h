@@ -11,6 +11,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -39,7 +40,38 @@ public:
   void abort(const std::string& reason);
   bool aborted() const;
 
-  struct Slot; // one collective instance, shared by its members
+  /// One collective instance, shared by its members.
+    struct Slot {
+    std::string op;
+    int64_t numel = 0;
+    c10::ScalarType dtype = c10::ScalarType::Float;
+    int root = -1;
+    std::vector<void*> in;
+    std::vector<void*> out;
+    std::vector<bool> present;
+    int arrived = 0;
+    int departed = 0;
+    // On a CUDA card: each member's buffers are ready after its `ready` event, and its work
+    // on the others' buffers is done after its `done` event (device/physical_device.h).
+    bool on_card = false;
+    std::vector<DeviceEvent> ready, done;
+  };
+
+  /// One member's arrival at a collective.
+  struct Arrival {
+    int rank = 0;
+    const char* op = "";
+    std::vector<int> ranks;  // the group
+    std::string key;         // the group's key
+    int64_t seq = 0;
+    int index = 0;           // the rank's index in the group
+    int64_t numel = 0;
+    c10::ScalarType dtype = c10::ScalarType::Float;
+    bool on_card = false;
+    int root = -1;
+    void* in = nullptr;
+    void* out = nullptr;
+  };
 
 private:
   friend class SimCommunicator;
@@ -50,6 +82,10 @@ private:
     std::vector<int> group;
     int src = -1;
   };
+  /// The rendezvous every collective shares (sim_world.cpp): arrive, run `work` on this
+  /// member's slice once every member is here, depart once every member's work is done.
+  /// On the rank's communication thread; `ready` is recorded after its buffers exist.
+  void rendezvous(const Arrival& a, DeviceEvent ready, const std::function<void(Slot&, int)>& work);
   /// Ranks `rank` waits for now (empty when it is not blocked). Call with mutex_ held.
   std::vector<int> waited_by(int rank) const;
   /// " (rank 1 waits for rank 2, which waits for rank 3)": follows the waits from `missing`

@@ -55,7 +55,7 @@ public:
     optimizer_numel_ = count_parameters(*stage_);
     if (options.zero >= 1) optimizer_numel_ = (optimizer_numel_ + dims_.dp - 1) / dims_.dp;
     zero_ = std::make_unique<ZeroDataParallel>(
-        ctx, stage_, dp_, ZeroOptions{options.zero, options.bucket_mb, options.optimizer});
+        ctx, stage_, dp_, ZeroOptions{options.zero, options.bucket_mb, options.optimizer, options.overlap});
     if (options.sequence_parallel && dims_.tp > 1)
       sequence_params_ = sequence_parallel_parameters(stage_, tensor_parallel_plan(options.model));
     pipe_.module = zero_->module();

@@ -6,8 +6,9 @@
 //   stage 1  as 0, but the optimizer (and its state) only covers this member's shard; the
 //            updated shards are all-gathered back into the full parameters
 //   stage 2  gradients reach a unit-sized communication bucket through post-hooks on the
-//            parameters' AccumulateGrad nodes, and the bucket is reduce-scattered as soon
-//            as the unit is complete, during backward; only the shard's gradient is kept
+//            parameters' AccumulateGrad nodes, and the bucket's reduce-scatter starts as
+//            soon as the unit is complete, during backward, and runs while the next bucket
+//            fills (one in flight); only the shard's gradient is kept
 //   stage 3  as 2, and the parameters themselves are gathered per block before its forward
 //            and its backward and freed after (zero_stage3.cpp)
 #include "parallel/zero.h"
@@ -178,6 +179,8 @@ void ZeroDataParallel::State::on_gradient(FlatUnit& unit, size_t i) {
   torch::Tensor& p = unit.params[i];
   if (!p.grad().defined())
     return;
+  if (&unit == in_flight.unit) // the next backward pass reached a unit still being sent
+    wait_in_flight();
   if (!unit.bucket.defined()) {
     CategoryScope scope(MemoryCategory::Communication);
     unit.bucket = torch::zeros({unit.padded}, unit.full.options()); // zero padding
@@ -191,7 +194,15 @@ void ZeroDataParallel::State::on_gradient(FlatUnit& unit, size_t i) {
 
 void ZeroDataParallel::State::reduce_scatter(FlatUnit& unit) {
   torch::NoGradGuard no_grad;
-  // Avg: each backward pass adds its dp-average, so micro-batches sum, then average.
+  if (options.stage == 2 && options.overlap) {
+    wait_in_flight();
+    in_flight.part = reduce_scatter_output(unit.bucket, dp.size());
+    // Avg: each backward pass adds its dp-average, so micro-batches sum, then average.
+    in_flight.work = ctx.comm.reduce_scatter_async(unit.bucket, in_flight.part, ReduceOp::Avg, dp);
+    in_flight.unit = &unit;
+    unit.pending = 0;
+    return;
+  }
   torch::Tensor part = ctx.comm.reduce_scatter(unit.bucket, ReduceOp::Avg, dp);
   unit.shard_grad.add_(part);
   ctx.sample_memory(step, "reduce_scatter");
@@ -200,6 +211,18 @@ void ZeroDataParallel::State::reduce_scatter(FlatUnit& unit) {
   unit.pending = 0;
   if (options.stage == 3)
     release_full(unit);
+}
+
+void ZeroDataParallel::State::wait_in_flight() {
+  if (!in_flight.unit)
+    return;
+  torch::NoGradGuard no_grad;
+  InFlight done = std::move(in_flight);
+  in_flight = InFlight{};
+  done.work->wait();
+  done.unit->shard_grad.add_(done.part);
+  ctx.sample_memory(step, "reduce_scatter");
+  done.unit->bucket = torch::Tensor();
 }
 
 void ZeroDataParallel::State::gather(FlatUnit& unit) {
@@ -215,6 +238,7 @@ torch::nn::Sequential ZeroDataParallel::module() {
 
 void ZeroDataParallel::zero_grad() {
   torch::NoGradGuard no_grad;
+  state_->wait_in_flight();
   for (auto& unit : state_->units) {
     unit->shard_grad.zero_();
     if (unit->grad.defined())
@@ -236,14 +260,16 @@ void ZeroDataParallel::finish_gradients(int64_t step) {
   // the missing gradients count as zero (every member has the same graph, so the same
   // units are waiting on all of them and the collectives still match).
   for (auto& unit : s.units)
-    if (unit->bucket.defined())
+    if (unit->bucket.defined() && unit.get() != s.in_flight.unit)
       s.reduce_scatter(*unit);
+  s.wait_in_flight();
 }
 
 void ZeroDataParallel::step(int64_t step, bool grads_finite) {
   State& s = *state_;
   // The caller (the mesh engine) records the step's compute region around this call, with
   // the update's counted work; the all-gathers below fall inside it.
+  s.wait_in_flight(); // finish_gradients has waited already, unless the caller skipped it
   const bool stepped = s.optimizer->step(grads_finite);
   s.ctx.sample_memory(step, "optimizer");
   if (stepped && (s.options.stage == 1 || s.options.stage == 2)) {

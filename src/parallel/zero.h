@@ -20,6 +20,7 @@ struct ZeroOptions {
   int stage = 0;         // 0, 1, 2 or 3
   double bucket_mb = 25; // stages 0-2: blocks are grouped into flat buckets of about this size
   OptimizerOptions optimizer;
+  bool overlap = true;   // stage 2: a unit's reduce-scatter runs while backward fills the next
 };
 
 struct FlatUnit;

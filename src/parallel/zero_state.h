@@ -31,13 +31,27 @@ struct ZeroDataParallel::State {
   std::unique_ptr<Optimizer> optimizer;
   int64_t step = 1; // the step the current backward belongs to (memory samples)
 
+  /// Stage 2: the unit whose reduce-scatter runs while backward fills the next bucket. At most
+  /// one is in flight, as DeepSpeed's double-buffered gradient buckets (overlap_comm): a
+  /// second completed unit first waits for it.
+  struct InFlight {
+    FlatUnit* unit = nullptr;
+    std::unique_ptr<Work> work;
+    torch::Tensor part; // its reduce-scattered shard, under communication
+  };
+  InFlight in_flight;
+
   void set_up_gradients(FlatUnit& unit);
   void install_gradient_hooks();
   /// Post-AccumulateGrad hook body: parameter `i` of `unit` has its gradient.
   void on_gradient(FlatUnit& unit, size_t i);
   /// Reduce-scatters (average) the unit's bucket into its shard gradient; frees the bucket,
-  /// and for stage 3 the gathered parameters.
+  /// and for stage 3 the gathered parameters. Stage 2 only starts it (after waiting for the
+  /// one in flight); wait_in_flight() finishes it.
   void reduce_scatter(FlatUnit& unit);
+  /// Stage 2: waits for the reduce-scatter in flight, if any, adds its part into the shard
+  /// gradient and frees its bucket.
+  void wait_in_flight();
   /// Stage 3: materializes the unit's full parameters (all-gather) if they are not.
   void gather(FlatUnit& unit);
   /// Stage 3: a copy of `model` whose blocks gather their parameters around forward and

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "comm/c10d_backend.h"
 #include "cost/hardware.h"
 #include "device/physical_device.h"
 #include "memory/category.h"
@@ -209,11 +210,17 @@ void validate(TrainConfig& c) {
   require(c.backend == "sim" || c.backend == "c10d",
           fmt::format("unknown --backend '{}' (choose sim or c10d)", c.backend));
   if (c.backend == "c10d") {
-    // One process per rank on the host's cores: the CPU, as Gloo runs there.
+    // One process per rank: on the host's cores through Gloo, or on a card of its own through
+    // NCCL where this LibTorch has it. Auto keeps to the CPU: NCCL is asked for by name.
     if (c.device == "auto")
       c.device = "cpu";
-    require(c.device == "cpu",
-            fmt::format("--backend c10d runs on the CPU (Gloo), not --device {}", c.device));
+    require(c.device == "cpu" || (c10d_nccl_available() && (c.device == "cuda" || c.device == "cuda:0")),
+            c10d_nccl_available()
+                ? fmt::format("--backend c10d runs on cpu (Gloo) or cuda (NCCL), not --device {}",
+                              c.device)
+                : fmt::format("--backend c10d runs on the CPU (Gloo): this LibTorch has no NCCL, "
+                              "so not --device {}",
+                              c.device));
     require(!c.memory_snapshot, "--memory-snapshot records the virtual GPUs of one process: use "
                                 "it with --backend sim");
   }

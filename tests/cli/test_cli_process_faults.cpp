@@ -24,7 +24,7 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 
 #define SKIP_WITHOUT_C10D()                                                                        \
   if (!meshsim::c10d_available())                                                                 \
-  GTEST_SKIP() << "this LibTorch has no c10d Gloo backend"
+  GTEST_SKIP() << "this build has no c10d backend (its LibTorch has no Gloo headers)"
 
 } // namespace
 
@@ -46,7 +46,7 @@ TEST(CliProcessFaults, AKilledRankMakesTheOthersExit5NamingIt) {
                                                        R"( \(pid \d+\) exited with code 5)")))
         << "rank " << rank << "\n" << r.output;
     EXPECT_TRUE(std::regex_search(r.output, std::regex("meshsim: rank " + std::to_string(rank) +
-                                                       ": .*rank 2 is gone")))
+                                                       ": .*rank 2 went silent")))
         << "rank " << rank << "\n" << r.output;
   }
   EXPECT_LT(took, 20.0) << "the others should fail within --comm-timeout";
@@ -104,6 +104,36 @@ TEST(CliProcessFaults, ARankWithoutRankZeroGivesUpWithinTheTimeout) {
   EXPECT_NE(r.output.find("rank 1 cannot reach the rendezvous at 127.0.0.1:"), std::string::npos)
       << r.output;
   EXPECT_LT(seconds_since(start), 20.0) << r.output;
+}
+
+TEST(CliProcessFaults, AWorldSizeThatDisagreesAndARankTakenTwiceAreExit2) {
+  SKIP_WITHOUT_C10D();
+  // Rank 0 of 2 serves the rendezvous. A rank 1 told the world has 3 ranks is refused; a
+  // second rank 1 finds the rank taken (the first one's claim stands: a stale run, or two
+  // processes given the same RANK); rank 0, whose rank 1 never joined, gives up within
+  // --comm-timeout. Every one of them in one line, exit 2.
+  const fs::path out = fresh_dir("c10d-claims");
+  const fs::path logs = fresh_dir("c10d-claims-logs");
+  const std::string rank = fmt::format(
+      "MASTER_ADDR=127.0.0.1 MASTER_PORT={} {} {} --backend c10d --no-progress --max-steps 2 "
+      "--comm-timeout 5 --out {}",
+      free_port(), MESHSIM_BINARY, kProcessGpt, out.string());
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = run_command(fmt::format(
+      "(mkdir -p {1}; RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 {0} --gpus 2 > {1}/rank0.log 2>&1 & zero=$!; "
+      "RANK=1 LOCAL_RANK=1 WORLD_SIZE=3 {0} --gpus 3; echo \"first rank 1: $?\"; "
+      "RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 {0} --gpus 2; echo \"second rank 1: $?\"; "
+      "wait $zero; echo \"rank 0: $?\"; cat {1}/rank0.log)",
+      rank, logs.string()));
+  EXPECT_NE(r.output.find("WORLD_SIZE is 3 on rank 1 but 2 on rank 0"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("first rank 1: 2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 1 is already taken at the rendezvous"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("second rank 1: 2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 1 did not join the rendezvous"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 0: 2"), std::string::npos) << r.output;
+  EXPECT_LT(seconds_since(start), 30.0) << r.output;
 }
 
 TEST(CliProcessFaults, C10dWithoutALauncherSaysHowToStartIt) {
@@ -175,7 +205,7 @@ TEST(CliProcessFaults, KillNineFromOutsideIsNamedByLaunchAndTheOthers) {
   EXPECT_EQ(r.code, 128 + 9) << r.output;
   EXPECT_NE(r.output.find("meshsim launch: rank 1 (pid "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("was killed by signal 9"), std::string::npos) << r.output;
-  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(meshsim: rank 0: .*rank 1 is gone)")))
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(meshsim: rank 0: .*rank 1 went silent)")))
       << r.output;
   EXPECT_LT(seconds_since(start), 60.0);
   EXPECT_TRUE(processes_mentioning(out.string()).empty()) << "a process outlived the run";
@@ -189,7 +219,7 @@ TEST(CliProcessFaults, AHungRankMakesTheOthersExit5WithinTheTimeout) {
   EXPECT_EQ(r.code, 5) << r.output;
   for (int rank : {0, 2, 3})
     EXPECT_TRUE(std::regex_search(r.output, std::regex("meshsim: rank " + std::to_string(rank) +
-                                                       ": .*rank 1 is gone")))
+                                                       ": .*rank 1 went silent")))
         << "rank " << rank << "\n" << r.output;
   EXPECT_NE(r.output.find("meshsim launch: rank 1 (pid "), std::string::npos) << r.output;
   EXPECT_TRUE(processes_mentioning(out.string()).empty()) << "a process outlived the run";

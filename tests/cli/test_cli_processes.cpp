@@ -54,7 +54,7 @@ fs::path exported(const fs::path& run) {
 // The layout trained on 4 processes and on 4 virtual GPUs: losses, peaks and parameters.
 void expect_processes_match_threads(const std::string& name, const std::string& layout) {
   if (!meshsim::c10d_available())
-    GTEST_SKIP() << "this LibTorch has no c10d Gloo backend";
+    GTEST_SKIP() << "this build has no c10d backend (its LibTorch has no Gloo headers)";
   const fs::path processes = fresh_dir("c10d-" + name), threads = fresh_dir("sim-" + name);
   const std::string train = kProcessGpt + "--gpus 4 --max-steps 4 " + layout;
   const auto p = launch_c10d(4, train + " --out " + processes.string());
@@ -80,6 +80,7 @@ void expect_processes_match_threads(const std::string& name, const std::string& 
 
 TEST(CliProcesses, DdpMatchesVirtualGpus) { expect_processes_match_threads("ddp", "--strategy ddp"); }
 TEST(CliProcesses, Zero1MatchesVirtualGpus) { expect_processes_match_threads("zero1", "--zero 1"); }
+TEST(CliProcesses, Zero2MatchesVirtualGpus) { expect_processes_match_threads("zero2", "--zero 2"); }
 TEST(CliProcesses, Zero3MatchesVirtualGpus) { expect_processes_match_threads("zero3", "--zero 3"); }
 TEST(CliProcesses, Tp2MatchesVirtualGpus) { expect_processes_match_threads("tp2", "--tp 2 --pp 1"); }
 TEST(CliProcesses, Pp2OneFOneBMatchesVirtualGpus) {
@@ -153,7 +154,7 @@ private:
 
 TEST(CliProcesses, TwoNodesInTheirOwnNetworkNamespacesMatchOneNode) {
   if (!meshsim::c10d_available())
-    GTEST_SKIP() << "this LibTorch has no c10d Gloo backend";
+    GTEST_SKIP() << "this build has no c10d backend (its LibTorch has no Gloo headers)";
   NetworkNamespaces namespaces;
   if (!namespaces.made())
     GTEST_SKIP() << "cannot make network namespaces here (needs CAP_NET_ADMIN): "
@@ -171,7 +172,7 @@ TEST(CliProcesses, TwoNodesInTheirOwnNetworkNamespacesMatchOneNode) {
 
 TEST(CliProcesses, TwoLaunchesOnLoopbackMatchOneLaunch) {
   if (!meshsim::c10d_available())
-    GTEST_SKIP() << "this LibTorch has no c10d Gloo backend";
+    GTEST_SKIP() << "this build has no c10d backend (its LibTorch has no Gloo headers)";
   const fs::path base = fresh_dir("two-nodes-loopback");
   const fs::path two = base / "run", one = fresh_dir("one-node-loopback");
   two_nodes(two, "127.0.0.1", "", "");
