@@ -3,7 +3,8 @@
 #   (a) meshsim ddp / meshsim single, same global batch (256) and steps (100), 8 GPUs
 #   (b) meshsim ddp / PyTorch's own DDP (Gloo, 8 processes), same model, batch and steps
 #   (c) in-process all-reduce of 64 MiB x 8 ranks / memcpy of 8 x 64 MiB
-#   (d), (e) c10d processes / virtual GPUs, and overlap's saving (bench/processes.sh)
+#   (d), (e), (f) c10d processes / virtual GPUs, and the saving of DDP's and ZeRO 2's overlap
+#   (bench/processes.sh)
 # Times are training-loop seconds (summary.json's train_seconds; the same span in the
 # PyTorch script): no process start, data loading or evaluation. Run on a quiet machine.
 set -euo pipefail
