@@ -81,8 +81,8 @@ struct ComputeRecord {
   // order: a backward lists the layers last to first, which is the order gradients appear.
   double flops = 0;
   double bytes = 0;
-  std::string op;  // the op class of most of the FLOPs
-  std::vector<LayerWork> layers;
+  std::string op{};  // the op class of most of the FLOPs
+  std::vector<LayerWork> layers{};
   double recompute_flops = 0;  // of flops: forward work recomputed in a backward
   int64_t start_charges = -1;  // as CollectiveRecord's
   int64_t end_charges = -1;

@@ -12,11 +12,12 @@
 #include <vector>
 
 namespace meshsim {
-namespace {
-
+// NVML's C types as nvml.h declares them (the header is not needed to build). Outside the
+// anonymous namespace: Nvml::Api's fields have these types, and Nvml::Api is not internal.
+namespace nvml_abi {
 using nvmlReturn_t = int; // an enum in nvml.h; NVML_SUCCESS is 0
-constexpr nvmlReturn_t kNvmlSuccess = 0;
-using nvmlDevice_t = struct nvmlDevice_st*;
+struct nvmlDevice_st;
+using nvmlDevice_t = nvmlDevice_st*;
 struct nvmlMemory_t {
   unsigned long long total;
   unsigned long long free;
@@ -26,6 +27,15 @@ struct nvmlUtilization_t {
   unsigned int gpu;
   unsigned int memory;
 };
+} // namespace nvml_abi
+
+namespace {
+
+using nvml_abi::nvmlDevice_t;
+using nvml_abi::nvmlMemory_t;
+using nvml_abi::nvmlReturn_t;
+using nvml_abi::nvmlUtilization_t;
+constexpr nvmlReturn_t kNvmlSuccess = 0;
 // NVML_DEVICE_NAME_V2_BUFFER_SIZE and NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE.
 constexpr unsigned int kNameBufferSize = 96;
 constexpr unsigned int kDriverVersionBufferSize = 80;

@@ -21,7 +21,7 @@ struct MemorySample {
   std::vector<int64_t> bytes;  // one per GPU
   // The same bytes by category (MemoryCategory order), one array per GPU; empty when the
   // sample was made without them (tests' hand-made samples).
-  std::vector<CategoryBytes> by_category;
+  std::vector<CategoryBytes> by_category{};
   std::optional<int64_t> phys_used_bytes = std::nullopt;  // the card's used memory
   std::optional<int> phys_util_pct = std::nullopt;        // the card's utilisation, percent
   int rank = -1;  // the rank whose phase ended (-1: none in particular)

@@ -52,7 +52,10 @@ Bytes pattern(size_t n, uint8_t salt = 0) {
   return b;
 }
 
-// Each test gets its own folder: ctest runs tests as parallel processes.
+} // namespace
+
+// Each test gets its own folder: ctest runs tests as parallel processes. (Outside the
+// anonymous namespace: the tests derive from it.)
 class IdxFiles : public ::testing::Test {
 protected:
   void SetUp() override {
@@ -102,7 +105,6 @@ protected:
   std::string dir_;
 };
 
-} // namespace
 
 TEST(IdxRealData, LoadsFashionMnistWithMatchingStatistics) {
   if (!fs::is_directory(kRealDir))

@@ -45,10 +45,11 @@ TEST(Layers, EveryFolderOfSrcIsInTheMap) {
   const auto layers = layers_top_down();
   ASSERT_GE(layers.size(), 10u) << "README.md's Layout block lists too few src/ folders";
   for (const auto& entry : fs::directory_iterator(kSource / "src"))
-    if (entry.is_directory())
+    if (entry.is_directory()) {
       EXPECT_NE(std::find(layers.begin(), layers.end(), entry.path().filename().string()),
                 layers.end())
           << "src/" << entry.path().filename().string() << " is not in README.md's Layout";
+    }
 }
 
 TEST(Layers, EveryIncludePointsDown) {

@@ -85,8 +85,9 @@ TEST(ZeroOverlap, Stage2ReduceScattersRunDuringBackwardOneAtATime) {
       EXPECT_GE(x.waited_s, x.start_s) << "rank " << r << ": reduce_scatter #" << x.seq
                                        << " was not asynchronous";
       // Double buffering: the next one starts only once this one has been waited for.
-      if (k + 1 < scatters.size())
+      if (k + 1 < scatters.size()) {
         EXPECT_GE(scatters[k + 1]->start_s, x.waited_s) << "rank " << r << ": two in flight";
+      }
       for (const ComputeRecord& c : rec.compute)
         if (c.name == "backward" && c.start_s <= x.start_s && x.start_s < c.end_s &&
             x.waited_s > x.start_s)

@@ -8,14 +8,15 @@
 
 using namespace meshsim;
 
-namespace {
-
+// Outside the anonymous namespace: the tests derive from PlanImages.
 struct ImageLayout {
   const char* name;
   int gpus, tp, pp, zero, micro_batches;
 };
 
 class PlanImages : public ::testing::TestWithParam<ImageLayout> {};
+
+namespace {
 
 // The layout as a validated configuration of the tiny GPT.
 TrainConfig image_config_of(const ImageLayout& l, const char* precision = "fp32") {

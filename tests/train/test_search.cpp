@@ -11,9 +11,8 @@
 
 using namespace meshsim;
 
-namespace {
-
-struct Case {
+// Outside the anonymous namespace: the tests derive from fixtures of it.
+struct SearchCase {
   const char* name;
   int gpus, tp, pp, zero;
   int64_t micro_batch_size;
@@ -23,10 +22,12 @@ struct Case {
   const char* precision;
 };
 
+namespace {
+
 // Narayanan et al.'s 1.7B GPT (h 2304, 24 heads, s 2048, V 51200), 8 blocks deep, in the
 // layout of `l`, validated: real proportions (on the meta device its size costs nothing),
 // where the blocks, not fixed latencies, make the step.
-TrainConfig config_of(const Case& l) {
+TrainConfig config_of(const SearchCase& l) {
   TrainConfig c;
   c.model = "gpt";
   c.data = "synthetic";
@@ -54,7 +55,7 @@ TrainConfig config_of(const Case& l) {
 struct Both {
   PlanFigures full, estimate;
 };
-Both plan_and_estimate(const Case& l) {
+Both plan_and_estimate(const SearchCase& l) {
   const TrainConfig c = config_of(l);
   const ClusterSpec cluster = parse_cluster_spec(fmt::format("2x{}xa100-80", l.gpus / 2));
   Both both{plan_on(c, cluster), estimate_layout(c, cluster)};
@@ -62,13 +63,13 @@ Both plan_and_estimate(const Case& l) {
   return both;
 }
 
-class SearchEstimate : public ::testing::TestWithParam<Case> {};
-class SearchEstimateApproximate : public ::testing::TestWithParam<Case> {};
-
 } // namespace
 
+class SearchEstimate : public ::testing::TestWithParam<SearchCase> {};
+class SearchEstimateApproximate : public ::testing::TestWithParam<SearchCase> {};
+
 TEST_P(SearchEstimate, EqualsTheFullPlan) {
-  const Case l = GetParam();
+  const SearchCase l = GetParam();
   const auto [full, estimate] = plan_and_estimate(l);
   for (size_t i = 0; i < full.stages.size(); ++i) {
     EXPECT_EQ(estimate.stages[i].peak_bytes, full.stages[i].peak_bytes) << l.name << " stage " << i;
@@ -91,10 +92,10 @@ TEST_P(SearchEstimate, EqualsTheFullPlan) {
 
 INSTANTIATE_TEST_SUITE_P(
     Layouts, SearchEstimate,
-    ::testing::Values(Case{"zero3", 4, 1, 1, 3, 1, 3, "full", false, "bf16"},
-                      Case{"pp2_zero1", 4, 1, 2, 1, 1, 8, "none", false, "fp32"},
-                      Case{"tp2_pp2_sp_selective", 8, 2, 2, 1, 1, 6, "selective", true, "bf16"},
-                      Case{"tp2_dp2", 4, 2, 1, 0, 4, 2, "selective", false, "fp32"}),
+    ::testing::Values(SearchCase{"zero3", 4, 1, 1, 3, 1, 3, "full", false, "bf16"},
+                      SearchCase{"pp2_zero1", 4, 1, 2, 1, 1, 8, "none", false, "fp32"},
+                      SearchCase{"tp2_pp2_sp_selective", 8, 2, 2, 1, 1, 6, "selective", true, "bf16"},
+                      SearchCase{"tp2_dp2", 4, 2, 1, 0, 4, 2, "selective", false, "fp32"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // Where the estimate is not exact, and why (docs/planning.md): DDP's gradient buckets group
@@ -103,7 +104,7 @@ INSTANTIATE_TEST_SUITE_P(
 // peaks in stage 0 in a phase that one and two micro-batches do not reach. The model state and
 // the FLOPs are still exact (linear in blocks); the peaks are printed.
 TEST_P(SearchEstimateApproximate, ModelStateAndFlopsAreExactThePeaksPrinted) {
-  const Case l = GetParam();
+  const SearchCase l = GetParam();
   const auto [full, estimate] = plan_and_estimate(l);
   for (size_t i = 0; i < full.stages.size(); ++i) {
     EXPECT_EQ(estimate.stages[i].model_state_bytes, full.stages[i].model_state_bytes) << l.name;
@@ -119,6 +120,6 @@ TEST_P(SearchEstimateApproximate, ModelStateAndFlopsAreExactThePeaksPrinted) {
 
 INSTANTIATE_TEST_SUITE_P(
     Layouts, SearchEstimateApproximate,
-    ::testing::Values(Case{"dp4", 4, 1, 1, 0, 2, 4, "none", false, "fp32"},
-                      Case{"pp4_full", 4, 1, 4, 0, 2, 8, "full", false, "bf16"}),
+    ::testing::Values(SearchCase{"dp4", 4, 1, 1, 0, 2, 4, "none", false, "fp32"},
+                      SearchCase{"pp4_full", 4, 1, 4, 0, 2, 8, "full", false, "bf16"}),
     [](const auto& info) { return std::string(info.param.name); });
