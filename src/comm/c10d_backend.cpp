@@ -24,6 +24,17 @@
 
 namespace meshsim {
 
+std::string c10d_device_refusal(const std::string& device) {
+  if (device == "cpu" || (c10d_nccl_available() && (device == "cuda" || device == "cuda:0")))
+    return "";
+  if (c10d_nccl_available())
+    return fmt::format("--backend c10d runs on cpu (Gloo) or cuda (NCCL), not --device {}",
+                       device);
+  return fmt::format(
+      "--backend c10d runs on the CPU (Gloo): this LibTorch has no NCCL, so not --device {}",
+      device);
+}
+
 #if !MESHSIM_C10D_GLOO
 
 bool c10d_available() { return false; }
@@ -241,15 +252,12 @@ C10dWorld::C10dWorld(const C10dOptions& options, const RunClock& clock)
         fmt::format("rank {} is outside [0, {}) of the world", options.rank, options.world_size));
   if (options.master_port < 1 || options.master_port > 65535)
     throw RendezvousError(fmt::format("rendezvous port {} is outside 1..65535", options.master_port));
+  if (const std::string why = c10d_device_refusal(options.device); !why.empty())
+    throw RendezvousError(why);
 #if MESHSIM_C10D_NCCL
   if (options.device == "cuda")
     check_nccl_version();
 #endif
-  if (options.device != "cpu" && !(options.device == "cuda" && c10d_nccl_available()))
-    throw RendezvousError(fmt::format(
-        "--backend c10d runs on {}, not --device {}",
-        c10d_nccl_available() ? "cpu (Gloo) or cuda (NCCL)" : "the CPU (Gloo) in this build",
-        options.device));
   c10d::TCPStoreOptions so;
   so.port = static_cast<uint16_t>(options.master_port);
   so.isServer = options.rank == 0;

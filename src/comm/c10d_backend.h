@@ -46,6 +46,9 @@ struct C10dOptions {
 bool c10d_available();
 /// Whether it also has NCCL's (LibTorch built with CUDA and NCCL).
 bool c10d_nccl_available();
+/// Why --backend c10d cannot run on `device` in this build, on one line; "" when it can
+/// ("cpu" through Gloo, "cuda" or "cuda:0" through NCCL where this build has it).
+std::string c10d_device_refusal(const std::string& device);
 
 class C10dWorld {
 public:

@@ -397,8 +397,8 @@ private:
       ready->record();
     auto task = std::make_shared<CommOp>();
     task->keep = std::move(keep);
-    SimWorld::Arrival arrival{rank_, op,    group.ranks, key, seq, index, numel,
-                              dtype, on_card, root,  in,  out};
+    SimWorld::Arrival arrival{rank_, op, group.ranks, key, seq, index,
+                              numel, dtype, on_card, root, in, out};
     task->run = [world = &world_, arrival = std::move(arrival), ready, work = std::move(work)] {
       world->rendezvous(arrival, std::move(*ready), work);
     };

@@ -41,7 +41,7 @@ public:
   bool aborted() const;
 
   /// One collective instance, shared by its members.
-    struct Slot {
+  struct Slot {
     std::string op;
     int64_t numel = 0;
     c10::ScalarType dtype = c10::ScalarType::Float;

@@ -67,7 +67,6 @@ bool SimWorld::aborted() const {
   return !abort_reason_.empty();
 }
 
-
 void SimWorld::rendezvous(const Arrival& a, DeviceEvent ready,
                           const std::function<void(Slot&, int)>& work) {
   const auto& [rank, op, ranks, key, seq, index, numel, dtype, on_card, root, in, out] = a;

@@ -49,32 +49,29 @@ DeviceMesh::DeviceMesh(const MeshOptions& options)
   if (options_.backend != "sim" && options_.backend != "c10d")
     throw std::invalid_argument("--backend must be sim or c10d, not '" + options_.backend + "'");
   if (options_.backend == "c10d") {
-    if (options_.device != "cpu" && !(options_.device == "cuda" && c10d_nccl_available()))
-      throw std::invalid_argument(
-          c10d_nccl_available()
-              ? "--backend c10d runs on cpu (Gloo) or cuda (NCCL), not on " + options_.device
-              : "--backend c10d runs on the CPU (Gloo) in this build, not on " + options_.device);
+    if (const std::string why = c10d_device_refusal(options_.device); !why.empty())
+      throw std::invalid_argument(why);
     if (options_.c10d.world_size != options_.world_size)
       throw std::invalid_argument(fmt::format("WORLD_SIZE is {} but --gpus is {}",
                                               options_.c10d.world_size, options_.world_size));
     // NCCL refuses two ranks on one card ("Duplicate GPU detected"), and this process's rank
     // runs on the first card it sees: with several processes on a host, each must be shown
     // its own.
-    if (options_.device != "cpu" && options_.processes_per_host > 1 &&
-        torch::cuda::device_count() != 1)
+    const auto cards = options_.device == "cpu" ? 1 : torch::cuda::device_count();
+    if (options_.processes_per_host > 1 && cards != 1)
       throw std::invalid_argument(fmt::format(
           "--backend c10d --device cuda: each of the {} processes on this host needs a card of "
           "its own, and this one sees {}: give each process one card with CUDA_VISIBLE_DEVICES "
           "(srun --gpus-per-task=1 does); on one card, use --backend sim",
-          options_.processes_per_host, torch::cuda::device_count()));
+          options_.processes_per_host, cards));
   }
-  // With c10d a process's one GPU shares the host's cores and memory with the others of its
-  // host; on CUDA it has a card to itself (NCCL refuses two ranks on one card).
+  // The GPUs that split the physical device: all of them in one process; with c10d, the
+  // processes sharing the host's cores and memory, or on CUDA none (a card per process).
+  int sharing = options_.world_size;
+  if (options_.backend == "c10d")
+    sharing = options_.device == "cpu" ? options_.processes_per_host : 1;
   if (options_.capacity_bytes <= 0)
-    options_.capacity_bytes = auto_capacity(
-        options_.device, options_.backend != "c10d" ? options_.world_size
-                         : options_.device == "cpu" ? options_.processes_per_host
-                                                    : 1);
+    options_.capacity_bytes = auto_capacity(options_.device, sharing);
   // Meta tensors take no host memory: a plan's GPUs are bounded by their own capacity only.
   const bool meta = options_.device == "meta";
   if (meta)

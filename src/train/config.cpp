@@ -214,13 +214,8 @@ void validate(TrainConfig& c) {
     // NCCL where this LibTorch has it. Auto keeps to the CPU: NCCL is asked for by name.
     if (c.device == "auto")
       c.device = "cpu";
-    require(c.device == "cpu" || (c10d_nccl_available() && (c.device == "cuda" || c.device == "cuda:0")),
-            c10d_nccl_available()
-                ? fmt::format("--backend c10d runs on cpu (Gloo) or cuda (NCCL), not --device {}",
-                              c.device)
-                : fmt::format("--backend c10d runs on the CPU (Gloo): this LibTorch has no NCCL, "
-                              "so not --device {}",
-                              c.device));
+    const std::string why = c10d_device_refusal(c.device);
+    require(why.empty(), why);
     require(!c.memory_snapshot, "--memory-snapshot records the virtual GPUs of one process: use "
                                 "it with --backend sim");
   }
