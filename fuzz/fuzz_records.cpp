@@ -1,21 +1,27 @@
 // Fuzzes records_from_json (cost/predict.h): a run folder's records.json, which
-// `meshsim predict` reads. The bytes go through nlohmann::json::parse without exceptions
-// (text that is not JSON is the caller's error to report); a parsed document must give records
-// or std::invalid_argument with a one-line message. Anything else escaping, a crash or
+// `meshsim predict` reads. The bytes go through parse_json as predict reads them (not JSON, or
+// a key twice: JsonError in one line); a parsed document must give records or DataError with a
+// one-line message. Anything else escaping, a crash or
 // undefined behaviour is a bug.
+#include "base/errors.h"
+#include "base/json_input.h"
 #include "cost/predict.h"
 #include "fuzz_common.h"
 
 #include <stdexcept>
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const auto doc = nlohmann::json::parse(data, data + size, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded())
+  nlohmann::json doc;
+  try {
+    doc = meshsim::parse_json(meshsim::fuzz::as_string(data, size), "records.json");
+  } catch (const meshsim::JsonError& e) {
+    meshsim::fuzz::expect_one_line(e);
     return 0;
+  }
   try {
     int64_t samples_per_step = 0;
     (void)meshsim::records_from_json(doc, &samples_per_step);
-  } catch (const std::invalid_argument& e) {
+  } catch (const meshsim::DataError& e) {
     meshsim::fuzz::expect_one_line(e);
   }
   return 0;

@@ -99,3 +99,19 @@ whole = dict(manifest, kind="whole", layout="", world_size=4,
              parts=[{"file": "model.pt", "rank": 0, "bytes": len(part), "crc32c": crc32c(part)}])
 put("fuzz_checkpoint", "whole", json.dumps(whole, indent=2).encode() + b"\x00" + part)
 put("fuzz_checkpoint", "bad-crc", json.dumps(whole).encode() + b"\x00" + part[:-1] + b"!")
+
+# fuzz_cli: the first byte picks the command (even: train, odd: plan), then one argument a line.
+put("fuzz_cli", "train-small", "0" + "\n".join(["--gpus", "4", "--data", "synthetic", "--max-steps", "3"]))
+put("fuzz_cli", "train-mesh", "0" + "\n".join(["--model", "gpt", "--tp", "2", "--pp", "2", "--gpus", "8",
+                                              "--micro-batches", "4", "--sequence-parallel"]))
+put("fuzz_cli", "train-sizes", "0" + "\n".join(["--gpu-mem", "24MiB", "--bucket-mb", "0.5", "--lr", "1e-3",
+                                               "--seq-len", "99999999999", "--inject-fault", "1:2"]))
+put("fuzz_cli", "plan-llama", "1" + "\n".join(["--preset", "llama3-8b", "--cluster", "8xh100", "--zero", "3",
+                                              "--precision", "bf16", "--seq-len", "8192",
+                                              "--global-batch-size", "8"]))
+put("fuzz_cli", "plan-mesh", "1" + "\n".join(["--model", "gpt", "--cluster", "2x8xa100-80", "--inter", "4xhdr",
+                                             "--tp", "8", "--pp", "2", "--layers", "24",
+                                             "--micro-batch-size", "1", "--global-batch-size", "64"]))
+# fuzz_predict_values: the bytes choose how each number of the target's own records changes.
+put("fuzz_predict_values", "as-recorded", bytes(64))
+put("fuzz_predict_values", "resized", bytes([1, 0, 0, 2, 11, 11, 3]))

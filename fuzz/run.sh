@@ -34,7 +34,8 @@ fi
 
 # Per target: the longest input worth trying, and the inputs run. Measured on 2 cores: the
 # string parsers run 50-100k inputs/s, the JSON ones 25-35k/s, the IDX reader ~10k/s (a file
-# and tensors per input); the defaults give every target 10-20 s, 2.95 million inputs in all.
+# and tensors per input); the defaults give the first seven 10-20 s each and the last two about
+# 2 and 5 minutes, 3.95 million inputs in all.
 targets=(
   # name           max_len  runs
   "fuzz_size       64       1000000"
@@ -44,6 +45,11 @@ targets=(
   "fuzz_config     4096     300000"
   "fuzz_checkpoint 4096     300000"
   "fuzz_idx        2048     150000"
+  # the two below: 1 million more, about 7 minutes (fuzz_cli ~6,500/s, fuzz_predict_values
+  # ~700/s: a prediction replayed per input). fuzz_cli prints each refusal, as meshsim does:
+  # its stderr is closed (libFuzzer's own reports still come, and a crash leaves its input).
+  "fuzz_cli        1024     800000  -close_fd_mask=2"
+  "fuzz_predict_values 4096 200000"
 )
 
 work=$(mktemp -d /tmp/meshsim-fuzz.XXXXXX)
@@ -54,14 +60,14 @@ total_runs=0
 crashes=0
 start_all=$(date +%s%N)
 for line in "${targets[@]}"; do
-  read -r name max_len runs <<<"$line"
+  read -r name max_len runs extra <<<"$line"
   runs=${FUZZ_RUNS:-$runs}
   cp -r "fuzz/corpus/$name" "$work/$name"
   start=$(date +%s%N)
   status=0
   # Leak checking is off: LibTorch and zlib keep process-lifetime buffers.
   ASAN_OPTIONS=detect_leaks=0 "$build/$name" -runs="$runs" -max_len="$max_len" -timeout=10 \
-    -rss_limit_mb=2048 -print_final_stats=0 -artifact_prefix="$artifacts/$name-" \
+    -rss_limit_mb=2048 -print_final_stats=0 -artifact_prefix="$artifacts/$name-" ${extra:-} \
     "$work/$name" >"$work/$name.log" 2>&1 || status=$?
   ms=$((($(date +%s%N) - start) / 1000000))
   done_runs=$(sed -n 's/^Done \([0-9]*\) runs.*/\1/p' "$work/$name.log")

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/integer_flag.h"
 #include "comm/communicator.h"
 #include "cost/collective_cost.h"
 #include "mesh/device_mesh.h"
@@ -76,11 +77,11 @@ void add_bench_comm_flags(CLI::App& app, BenchCommArgs& a) {
       ->required();
   app.add_option("--intra", a.intra, "link between GPUs of a node");
   app.add_option("--inter", a.inter, "link between nodes");
-  app.add_option("--gpus", a.gpus,
-                 "in-process ranks to measure (default: the cluster's GPUs, at most 8)");
-  app.add_option("--min-bytes", a.min_bytes)->capture_default_str();
-  app.add_option("--max-bytes", a.max_bytes)->capture_default_str();
-  app.add_option("--iters", a.iters, "timed calls per size")->capture_default_str();
+  add_integer_flag(app, "--gpus", a.gpus,
+                   "in-process ranks to measure (default: the cluster's GPUs, at most 8)", /*min=*/1);
+  add_integer_flag(app, "--min-bytes", a.min_bytes, "", /*min=*/1)->capture_default_str();
+  add_integer_flag(app, "--max-bytes", a.max_bytes, "", /*min=*/1)->capture_default_str();
+  add_integer_flag(app, "--iters", a.iters, "timed calls per size", /*min=*/1)->capture_default_str();
   app.add_flag("!--model-only", a.measure, "print the model alone (no in-process measurement)");
   app.add_option("--algorithm", a.algorithm, "all_reduce algorithm: auto | ring | tree | nvls")
       ->capture_default_str();
@@ -100,9 +101,8 @@ int run_bench_comm(const BenchCommArgs& a) {
     if (a.min_bytes < 1 || a.max_bytes < a.min_bytes || a.iters < 1)
       throw std::invalid_argument(
           "--min-bytes, --max-bytes and --iters must be positive and ordered");
-  } catch (const std::invalid_argument& e) {
-    fmt::print(stderr, "meshsim: {}\n", e.what());
-    return kExitUsage;
+  } catch (const std::exception& e) {
+    return report_failure(e);
   }
   const int n = cluster.world_size();
   const int local = a.gpus > 0 ? a.gpus : std::min(n, 8);
@@ -112,8 +112,7 @@ int run_bench_comm(const BenchCommArgs& a) {
     if (a.measure)
       measured = measure(local, sizes, a.iters);
   } catch (const std::exception& e) {
-    fmt::print(stderr, "meshsim: in-process measurement failed: {}\n", e.what());
-    return kExitFailure;
+    return report_failure(e, "in-process measurement failed: ");
   }
   const GroupShape shape = group_shape(Group::world(n).ranks, cluster);
   const ClusterSpec line_rate = at_line_rate(cluster);

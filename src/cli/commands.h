@@ -25,8 +25,18 @@ enum ExitCode {
   kExitSignalBase = 128,  // stopped by signal N: 128 + N (130 Ctrl-C, 143 SIGTERM)
 };
 
-/// An exception's message up to its first line break (LibTorch's carry a backtrace).
+/// An exception's message up to its first line break (LibTorch's carry a backtrace), with
+/// control characters and stray bytes as \xNN (failure.cpp).
 std::string one_line(const std::exception& e);
+
+/// What a command's failure means: the exit code (README's "Exit codes") and the line to print.
+struct Failure {
+  int code = kExitFailure;
+  std::string message;
+};
+Failure failure_of(const std::exception& e);
+/// Prints "meshsim: PREFIX MESSAGE" for `e` and returns its exit code.
+int report_failure(const std::exception& e, const std::string& prefix = "");
 
 void add_train_flags(CLI::App& app, TrainConfig& config);
 int run_train(TrainConfig config);
@@ -59,6 +69,13 @@ struct PlanArgs {
 };
 void add_plan_flags(CLI::App& app, TrainConfig& config, PlanArgs& args);
 int run_plan(TrainConfig config, const PlanArgs& args);
+/// Plans `config` (validated) on `cluster` and returns plan.json's document; with config.out,
+/// writes plan.json, trace.json and memory.png there (plan_command.cpp).
+nlohmann::json plan_and_write(const TrainConfig& config, const ClusterSpec& cluster);
+/// `--out DIR` checked before any work: refused (std::invalid_argument, one line naming it)
+/// when it is a file, cannot be made or written, or holds files and `may_hold_files` is false.
+/// An empty `out` passes.
+void check_out_folder(const std::string& out, bool may_hold_files);
 /// A plan's "layout" object: dp, tp, pp, zero, sequence_parallel, micro_batches,
 /// micro_batch_size, recompute of a validated configuration (plan.json, --search's rows).
 nlohmann::json layout_json(const TrainConfig& config);
@@ -129,8 +146,9 @@ namespace meshsim {
 /// The FILE of `--config FILE` or `--config=FILE` in argv (the last one given), or "".
 std::string find_config_arg(int argc, char** argv);
 
-/// Reads a config.json (config_from_json) into `config`. False, with a one-line *error
-/// naming the file, when it is missing, not JSON, or has an unknown or mistyped key.
-bool load_config_file(const std::string& path, TrainConfig& config, std::string* error);
+/// Reads a config.json (config_from_json) into `config`. Throws, in one line naming the file,
+/// std::invalid_argument when it does not exist, is not JSON (a key twice included) or has an
+/// unknown or mistyped key; DataError when it is not a regular file of a config's size.
+void load_config_file(const std::string& path, TrainConfig& config);
 
 } // namespace meshsim

@@ -2,11 +2,12 @@
 // The file is loaded before the flags are parsed, so any flag given on the command line
 // overrides it (CLI11 writes only the options it sees).
 #include <cstring>
-#include <fstream>
-#include <iterator>
 
 #include <fmt/format.h>
 
+#include "base/input_file.h"
+#include "base/json_input.h"
+#include "base/printable.h"
 #include "cli/commands.h"
 
 namespace meshsim {
@@ -24,25 +25,20 @@ std::string find_config_arg(int argc, char** argv) {
   return path;
 }
 
-bool load_config_file(const std::string& path, TrainConfig& config, std::string* error) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    *error = fmt::format("--config {}: cannot open the file", path);
-    return false;
-  }
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const auto doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) {
-    *error = fmt::format("--config {}: not valid JSON", path);
-    return false;
-  }
+void load_config_file(const std::string& path, TrainConfig& config) {
+  // A name that names nothing is a mistyped flag (exit 2); anything else that is not a
+  // regular file of a config's size is refused as data (exit 3).
+  if (path_kind(path) == PathKind::kNothing)
+    throw std::invalid_argument(
+        fmt::format("--config {}: cannot open the file: it does not exist", printable(path)));
+  const std::string text = read_input_file(path, "--config", kMaxConfigBytes);
   try {
-    config = config_from_json(doc);
+    config = config_from_json(parse_json(text, "--config " + printable(path)));
+  } catch (const JsonError& e) {
+    throw std::invalid_argument(e.what());
   } catch (const std::invalid_argument& e) {
-    *error = fmt::format("--config {}: {}", path, e.what());
-    return false;
+    throw std::invalid_argument(fmt::format("--config {}: {}", printable(path), e.what()));
   }
-  return true;
 }
 
 } // namespace meshsim

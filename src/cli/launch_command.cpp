@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/integer_flag.h"
 #include "launch/launcher.h"
 
 namespace meshsim {
@@ -72,15 +73,17 @@ std::string self_path() {
 } // namespace
 
 void add_launch_flags(CLI::App& app, LaunchArgs& args) {
-  app.add_option("--nproc-per-node", args.nproc_per_node, "processes (ranks) on this node")
+  add_integer_flag(app, "--nproc-per-node", args.nproc_per_node, "processes (ranks) on this node",
+                   /*min=*/1)
       ->capture_default_str();
-  app.add_option("--nnodes", args.nnodes, "nodes of the run")->capture_default_str();
-  app.add_option("--node-rank", args.node_rank, "this node's index, 0 .. nnodes-1")
+  add_integer_flag(app, "--nnodes", args.nnodes, "nodes of the run", /*min=*/1)->capture_default_str();
+  add_integer_flag(app, "--node-rank", args.node_rank, "this node's index, 0 .. nnodes-1", /*min=*/0)
       ->capture_default_str();
   app.add_option("--master-addr", args.master_addr,
                  "node 0's address, where rank 0 serves the rendezvous")
       ->capture_default_str();
-  app.add_option("--master-port", args.master_port, "the rendezvous port")->capture_default_str();
+  add_integer_flag(app, "--master-port", args.master_port, "the rendezvous port", /*min=*/1)
+      ->capture_default_str();
   app.add_option("--grace", args.grace_s,
                  "seconds the other ranks get to exit after one fails, before they are killed")
       ->capture_default_str();
@@ -115,16 +118,21 @@ int run_launch(const LaunchArgs& args) {
     PrefixedLines lines(std::cerr);
     std::ostream log(&lines);
     const LaunchResult result = launch(o, log);
+    if (result.stop_signal != 0) {
+      // The ranks ending by the signal they were forwarded is the stop asked for, not a failure.
+      const int code =
+          result.exit_code != 0 ? result.exit_code : kExitSignalBase + result.stop_signal;
+      log << fmt::format("stopped by {} (sent to launch and forwarded to every rank): exiting with "
+                         "{}\n",
+                         launch_signal_name(result.stop_signal), code);
+      return code;
+    }
     if (result.exit_code != 0)
       log << fmt::format("rank {} failed first: exiting with its code, {}\n",
                          result.first_failed_rank, result.exit_code);
     return result.exit_code;
-  } catch (const std::invalid_argument& e) {
-    fmt::print(stderr, "meshsim: {}\n", e.what());
-    return kExitUsage;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "meshsim: {}\n", e.what());
-    return kExitFailure;
+    return report_failure(e);
   }
 }
 

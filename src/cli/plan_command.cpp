@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/integer_flag.h"
 #include "cost/predict.h"
 #include "memory/category.h"
 #include "models/models.h"
@@ -117,7 +118,7 @@ void add_plan_flags(CLI::App& app, TrainConfig& config, PlanArgs& args) {
   app.add_flag("--search", args.search,
                "try every layout (tp within a node, pp, dp, zero, micro-batch size, recompute, "
                "sequence parallel) and print the fastest that fit");
-  app.add_option("--top", args.top, "layouts --search prints (default 10)")
+  add_integer_flag(app, "--top", args.top, "layouts --search prints (default 10)", /*min=*/1)
       ->check(CLI::Range(1, 1000));
 }
 
@@ -137,6 +138,7 @@ int run_plan(TrainConfig config, const PlanArgs& args) {
       throw std::invalid_argument(
           fmt::format("--cluster {} has {} GPUs; a plan covers at most {}", config.cluster,
                       config.gpus, kMaxPlannedGpus));
+    check_out_folder(config.out, /*may_hold_files=*/false);
     config.data = "synthetic"; // a plan reads no data
     config.device = "meta";    // and computes nothing: fp16 plans too, which CPUs cannot train
     check_plannable(config);
@@ -149,53 +151,52 @@ int run_plan(TrainConfig config, const PlanArgs& args) {
     if (args.search)
       return run_search(config, cluster, args);
     validate(config);
-    const RunClock clock;
-    fmt::print(stderr, "meshsim: planning {} step(s) of {} on the meta device and replaying it on "
-                       "{}...\n",
-               kPlanSteps, config.model, cluster.to_string());
-    Prediction p;
-    Plan plan;
-    const PlanFigures f = plan_on(config, cluster, &p, &plan);
-    fmt::print(stderr, "meshsim: ran {} of {} GPUs (one per symmetry class) and replayed the step "
-                       "in {:.1f} s\n",
-               plan.ranks.size(), f.world, clock.now());
-    nlohmann::json doc{{"model", config.model},
-                       {"preset", config.preset},
-                       {"precision", config.precision},
-                       {"parameters", parameter_count(config)},
-                       {"cluster", cluster.to_string()},
-                       {"layout", layout_json(config)},
-                       {"global_batch_size", plan.samples_per_step},
-                       {"step_seconds", f.step_seconds},
-                       {"tokens_per_s_per_gpu", f.tokens_per_s_per_gpu},
-                       {"tflops_per_gpu", f.tflops_per_gpu},
-                       {"mfu", f.mfu},
-                       {"gpu_memory_bytes", f.gpu_memory_bytes},
-                       {"fits", f.fits},
-                       {"stages", stages_json(f)}};
-    if (!config.out.empty()) {
-      const std::filesystem::path dir(config.out);
-      std::filesystem::create_directories(dir);
-      write_file_atomic(dir / "plan.json", doc.dump(2) + "\n");
-      write_chrome_trace(dir / "trace.json",
-                         chrome_trace(p.timeline, {}, fmt::format("predicted {}", p.cluster)));
-      write_plan_picture(dir / "memory.png", plan, f, config);
-    }
+    check_plan_work(config, kPlanSteps);
+    const nlohmann::json doc = plan_and_write(config, cluster);
     if (args.json)
       fmt::print("{}\n", doc.dump(2));
     else
       print_plan(doc, config);
     return kExitOk;
-  } catch (const std::invalid_argument& e) {
-    fmt::print(stderr, "meshsim: {}\n", one_line(e));
-    return kExitUsage;
-  } catch (const OutOfMemory& e) {
-    fmt::print(stderr, "meshsim: {}\n", one_line(e));
-    return kExitOutOfMemory;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "meshsim: {}\n", one_line(e));
-    return kExitFailure;
+    return report_failure(e);
   }
+}
+
+nlohmann::json plan_and_write(const TrainConfig& config, const ClusterSpec& cluster) {
+  const RunClock clock;
+  fmt::print(stderr, "meshsim: planning {} step(s) of {} on the meta device and replaying it on "
+                     "{}...\n",
+             kPlanSteps, config.model, cluster.to_string());
+  Prediction p;
+  Plan plan;
+  const PlanFigures f = plan_on(config, cluster, &p, &plan);
+  fmt::print(stderr, "meshsim: ran {} of {} GPUs (one per symmetry class) and replayed the step "
+                     "in {:.1f} s\n",
+             plan.ranks.size(), f.world, clock.now());
+  nlohmann::json doc{{"model", config.model},
+                     {"preset", config.preset},
+                     {"precision", config.precision},
+                     {"parameters", parameter_count(config)},
+                     {"cluster", cluster.to_string()},
+                     {"layout", layout_json(config)},
+                     {"global_batch_size", plan.samples_per_step},
+                     {"step_seconds", f.step_seconds},
+                     {"tokens_per_s_per_gpu", f.tokens_per_s_per_gpu},
+                     {"tflops_per_gpu", f.tflops_per_gpu},
+                     {"mfu", f.mfu},
+                     {"gpu_memory_bytes", f.gpu_memory_bytes},
+                     {"fits", f.fits},
+                     {"stages", stages_json(f)}};
+  if (!config.out.empty()) {
+    const std::filesystem::path dir(config.out);
+    std::filesystem::create_directories(dir);
+    write_file_atomic(dir / "plan.json", doc.dump(2) + "\n");
+    write_chrome_trace(dir / "trace.json",
+                       chrome_trace(p.timeline, {}, fmt::format("predicted {}", p.cluster)));
+    write_plan_picture(dir / "memory.png", plan, f, config);
+  }
+  return doc;
 }
 
 } // namespace meshsim

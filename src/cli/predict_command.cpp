@@ -1,11 +1,15 @@
 // `meshsim predict RUN_DIR --cluster SPEC`, and what `meshsim train` writes at the end of a
 // run for it: records.json (every rank's records), trace.json (the measured timeline and,
 // with --cluster, the predicted step) and summary.json's "prediction".
-#include <fstream>
+#include <limits>
 
 #include <fmt/format.h>
 
+#include "base/input_file.h"
+#include "base/json_input.h"
+#include "base/printable.h"
 #include "cli/commands.h"
+#include "cli/integer_flag.h"
 #include "memory/category.h"
 #include "memory/virtual_gpu.h"
 #include "cost/predict.h"
@@ -30,15 +34,19 @@ void print_prediction(const Prediction& p) {
              p.exposed_comm_s * 1e3, 100 * p.bubble_fraction);
 }
 
-nlohmann::json read_json(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in)
-    throw std::invalid_argument(fmt::format("cannot read {}", path.string()));
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw std::invalid_argument(fmt::format("{} is not valid JSON: {}", path.string(), e.what()));
-  }
+// A run folder's records.json. A folder without one is not a run folder (exit 2); one that is
+// not a regular file of a sane size, or not JSON, is damaged data (exit 3).
+nlohmann::json read_records(const std::filesystem::path& dir) {
+  if (const std::string why = folder_problem(dir.string()); !why.empty())
+    throw std::invalid_argument(
+        fmt::format("{} is not a run folder: it {}", printable(dir.string()), why));
+  const auto path = dir / "records.json";
+  if (path_kind(path.string()) == PathKind::kNothing)
+    throw std::invalid_argument(fmt::format("{} is not a run folder of meshsim train: it has no "
+                                            "records.json",
+                                            printable(dir.string())));
+  return parse_json(read_input_file(path.string(), "records", kMaxRecordsBytes),
+                    printable(path.string()));
 }
 
 } // namespace
@@ -85,11 +93,14 @@ void add_predict_flags(CLI::App& app, PredictArgs& a) {
       ->required();
   app.add_option("--intra", a.intra, "link between GPUs of a node (default: the GPU's usual one)");
   app.add_option("--inter", a.inter, "link between nodes (default: the GPU's usual one)");
-  app.add_option("--gpus", a.gpus,
-                 "data-parallel runs only: replay on this many GPUs (same per-GPU batch)");
+  add_integer_flag(app, "--gpus", a.gpus,
+                   "data-parallel runs only: replay on this many GPUs (same per-GPU batch)",
+                   /*min=*/1)
+      ->check(CLI::Range(1, kMaxPlannedGpus));
   app.add_option("--dtype", a.dtype, "math of the target run: fp32 | tf32 | bf16 | fp16")
       ->capture_default_str();
-  app.add_option("--step", a.step, "the recorded step to replay (default: the second-to-last)");
+  add_integer_flag(app, "--step", a.step, "the recorded step to replay (default: the second-to-last)",
+                   /*min=*/1);
   app.add_flag("--measured-compute", a.measured_compute,
                "keep the measured compute times (the target is this device)");
   app.add_flag("--no-overlap", a.no_overlap, "DDP buckets wait for the whole backward");
@@ -118,10 +129,7 @@ int run_predict(const PredictArgs& a) {
   try {
     const std::filesystem::path dir(a.run_dir);
     int64_t samples_per_step = 0;
-    std::vector<Recorder> ranks =
-        records_from_json(read_json(dir / "records.json"), &samples_per_step);
-    if (a.gpus < 0)
-      throw std::invalid_argument(fmt::format("--gpus must be positive, got {}", a.gpus));
+    std::vector<Recorder> ranks = records_from_json(read_records(dir), &samples_per_step);
     if (a.gpus > 0 && a.gpus != static_cast<int>(ranks.size())) {
       check_replay_fits(ranks.front(), a.gpus);
       samples_per_step = samples_per_step / static_cast<int64_t>(ranks.size()) * a.gpus;
@@ -134,15 +142,12 @@ int run_predict(const PredictArgs& a) {
     options.overlap_buckets = !a.no_overlap;
     const Prediction p =
         predict(ranks, samples_per_step, cluster_of(a.cluster, a.intra, a.inter), options);
+    check_prediction(p);
     print_prediction(p);
     fmt::print("{}\n", to_json(p).dump(2));
     return kExitOk;
-  } catch (const std::invalid_argument& e) {
-    fmt::print(stderr, "meshsim: {}\n", e.what());
-    return kExitUsage;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "meshsim: {}\n", e.what());
-    return kExitFailure;
+    return report_failure(e);
   }
 }
 

@@ -7,6 +7,9 @@
 
 #include <fmt/format.h>
 
+#include "base/out_folder.h"
+#include "base/printable.h"
+#include "cli/commands.h"
 #include "memory/virtual_gpu.h"
 #include "report/atomic_file.h"
 #include "report/html_report.h"
@@ -35,10 +38,15 @@ nlohmann::json gpu_json(const VirtualGpu& gpu, const TrainResult* result) {
 
 } // namespace
 
-bool is_nonempty_dir(const std::filesystem::path& dir) {
-  std::error_code ec;
-  return std::filesystem::is_directory(dir, ec) &&
-         std::filesystem::directory_iterator(dir, ec) != std::filesystem::directory_iterator();
+void check_out_folder(const std::string& out, bool may_hold_files) {
+  if (out.empty())
+    return;
+  if (const std::string why = out_folder_problem(out); !why.empty())
+    throw std::invalid_argument(fmt::format("--out {} {}", printable(out), why));
+  if (!may_hold_files && is_nonempty_folder(out))
+    throw std::invalid_argument(fmt::format(
+        "--out {} is not empty; choose a new folder (meshsim never mixes two runs' files)",
+        printable(out)));
 }
 
 void truncate_metrics(const std::filesystem::path& dir, int64_t step) {

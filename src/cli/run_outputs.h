@@ -20,8 +20,6 @@
 
 namespace meshsim {
 
-bool is_nonempty_dir(const std::filesystem::path& dir);
-
 /// A resumed run that writes into the folder it resumes: metrics.jsonl keeps the lines up to
 /// the checkpoint's step, so no step appears twice. Written atomically.
 void truncate_metrics(const std::filesystem::path& dir, int64_t step);

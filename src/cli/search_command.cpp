@@ -5,6 +5,7 @@
 #include "cli/commands.h"
 #include "memory/category.h"
 #include "models/presets.h"
+#include "report/atomic_file.h"
 #include "train/search.h"
 
 namespace meshsim {
@@ -102,6 +103,16 @@ int run_search(const TrainConfig& config, const ClusterSpec& cluster, const Plan
                            {"seconds", clock.now()},
                            {"layouts", layouts},
                            {"rejected", rejected}};
+  if (!config.out.empty()) {
+    // The ranking, and the fastest layout planned as `meshsim plan` with it would write it.
+    std::filesystem::create_directories(config.out);
+    write_file_atomic(std::filesystem::path(config.out) / "search.json", doc.dump(2) + "\n");
+    if (!r.best.empty()) {
+      TrainConfig best = r.best.front().config;
+      best.out = config.out;
+      plan_and_write(best, cluster);
+    }
+  }
   if (args.json)
     fmt::print("{}\n", doc.dump(2));
   else

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "base/out_folder.h"
 #include "cli/commands.h"
 #include "cli/run_outputs.h"
 #include "comm/c10d_backend.h"
@@ -26,6 +27,7 @@
 #include "models/models.h"
 #include "models/presets.h"
 #include "models/resnet.h"
+#include "report/atomic_file.h"
 #include "report/run_folder.h"
 #include "launch/process_env.h"
 #include "train/checkpoint.h"
@@ -33,18 +35,6 @@
 #include "train/trainer.h"
 
 namespace meshsim {
-
-std::string one_line(const std::exception& e) {
-  std::string text;
-  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) text = c10->what_without_backtrace();
-  else text = e.what();
-  // The first line that says something: some LibTorch errors start with a line break.
-  const auto first = text.find_first_not_of(" \t\r\n");
-  if (first == std::string::npos)
-    return "an error without a message (" + std::string(typeid(e).name()) + ")";
-  const auto nl = text.find('\n', first);
-  return text.substr(first, nl == std::string::npos ? std::string::npos : nl - first);
-}
 
 namespace {
 
@@ -56,7 +46,10 @@ constexpr int kSnapshotSteps = 3;
 std::atomic<int> g_stop_signal{0};
 
 extern "C" void on_stop_signal(int sig) {
-  if (g_stop_signal.exchange(sig) != 0) _exit(kExitSignalBase + sig);
+  if (g_stop_signal.exchange(sig) != 0) {
+    remove_temp_files_now(); // a file half written is left as it was
+    _exit(kExitSignalBase + sig);
+  }
   static const char kSay[] =
       "\nmeshsim: stopping after this step and writing the run folder (again to stop at once)\n";
   const ssize_t ignored = write(STDERR_FILENO, kSay, sizeof(kSay) - 1);
@@ -83,14 +76,32 @@ private:
   struct sigaction old_int_ {}, old_term_ {};
 };
 
+
+// Every process of a run offers its configuration at the rendezvous; all of them compare every
+// offer with rank 0's and stop, before anything is trained or written, at the first field of
+// the first rank that differs (the same verdict on every process).
+void check_same_configuration(const TrainConfig& config, C10dWorld& world) {
+  const nlohmann::json mine = configuration_fingerprint(config);
+  const std::vector<std::string> all = world.all_gather("configuration", mine.dump());
+  const nlohmann::json leader = nlohmann::json::parse(all.front());
+  for (size_t r = 1; r < all.size(); ++r)
+    if (const auto d = first_difference(leader, nlohmann::json::parse(all[r])))
+      throw std::invalid_argument(fmt::format(
+          "the processes were started with different configurations: {} is {} on rank {} and {} "
+          "on rank 0; start every process of a run with the same train flags",
+          d->field, d->b, r, d->a));
+}
+
 } // namespace
 
 int run_train(TrainConfig config) {
   try {
     validate(config);
-  } catch (const std::invalid_argument& e) {
-    fmt::print(stderr, "meshsim: {}\n", e.what());
-    return kExitUsage;
+    // A folder that cannot be written fails now, not after the run; whether it may hold files
+    // (a resume into its own folder) is decided below, once the checkpoint is verified.
+    check_out_folder(config.out, /*may_hold_files=*/true);
+  } catch (const std::exception& e) {
+    return report_failure(e);
   }
   // The model is built on this host (to count it, then on every rank): a real-size preset is
   // refused before anything is allocated when its float32 weights alone could not fit.
@@ -100,28 +111,40 @@ int run_train(TrainConfig config) {
     const int64_t host = host_memory_for_gpus();
     if (weight_bytes > host) {
       fmt::print(stderr,
-                 "meshsim: {} has {} parameters: its float32 weights ({}) exceed this machine's "
-                 "{} available; `meshsim plan` predicts such a model without building it\n",
-                 config.preset.empty() ? config.model : config.preset, parameters,
-                 format_bytes(weight_bytes), format_bytes(host));
+                 "meshsim: {} (--layers {}, --hidden {}, --vocab {}) has {} parameters: its "
+                 "float32 weights ({}) exceed this machine's {} available; `meshsim plan` "
+                 "predicts such a model without building it\n",
+                 config.preset.empty() ? config.model : config.preset, config.gpt.layers,
+                 config.gpt.hidden, config.gpt.vocab, parameters, format_bytes(weight_bytes),
+                 format_bytes(host));
       return kExitUsage;
     }
   }
 
-  // ResNet-50's synthetic images are made on this host before anything trains: refused in one
-  // line when they alone would take more than half of what it can give.
-  if (config.model == "resnet50") {
-    const int64_t image_bytes = kImageChannels * kImageSize * kImageSize * 4;
-    const int64_t host = host_memory_for_gpus();
-    const int64_t limit = host / 2 / image_bytes;
-    const int64_t n_train = config.synthetic_train, n_test = config.synthetic_test;
-    if (n_train > limit || n_test > limit || n_train + n_test > limit) {
-      const double images = static_cast<double>(n_train) + static_cast<double>(n_test);
+  // Synthetic data is made on this host before anything trains: refused in one line when it
+  // alone would take more than half of what the host can give (a sample count past any tensor
+  // included).
+  if (config.data == "synthetic") {
+    // A sample's bytes as made: images in float32; tokens as int64 inputs and labels.
+    const double sample_bytes =
+        config.model == "resnet50" ? kImageChannels * kImageSize * kImageSize * 4.0
+        : is_transformer(config.model) ? 16.0 * static_cast<double>(config.gpt.seq_len)
+                                       : kImageSide * kImageSide * 4.0 + 8;
+    const double samples =
+        static_cast<double>(config.synthetic_train) + static_cast<double>(config.synthetic_test);
+    const double host = static_cast<double>(host_memory_for_gpus());
+    if (samples * sample_bytes > host / 2) {
+      const std::string what = config.model == "resnet50" ? "3×224×224 images"
+                               : is_transformer(config.model)
+                                   ? fmt::format("sequences of {} tokens", config.gpt.seq_len)
+                                   : "28×28 images";
       fmt::print(stderr,
-                 "meshsim: {:.0f} synthetic 3×224×224 images take {:.1f} GiB, more than half of "
-                 "this machine's {} available; pass fewer with --synthetic-train and "
-                 "--synthetic-test\n",
-                 images, images * static_cast<double>(image_bytes) / (1 << 30), format_bytes(host));
+                 "meshsim: {:.0f} synthetic {} take {}, more than half of this machine's {} "
+                 "available; pass fewer with --synthetic-train ({}) and --synthetic-test ({})\n",
+                 samples, what,
+                 format_bytes(static_cast<int64_t>(std::min(samples * sample_bytes, 9e18))),
+                 format_bytes(static_cast<int64_t>(host)), config.synthetic_train,
+                 config.synthetic_test);
       return kExitUsage;
     }
   }
@@ -140,9 +163,8 @@ int run_train(TrainConfig config) {
       data = config.data == "synthetic"
                  ? synthetic_dataset(config.synthetic_train, config.synthetic_test, config.seed)
                  : load_idx_dataset(config.data);
-  } catch (const DataError& e) {
-    fmt::print(stderr, "meshsim: {}\n", e.what());
-    return kExitData;
+  } catch (const std::exception& e) {
+    return report_failure(e);
   }
 
   // Everything a resume needs is checked before the run folder is made: the checkpoint's
@@ -154,12 +176,13 @@ int run_train(TrainConfig config) {
       resume = verify_checkpoint(config.resume, checkpoint_identity(config), config.gpus);
       check_steps_left(config, static_cast<int64_t>(data.train.size()), resume->manifest.step);
     }
-  } catch (const DataError& e) {
-    fmt::print(stderr, "meshsim: {}\n", e.what());
-    return kExitData;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "meshsim: {}\n", one_line(e));
-    return kExitUsage;
+    // What is neither the data's nor the host's fault here is the flags': --resume names
+    // something that is not a checkpoint of this run.
+    Failure f = failure_of(e);
+    if (f.code == kExitFailure) f.code = kExitUsage;
+    fmt::print(stderr, "meshsim: {}\n", f.message);
+    return f.code;
   }
 
   // --backend c10d: this process is one rank of a run made of processes.
@@ -203,12 +226,12 @@ int run_train(TrainConfig config) {
   std::unique_ptr<DeviceMesh> mesh_owner;
   try {
     mesh_owner = std::make_unique<DeviceMesh>(mesh_options);  // c10d: the rendezvous
-  } catch (const RendezvousError& e) {
-    say(one_line(e));
-    return kExitUsage;
-  } catch (const std::invalid_argument& e) {
-    say(one_line(e));
-    return kExitUsage;
+    if (place)
+      check_same_configuration(config, *mesh_owner->c10d_world());
+  } catch (const std::exception& e) {
+    const Failure f = failure_of(e);
+    say(f.message);
+    return f.code;
   }
   DeviceMesh& mesh = *mesh_owner;
 
@@ -217,7 +240,7 @@ int run_train(TrainConfig config) {
   if (leader) try {
     // A folder that holds something is another run's: never mix two runs' files. Resuming
     // into the folder it resumes keeps its metrics and checkpoints up to the checkpoint.
-    if (!config.out.empty() && is_nonempty_dir(config.out)) {
+    if (!config.out.empty() && is_nonempty_folder(config.out)) {
       if (!resume)
         throw std::invalid_argument(fmt::format(
             "--out {} is not empty; choose a new folder, or add --resume to continue the run in it",
@@ -338,20 +361,9 @@ int run_train(TrainConfig config) {
         write_run_reports(run->dir(), config, result.recorders, mesh.timeline().samples(),
                           summary);
     }
-  } catch (const OutOfMemory& e) {
-    code = kExitOutOfMemory, error = one_line(e);
-  } catch (const CollectiveTimeout& e) {
-    code = kExitRankFailure, error = one_line(e);
-  } catch (const CollectiveMismatch& e) {
-    code = kExitRankFailure, error = one_line(e);
-  } catch (const RankAborted& e) {
-    code = kExitRankFailure, error = one_line(e);
-  } catch (const DataError& e) {
-    code = kExitData, error = one_line(e);
-  } catch (const std::invalid_argument& e) {
-    code = kExitUsage, error = one_line(e);
   } catch (const std::exception& e) {
-    code = kExitFailure, error = one_line(e);
+    const Failure f = failure_of(e);
+    code = f.code, error = f.message;
   }
   summary["wall_seconds"] = wall();
   GpuFigures figures = figures_of(mesh, trained ? &result : nullptr);

@@ -1,35 +1,14 @@
 // `meshsim train`'s flags: each one bound to its TrainConfig field, whole numbers checked on
 // their text so that an error names the value as it was given.
-#include <cerrno>
-#include <cstdlib>
-
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/integer_flag.h"
 
 namespace meshsim {
-namespace {
-
-// A flag that takes a whole number of at least `min`: checked on the text, before CLI11
-// converts it (an unsigned seed would otherwise take "-1" as 2^64 - 1).
-CLI::Validator whole_number(long long min) {
-  return CLI::Validator(
-      [min](std::string& text) -> std::string {
-        errno = 0;
-        char* end = nullptr;
-        const long long v = std::strtoll(text.c_str(), &end, 10);
-        if (text.empty() || *end != '\0' || errno == ERANGE)
-          return fmt::format("must be a whole number, got '{}'", text);
-        if (v < min) return fmt::format("must be at least {}, got {}", min, v);
-        return "";
-      },
-      min > 0 ? "POSITIVE" : "NON-NEGATIVE");
-}
-
-} // namespace
 
 void add_train_flags(CLI::App& app, TrainConfig& c) {
-  app.add_option("--gpus", c.gpus, "number of virtual GPUs")->capture_default_str();
+  add_integer_flag(app, "--gpus", c.gpus, "number of virtual GPUs")->capture_default_str();
   app.add_option("--strategy", c.strategy, "single | ddp | dp")->capture_default_str();
   app.add_option("--model", c.model, "cnn | lenet | gpt | llama | resnet50, or a preset (meshsim models)")
       ->capture_default_str();
@@ -40,27 +19,26 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
                  "IDX folder (MNIST/Fashion-MNIST, .gz or raw) for cnn/lenet, any text file for gpt, "
                  "or 'synthetic' (default: " + std::string(kDefaultData) + ", or " + kDefaultText +
                      " for gpt; resnet50 reads synthetic images only)");
-  app.add_option("--tp", c.tp, "tensor-parallel size (gpt)")->capture_default_str();
+  add_integer_flag(app, "--tp", c.tp, "tensor-parallel size (gpt)")->capture_default_str();
   app.add_flag("--sequence-parallel", c.sequence_parallel,
                "with --tp: norms and residuals on 1/tp of the sequence each, reduce-scatter and "
                "all-gather instead of all-reduce");
-  app.add_option("--pp", c.pp, "pipeline stages")->capture_default_str();
-  app.add_option("--zero", c.zero, "ZeRO stage on the data-parallel dimension: 0 | 1 | 2 | 3")
+  add_integer_flag(app, "--pp", c.pp, "pipeline stages")->capture_default_str();
+  add_integer_flag(app, "--zero", c.zero, "ZeRO stage on the data-parallel dimension: 0 | 1 | 2 | 3")
       ->capture_default_str();
   app.add_option("--schedule", c.schedule, "pipeline schedule: naive | gpipe | 1f1b")
       ->capture_default_str();
-  app.add_option("--virtual-stages", c.virtual_stages,
-                 "model chunks per pipeline stage: more than 1 interleaves them (1f1b; "
-                 "micro-batches a multiple of --pp)")
-      ->capture_default_str()
-      ->check(whole_number(/*min=*/1));
-  app.add_option("--micro-batches", c.micro_batches,
-                 "micro-batches per step (pipeline, or accumulation); default 1, or what "
-                 "--micro-batch-size makes")
-      ->check(whole_number(/*min=*/1));
-  app.add_option("--micro-batch-size", c.micro_batch_size,
-                 "samples per micro-batch: micro-batches = global batch ÷ (this × dp)")
-      ->check(whole_number(/*min=*/1));
+  add_integer_flag(app, "--virtual-stages", c.virtual_stages,
+                   "model chunks per pipeline stage: more than 1 interleaves them (1f1b; "
+                   "micro-batches a multiple of --pp)",
+                   /*min=*/1)
+      ->capture_default_str();
+  add_integer_flag(app, "--micro-batches", c.micro_batches,
+                   "micro-batches per step (pipeline, or accumulation); default 1, or what "
+                   "--micro-batch-size makes",
+                   /*min=*/1);
+  add_integer_flag(app, "--micro-batch-size", c.micro_batch_size,
+                   "samples per micro-batch: micro-batches = global batch ÷ (this × dp)", /*min=*/1);
   app.add_option("--recompute", c.recompute,
                  "what backward recomputes: none | selective (the attention core) | full (each "
                  "transformer block)")
@@ -69,21 +47,21 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
                  "fp32 | bf16 (16-bit params and grads, fp32 master weights and Adam state) | fp16 "
                  "(as bf16, with dynamic loss scaling; needs a GPU)")
       ->capture_default_str();
-  app.add_option("--global-batch-size", c.global_batch_size,
-                 "samples per step over all replicas (overrides --batch-size)")
-      ->check(whole_number(/*min=*/1));
-  app.add_option("--layers", c.gpt.layers, "gpt/llama: transformer blocks")->capture_default_str();
-  app.add_option("--hidden", c.gpt.hidden, "gpt/llama: hidden size")->capture_default_str();
-  app.add_option("--heads", c.gpt.heads, "gpt/llama: attention heads")->capture_default_str();
-  app.add_option("--kv-heads", c.gpt.kv_heads,
-                 "llama: key/value heads (grouped-query attention; default: --heads)")
-      ->check(whole_number(/*min=*/1));
-  app.add_option(
-         "--ffn-hidden", c.gpt.ffn_hidden,
-         "gpt/llama: the MLP's inner width (default: 4 × hidden for gpt, Meta's rule for llama)")
-      ->check(whole_number(/*min=*/1));
-  app.add_option("--seq-len", c.gpt.seq_len, "gpt/llama: tokens per sample")->capture_default_str();
-  app.add_option("--vocab", c.gpt.vocab, "gpt/llama: vocabulary (256 for byte-level text)")
+  add_integer_flag(app, "--global-batch-size", c.global_batch_size,
+                   "samples per step over all replicas (overrides --batch-size)", /*min=*/1);
+  add_integer_flag(app, "--layers", c.gpt.layers, "gpt/llama: transformer blocks")
+      ->capture_default_str();
+  add_integer_flag(app, "--hidden", c.gpt.hidden, "gpt/llama: hidden size")->capture_default_str();
+  add_integer_flag(app, "--heads", c.gpt.heads, "gpt/llama: attention heads")->capture_default_str();
+  add_integer_flag(app, "--kv-heads", c.gpt.kv_heads,
+                   "llama: key/value heads (grouped-query attention; default: --heads)", /*min=*/1);
+  add_integer_flag(
+      app, "--ffn-hidden", c.gpt.ffn_hidden,
+      "gpt/llama: the MLP's inner width (default: 4 × hidden for gpt, Meta's rule for llama)",
+      /*min=*/1);
+  add_integer_flag(app, "--seq-len", c.gpt.seq_len, "gpt/llama: tokens per sample")
+      ->capture_default_str();
+  add_integer_flag(app, "--vocab", c.gpt.vocab, "gpt/llama: vocabulary (256 for byte-level text)")
       ->capture_default_str();
   app.add_flag("--tie-head,!--no-tie-head", c.gpt.tie_head,
                "gpt: the LM head shares the token embedding (--no-tie-head: its own weight)");
@@ -97,17 +75,15 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
         return v == "meta" ? std::string("meta is the device meshsim plan runs on, not one to ask for")
                            : std::string();
       });
-  app.add_option("--epochs", c.epochs)->capture_default_str()
-      ->check(whole_number(/*min=*/1));
-  app.add_option("--max-steps", c.max_steps, "stop after this many steps (0: no limit)")
-      ->capture_default_str()
-      ->check(whole_number(/*min=*/0));
-  app.add_option("--batch-size", c.batch_size, "batch size per data-parallel replica")
-      ->capture_default_str()
-      ->check(whole_number(/*min=*/1));
-  app.add_option("--seed", c.seed)->capture_default_str()->check(whole_number(/*min=*/0));
-  app.add_option("--log-every", c.log_every, "steps between metrics lines")->capture_default_str()
-      ->check(whole_number(/*min=*/1));
+  add_integer_flag(app, "--epochs", c.epochs, "", /*min=*/1)->capture_default_str();
+  add_integer_flag(app, "--max-steps", c.max_steps, "stop after this many steps (0: no limit)",
+                   /*min=*/0)
+      ->capture_default_str();
+  add_integer_flag(app, "--batch-size", c.batch_size, "batch size per data-parallel replica", /*min=*/1)
+      ->capture_default_str();
+  add_integer_flag(app, "--seed", c.seed, "", /*min=*/0)->capture_default_str();
+  add_integer_flag(app, "--log-every", c.log_every, "steps between metrics lines", /*min=*/1)
+      ->capture_default_str();
   app.add_option("--optimizer", c.optimizer.name, "adam | sgd")->capture_default_str();
   app.add_option("--lr", c.optimizer.lr, "learning rate (default 1e-3 for adam, 0.01 for sgd)");
   app.add_option("--momentum", c.optimizer.momentum, "sgd momentum")->capture_default_str();
@@ -124,24 +100,22 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
                "for each reduce-scatter before backward goes on");
   app.add_option("--comm-timeout", c.comm_timeout_s, "seconds a collective waits for all ranks")
       ->capture_default_str();
-  app.add_option("--checkpoint-every", c.checkpoint_every, "steps between checkpoints (0: at the end only)")
-      ->capture_default_str()
-      ->check(whole_number(/*min=*/0));
-  app.add_option("--keep-checkpoints", c.keep_checkpoints,
-                 "keep only the newest N checkpoints (0: keep all)")
-      ->capture_default_str()
-      ->check(whole_number(/*min=*/0));
+  add_integer_flag(app, "--checkpoint-every", c.checkpoint_every,
+                   "steps between checkpoints (0: at the end only)", /*min=*/0)
+      ->capture_default_str();
+  add_integer_flag(app, "--keep-checkpoints", c.keep_checkpoints,
+                   "keep only the newest N checkpoints (0: keep all)", /*min=*/0)
+      ->capture_default_str();
   app.add_option("--resume", c.resume, "run folder or checkpoint to continue from");
   app.add_option("--out", c.out, "run folder (default runs/<timestamp>)");
-  app.add_option("--synthetic-train", c.synthetic_train, "training samples of --data synthetic")
-      ->capture_default_str()
-      ->check(whole_number(/*min=*/1));
-  app.add_option("--synthetic-test", c.synthetic_test, "test samples of --data synthetic")
-      ->capture_default_str()
-      ->check(whole_number(/*min=*/1));
-  app.add_option("--eval-limit", c.eval_limit, "evaluate on the first N test samples (0: all)")
-      ->capture_default_str()
-      ->check(whole_number(/*min=*/0));
+  add_integer_flag(app, "--synthetic-train", c.synthetic_train,
+                   "training samples of --data synthetic", /*min=*/1)
+      ->capture_default_str();
+  add_integer_flag(app, "--synthetic-test", c.synthetic_test, "test samples of --data synthetic", /*min=*/1)
+      ->capture_default_str();
+  add_integer_flag(app, "--eval-limit", c.eval_limit,
+                   "evaluate on the first N test samples (0: all)", /*min=*/0)
+      ->capture_default_str();
   app.add_option("--inject-fault", c.inject_fault,
                  "RANK:STEP — that rank leaves the run at that step (tests failure handling)");
   app.add_flag("!--no-progress", c.progress, "no progress bar or lines");

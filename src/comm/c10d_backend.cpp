@@ -55,6 +55,9 @@ void C10dWorld::store_barrier(const std::string&) {}
 std::string C10dWorld::share(const std::string&, const std::string& value) { return value; }
 std::string C10dWorld::agree(const std::string&, const std::string& value) { return value; }
 std::string C10dWorld::agreed(const std::string&) { return ""; }
+std::vector<std::string> C10dWorld::all_gather(const std::string&, const std::string& value) {
+  return {value};
+}
 
 #else
 
@@ -369,6 +372,29 @@ std::string C10dWorld::share(const std::string& name, const std::string& value) 
     throw CollectiveTimeout(fmt::format("rank 0 did not publish '{}' within {:.1f} s{}", name,
                                         s.options.timeout.count() / 1000.0, s.missing({0})));
   }
+}
+
+std::vector<std::string> C10dWorld::all_gather(const std::string& name, const std::string& value) {
+  State& s = *state_;
+  const int world = s.options.world_size;
+  auto key_of = [&](int r) { return s.key(fmt::format("gather/{}/{}", name, r)); };
+  s.store->set(key_of(s.options.rank), std::vector<uint8_t>(value.begin(), value.end()));
+  std::vector<std::string> keys;
+  for (int r = 0; r < world; ++r)
+    keys.push_back(key_of(r));
+  try {
+    s.store->wait(keys, s.options.timeout);
+  } catch (const std::exception& e) {
+    throw CollectiveTimeout(fmt::format("the processes did not all offer '{}' within {:.1f} s{}",
+                                        name, s.options.timeout.count() / 1000.0,
+                                        s.missing(Group::world(world).ranks)));
+  }
+  std::vector<std::string> out;
+  for (const std::string& key : keys) {
+    const auto got = s.store->get(key);
+    out.emplace_back(got.begin(), got.end());
+  }
+  return out;
 }
 
 std::string C10dWorld::agree(const std::string& name, const std::string& value) {

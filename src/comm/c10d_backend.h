@@ -69,6 +69,9 @@ public:
   /// Rank 0's `value` under `name`, on every process: rank 0 publishes its own, the others
   /// wait for it (up to the timeout) and ignore theirs.
   std::string share(const std::string& name, const std::string& value);
+  /// Every process's `value` under `name`, in rank order, on every process (each waits, up to
+  /// the timeout, for all of them).
+  std::vector<std::string> all_gather(const std::string& name, const std::string& value);
   /// The first value any process offered under `name` (a compare-and-set in the store):
   /// `value` when this process is the first. Does not wait.
   std::string agree(const std::string& name, const std::string& value);

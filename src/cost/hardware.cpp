@@ -9,7 +9,7 @@
 #include <cctype>
 #include <stdexcept>
 
-#include "report/printable.h"
+#include "base/printable.h"
 
 namespace meshsim {
 namespace {
@@ -153,13 +153,14 @@ const T& find_by_name(const std::vector<T>& table, const std::string& name, cons
 constexpr int kMaxCount = 100000;
 
 // A positive decimal count, with a one-line error naming the whole spec and the value.
-int parse_count(const std::string& text, const std::string& spec, const char* what,
+// `source` names the flag and its value as given ("invalid cluster spec \"4x8xh100\"",
+// "--inter \"0xndr\""): the message blames what the user typed.
+int parse_count(const std::string& text, const std::string& source, const char* what,
                 const char* form = "NODESxGPUSxMODEL, e.g. 4x8xh100") {
   const bool digits =
       !text.empty() &&
       std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c); });
-  const std::string head =
-      "invalid cluster spec \"" + printable(spec) + "\": " + what + " " + printable(text);
+  const std::string head = source + ": " + what + " " + printable(text);
   if (!digits)
     throw std::invalid_argument(head + " is not a positive integer (expected " + form + ")");
   // Compare as text first: no overflow whatever the length.
@@ -289,11 +290,12 @@ ClusterSpec parse_cluster_spec(const std::string& spec, const std::string& intra
                                 "\": missing GPU model (expected NODESxGPUSxMODEL, e.g. 4x8xh100)");
 
   ClusterSpec cluster;
+  const std::string source = "invalid cluster spec \"" + printable(spec) + "\"";
   if (parts.size() == 2) {
-    cluster.nodes = parse_count(parts[0], spec, "node count");
-    cluster.gpus_per_node = parse_count(parts[1], spec, "GPUs per node");
+    cluster.nodes = parse_count(parts[0], source, "node count");
+    cluster.gpus_per_node = parse_count(parts[1], source, "GPUs per node");
   } else if (parts.size() == 1) {
-    cluster.gpus_per_node = parse_count(parts[0], spec, "GPUs per node");
+    cluster.gpus_per_node = parse_count(parts[0], source, "GPUs per node");
   }
   if (static_cast<int64_t>(cluster.nodes) * cluster.gpus_per_node > kMaxCount)
     throw std::invalid_argument("invalid cluster spec \"" + printable(spec) + "\": " +
@@ -311,16 +313,24 @@ ClusterSpec parse_cluster_spec(const std::string& spec, const std::string& intra
   if (const size_t x = inter.find('x');
       x != std::string::npos && x > 0 && std::isdigit(static_cast<unsigned char>(inter[0]))) {
     cluster.nics_per_node =
-        parse_count(inter.substr(0, x), spec, "NICs per node", "NICSxLINK in --inter, e.g. 4xhdr");
+        parse_count(inter.substr(0, x), "--inter \"" + printable(inter_override) + "\"",
+                    "NICs per node", "NICSxLINK, e.g. 4xhdr");
     inter = inter.substr(x + 1);
   }
-  try {
-    cluster.gpu = gpu_preset(rest);
-    cluster.intra = link_preset(intra_override.empty() ? default_intra_link(rest) : intra_override);
-    cluster.inter = link_preset(inter.empty() ? default_inter_link(rest) : inter);
-  } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument("invalid cluster spec \"" + printable(spec) + "\": " + e.what());
-  }
+  // Each name is blamed on the flag that gave it.
+  const auto blamed = [](const std::string& flag, const std::string& value, auto&& parse) {
+    try {
+      return parse();
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(flag + " \"" + printable(value) + "\": " + e.what());
+    }
+  };
+  cluster.gpu = blamed("invalid cluster spec", spec, [&] { return gpu_preset(rest); });
+  cluster.intra = intra_override.empty()
+                      ? link_preset(default_intra_link(rest))
+                      : blamed("--intra", intra_override, [&] { return link_preset(intra_override); });
+  cluster.inter = inter.empty() ? link_preset(default_inter_link(rest))
+                                : blamed("--inter", inter_override, [&] { return link_preset(inter); });
   return cluster;
 }
 

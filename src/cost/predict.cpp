@@ -3,10 +3,15 @@
 #include "cost/predict.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <stdexcept>
 #include <type_traits>
 
+#include <fmt/format.h>
+
+#include "base/errors.h"
+#include "base/printable.h"
 #include "report/json_integer.h"
 
 namespace meshsim {
@@ -52,21 +57,28 @@ std::vector<Recorder> timeline_of(const Program& program, const ReplayResult& re
 // An integer that fits T: a float or a number past T is refused, never cast.
 template <typename T> T integer(const json& v, const char* name) {
   if (const std::optional<T> i = json_integer<T>(v)) return *i;
-  throw std::invalid_argument(std::string("records.json: \"") + name +
+  throw DataError(std::string("records.json: \"") + name +
                               "\" is not an integer from " +
                               std::to_string(std::numeric_limits<T>::min()) + " to " +
                               std::to_string(std::numeric_limits<T>::max()));
 }
 
+// A field older records lack: `absent` when missing, else an integer that fits T (a float such
+// as 1e308 is refused, never cast).
+template <typename T> T optional_integer(const json& j, const char* name, T absent) {
+  const auto it = j.find(name);
+  return it == j.end() ? absent : integer<T>(*it, name);
+}
+
 template <typename T> T field(const json& j, const char* name) {
   const auto it = j.find(name);
   if (it == j.end())
-    throw std::invalid_argument(std::string("records.json: missing \"") + name + "\"");
+    throw DataError(std::string("records.json: missing \"") + name + "\"");
   if constexpr (std::is_integral_v<T>) {
     return integer<T>(*it, name);
   } else if constexpr (std::is_same_v<T, std::vector<int>>) {
     if (!it->is_array())
-      throw std::invalid_argument(std::string("records.json: \"") + name + "\" is not an array");
+      throw DataError(std::string("records.json: \"") + name + "\" is not an array");
     T out;
     for (const json& v : *it)
       out.push_back(integer<int>(v, name));
@@ -85,6 +97,22 @@ Prediction predict(const std::vector<Recorder>& ranks, int64_t samples_per_step,
   p.world_size = static_cast<int>(ranks.size());
   p.samples_per_step = samples_per_step;
   p.step = options.step >= 0 ? options.step : representative_step(ranks);
+  if (options.step >= 0) {
+    // A step the run never recorded would replay nothing and predict a step of no time.
+    int64_t first = INT64_MAX, last = 0;
+    bool recorded = false;
+    for (const Recorder& r : ranks)
+      for (const ComputeRecord& c : r.compute)
+        if (c.step > 0) {
+          first = std::min(first, c.step), last = std::max(last, c.step);
+          recorded = recorded || c.step == options.step;
+        }
+    if (!recorded)
+      throw std::invalid_argument(
+          last == 0 ? fmt::format("--step {}: the run recorded no training step", options.step)
+                    : fmt::format("--step {}: the run recorded steps {} to {}", options.step,
+                                  first, last));
+  }
   p.dtype = to_string(options.dtype);
   p.compute_source = options.measured_compute ? "measured" : "roofline";
   double flops = 0, recomputed = 0;
@@ -205,10 +233,95 @@ json records_to_json(const std::vector<Recorder>& ranks, int64_t samples_per_ste
           {"ranks", out_ranks}};
 }
 
-std::vector<Recorder> records_from_json(const json& doc, int64_t* samples_per_step) {
+namespace {
+
+// What a run can have recorded. Each limit is far past any real run, and keeps the replay's
+// arithmetic finite: a value outside one is a damaged or hand-made records.json.
+constexpr double kMaxRecordedSeconds = 1e9;   // 31 years
+constexpr double kMaxRecordedWork = 1e30;     // FLOPs or bytes of one region
+constexpr int64_t kMaxRecordedSamples = int64_t{1} << 40;
+
+[[noreturn]] void impossible(const std::string& where, const std::string& why) {
+  throw DataError(fmt::format("records.json: {} {}", where, why));
+}
+
+void check_amount(double v, double max, const std::string& where) {
+  if (!std::isfinite(v) || v < 0 || v > max)
+    impossible(where, fmt::format("is {}, not a number from 0 to {:g}", v, max));
+}
+
+// Times are seconds on the run's clock; merged processes' clocks may start a little before it.
+void check_span(double start, double end, const std::string& where) {
+  for (const auto& [name, t] : {std::pair<const char*, double>{".start_s", start}, {".end_s", end}})
+    if (!std::isfinite(t) || std::fabs(t) > kMaxRecordedSeconds)
+      impossible(where + name, fmt::format("is {}, not a time within {:g} s", t, kMaxRecordedSeconds));
+  if (end < start) impossible(where, fmt::format("ends ({} s) before it starts ({} s)", end, start));
+}
+
+void check_records(const std::vector<Recorder>& ranks, int64_t samples_per_step, int world) {
+  if (samples_per_step < 1 || samples_per_step > kMaxRecordedSamples)
+    impossible("\"samples_per_step\"", fmt::format("is {}, not 1 to {}", samples_per_step,
+                                                     kMaxRecordedSamples));
+  if (ranks.empty()) impossible("\"ranks\"", "is empty");
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    for (size_t i = 0; i < ranks[r].compute.size(); ++i) {
+      const ComputeRecord& c = ranks[r].compute[i];
+      const std::string at = fmt::format("rank {} compute[{}]", r, i);
+      if (c.step < 0) impossible(at, fmt::format("has step {}", c.step));
+      check_span(c.start_s, c.end_s, at);
+      check_amount(c.flops, kMaxRecordedWork, at + ".flops");
+      check_amount(c.recompute_flops, kMaxRecordedWork, at + ".recompute_flops");
+      check_amount(c.bytes, kMaxRecordedWork, at + ".bytes");
+      if (c.recompute_flops > c.flops)
+        impossible(at, fmt::format("recomputes {:g} FLOPs of its {:g}", c.recompute_flops, c.flops));
+      for (const LayerWork& w : c.layers) {
+        for (const double v : {w.flops, w.bytes, w.gemm_flops, w.gemm_bytes, w.score_bytes})
+          check_amount(v, kMaxRecordedWork, at + " layer " + printable(w.layer));
+        if (w.param_bytes < 0 || w.kernels < 0 || w.gemms < 0)
+          impossible(at + " layer " + printable(w.layer), "has a negative count");
+      }
+    }
+    for (size_t i = 0; i < ranks[r].collectives.size(); ++i) {
+      const CollectiveRecord& c = ranks[r].collectives[i];
+      const std::string at = fmt::format("rank {} collectives[{}]", r, i);
+      check_span(c.start_s, c.end_s, at);
+      if (c.bytes < 0) impossible(at, fmt::format("moves {} bytes", c.bytes));
+      if (c.seq < 0) impossible(at, fmt::format("has seq {}", c.seq));
+      if (c.group.empty()) impossible(at, "has an empty group");
+      for (const int g : c.group)
+        if (g < 0 || g >= world) impossible(at, fmt::format("names rank {} of {}", g, world));
+      if (c.peer < -1 || c.peer >= world) impossible(at, fmt::format("names peer {} of {}", c.peer, world));
+      if (c.waited_s != -1.0 && !(std::isfinite(c.waited_s) &&
+                                  std::fabs(c.waited_s) <= kMaxRecordedSeconds))
+        impossible(at, fmt::format("was waited for at {} s", c.waited_s));
+    }
+  }
+}
+
+} // namespace
+
+void check_prediction(const Prediction& p) {
+  for (const auto& [name, v] : {std::pair<const char*, double>{"step time", p.step_time_s},
+                                {"samples/s", p.samples_per_s},
+                                {"TFLOP/s per GPU", p.tflops_per_gpu},
+                                {"MFU", p.mfu},
+                                {"exposed communication", p.exposed_comm_s}})
+    if (!std::isfinite(v) || v < 0)
+      throw DataError(fmt::format("records.json: the recorded work predicts a {} of {}: the "
+                                  "records are damaged or made by hand",
+                                  name, v));
+  // The model's FLOPs in the predicted time, over the GPUs' peak: above 1 only when the records
+  // claim more work than their regions take.
+  if (p.mfu > 1 + 1e-9)
+    throw DataError(fmt::format("records.json: the recorded work predicts an MFU of {:.0f}%, more "
+                                "than the GPU's peak: the records are damaged or made by hand",
+                                100 * p.mfu));
+}
+
+std::vector<Recorder> records_from_json(const json& doc, int64_t* samples_per_step, int world) {
   try {
     if (field<std::string>(doc, "format") != "meshsim-records-1")
-      throw std::invalid_argument("records.json: unknown format");
+      throw DataError("records.json: unknown format");
     if (samples_per_step)
       *samples_per_step = field<int64_t>(doc, "samples_per_step");
     std::vector<Recorder> ranks;
@@ -220,8 +333,8 @@ std::vector<Recorder> records_from_json(const json& doc, int64_t* samples_per_st
         c.step = field<int64_t>(j, "step");
         c.start_s = field<double>(j, "start_s");
         c.end_s = field<double>(j, "end_s");
-        c.start_charges = j.value("start_charges", int64_t{-1}); // absent in older records
-        c.end_charges = j.value("end_charges", int64_t{-1});
+        c.start_charges = optional_integer<int64_t>(j, "start_charges", -1); // absent in older records
+        c.end_charges = optional_integer<int64_t>(j, "end_charges", -1);
         c.flops = field<double>(j, "flops");
         c.recompute_flops = j.value("recompute_flops", 0.0); // absent in records before it
         c.bytes = field<double>(j, "bytes");
@@ -250,16 +363,18 @@ std::vector<Recorder> records_from_json(const json& doc, int64_t* samples_per_st
         c.peer = field<int>(j, "peer");
         c.start_s = field<double>(j, "start_s");
         c.end_s = field<double>(j, "end_s");
-        c.start_charges = j.value("start_charges", int64_t{-1});
-        c.end_charges = j.value("end_charges", int64_t{-1});
+        c.start_charges = optional_integer<int64_t>(j, "start_charges", -1);
+        c.end_charges = optional_integer<int64_t>(j, "end_charges", -1);
         c.waited_s = j.value("waited_s", -1.0); // absent for blocking calls
         r.collectives.push_back(std::move(c));
       }
       ranks.push_back(std::move(r));
     }
+    check_records(ranks, samples_per_step ? *samples_per_step : 1,
+                  world > 0 ? world : static_cast<int>(ranks.size()));
     return ranks;
   } catch (const json::exception& e) {
-    throw std::invalid_argument(std::string("records.json: malformed: ") + e.what());
+    throw DataError(std::string("records.json: malformed: ") + printable(e.what()));
   }
 }
 

@@ -97,9 +97,17 @@ std::vector<Recorder> resize_data_parallel(const std::vector<Recorder>& ranks, i
 /// The headline numbers (not the program): what summary.json holds under "prediction".
 nlohmann::json to_json(const Prediction& prediction);
 
+/// Throws DataError when a prediction from outside records has a figure no run can have: not
+/// finite, negative, or an MFU above 100% (records claiming more work than their time holds).
+void check_prediction(const Prediction& prediction);
+
 /// What `meshsim predict` needs from a run: every rank's records, losslessly.
 nlohmann::json records_to_json(const std::vector<Recorder>& ranks, int64_t samples_per_step);
-/// The inverse; throws std::invalid_argument on a malformed document.
-std::vector<Recorder> records_from_json(const nlohmann::json& doc, int64_t* samples_per_step);
+/// The inverse; throws DataError (one line) on a malformed document or an impossible value:
+/// negative work, a span that ends before it starts, a rank outside the run, past-any-run sizes.
+/// `world`: the ranks a collective may name (0: as many as the document holds; a process's
+/// part holds one rank of a larger world).
+std::vector<Recorder> records_from_json(const nlohmann::json& doc, int64_t* samples_per_step,
+                                        int world = 0);
 
 } // namespace meshsim

@@ -13,6 +13,11 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <zlib.h>
 
+#include <fmt/format.h>
+
+#include "base/input_file.h"
+#include "base/printable.h"
+
 namespace meshsim {
 
 namespace fs = std::filesystem;
@@ -124,12 +129,9 @@ int64_t Dataset::size() const {
 }
 
 torch::Tensor read_idx(const std::string& path) {
-  std::error_code ec;
-  if (!fs::exists(path, ec))
-    fail(path, "file not found");
   // Directories, FIFOs and devices could block or never end; only plain files are data.
-  if (!fs::is_regular_file(path, ec))
-    fail(path, "not a regular file");
+  if (const std::string why = input_file_problem(path); !why.empty())
+    fail(printable(path), why == "does not exist" ? "file not found" : "not a regular file: it " + why);
   GzHandle f(gzopen(path.c_str(), "rb"));
   if (!f)
     fail(path, std::string("cannot open: ") + std::strerror(errno));
@@ -219,10 +221,13 @@ Dataset make_dataset(const torch::Tensor& images_u8, const torch::Tensor& labels
 }
 
 DataSplit load_idx_dataset(const std::string& dir) {
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec))
-    throw DataError("data folder not found: " + dir +
+  if (path_kind(dir) == PathKind::kNothing)
+    throw DataError("data folder not found: " + printable(dir) +
                     " (install Debian's dataset-fashion-mnist or pass --data synthetic)");
+  if (const std::string why = folder_problem(dir); !why.empty())
+    throw DataError(fmt::format("data folder {}: {} (an IDX folder holds the four "
+                                "*-idx?-ubyte[.gz] files)",
+                                printable(dir), why));
   DataSplit s;
   s.train = load_pair(dir, "train-images-idx3-ubyte", "train-labels-idx1-ubyte");
   s.test = load_pair(dir, "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte");

@@ -11,13 +11,9 @@
 
 #include <torch/torch.h>
 
-namespace meshsim {
+#include "base/errors.h"
 
-/// Any problem with data files. The message is one line that names the file (or folder).
-class DataError : public std::runtime_error {
-public:
-  using std::runtime_error::runtime_error;
-};
+namespace meshsim {
 
 /// Normalization constants: mean and std of Fashion-MNIST's training pixels scaled to [0,1].
 constexpr double kFashionMnistMean = 0.2860;

@@ -5,12 +5,11 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
-#include <fstream>
-#include <iterator>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "base/input_file.h"
 #include "memory/allocator.h"
 
 namespace meshsim {
@@ -39,12 +38,7 @@ void check_options(int64_t seq_len, double test_fraction) {
 DataSplit make_text_dataset(const std::string& path, int64_t seq_len, double test_fraction) {
   // Checked before the file is read: a bad flag is a usage error whatever the file holds.
   check_options(seq_len, test_fraction);
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw DataError("text data: cannot open " + path);
-  const std::string raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad())
-    throw DataError("text data: cannot read " + path);
+  const std::string raw = read_input_file(path, "text data", kMaxTextBytes);
   return text_dataset_from_bytes(raw, path, seq_len, test_fraction);
 }
 

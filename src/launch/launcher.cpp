@@ -19,7 +19,7 @@
 
 #include <fmt/format.h>
 
-#include "report/printable.h"
+#include "base/printable.h"
 
 extern char** environ;
 
@@ -109,7 +109,8 @@ template <typename Call> auto launch_retry(Call call) {
   return result;
 }
 
-/// "SIGKILL" for 9: the name a person knows the signal by.
+} // namespace
+
 std::string launch_signal_name(int signal) {
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 32)
   if (const char* abbreviation = sigabbrev_np(signal))
@@ -117,6 +118,8 @@ std::string launch_signal_name(int signal) {
 #endif
   return fmt::format("signal {}", signal);
 }
+
+namespace {
 
 /// The started ranks; any still running when it goes (an exception) are killed and reaped.
 struct LaunchChildren {
@@ -333,6 +336,8 @@ LaunchResult launch(const LaunchOptions& options, std::ostream& log) {
     for (const int signal : signals.drain()) {
       if (signal != SIGINT && signal != SIGTERM)
         continue;
+      if (result.stop_signal == 0)
+        result.stop_signal = signal;
       const std::string name = launch_signal_name(signal);
       log << fmt::format("forwarding {} to {} rank{}\n", name, children.count_running(),
                          children.count_running() == 1 ? "" : "s")

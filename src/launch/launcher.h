@@ -32,9 +32,13 @@ struct RankExit {
   int signal = 0;    // the signal that killed it, 0 if it exited
 };
 
+/// "SIGKILL" for 9: the name a person knows the signal by.
+std::string launch_signal_name(int signal);
+
 struct LaunchResult {
   int exit_code = 0; // 0 when every rank exited 0; else the first failing rank's exit_code
   int first_failed_rank = -1;
+  int stop_signal = 0; // the first SIGINT or SIGTERM the launcher was sent and forwarded (0: none)
   std::vector<RankExit> exits; // one per local process, by local rank
 };
 

@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "report/printable.h"
+#include "base/printable.h"
 
 namespace meshsim {
 namespace {

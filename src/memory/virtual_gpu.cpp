@@ -62,6 +62,7 @@ void VirtualGpu::charge(int64_t bytes, MemoryCategory category) {
       if (oom_message_.empty())
         oom_message_ = message;
     }
+    if (on_out_of_memory_) on_out_of_memory_();
     throw OutOfMemory(message);
   }
   raise_to(peak_, now);

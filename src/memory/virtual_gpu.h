@@ -6,6 +6,7 @@
 
 #include <array>
 #include <atomic>
+#include <functional>
 #include <cstdint>
 #include <mutex>
 #include <stdexcept>
@@ -112,6 +113,10 @@ public:
   /// Used to keep evaluation out of the training peaks.
   void restore_peaks(const MemoryStats& saved);
 
+  /// Called on the allocating thread when an allocation does not fit, before OutOfMemory is
+  /// thrown (while what the GPU held is still held). Set before any rank runs.
+  void set_on_out_of_memory(std::function<void()> hook) { on_out_of_memory_ = std::move(hook); }
+
   /// The OutOfMemory message if this GPU ever ran out, else empty.
   std::string oom_message() const;
 
@@ -139,6 +144,7 @@ private:
   mutable std::mutex oom_mutex_;
   std::string oom_message_;
   std::string refusal_; // the last segment try_reserve refused
+  std::function<void()> on_out_of_memory_;
 };
 
 /// Charges the calling thread has made to any virtual GPU so far. A rank's thread runs its

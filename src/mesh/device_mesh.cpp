@@ -70,8 +70,25 @@ DeviceMesh::DeviceMesh(const MeshOptions& options)
   int sharing = options_.world_size;
   if (options_.backend == "c10d")
     sharing = options_.device == "cpu" ? options_.processes_per_host : 1;
-  if (options_.capacity_bytes <= 0)
+  if (options_.backend == "c10d") {
+    C10dOptions c = options_.c10d;
+    c.timeout = options_.comm_timeout;
+    c.device = options_.device == "cpu" ? "cpu" : "cuda";
+    c10d_ = std::make_unique<C10dWorld>(c, clock_);
+  }
+  const bool automatic = options_.capacity_bytes <= 0;
+  if (automatic)
     options_.capacity_bytes = auto_capacity(options_.device, sharing);
+  if (c10d_) {
+    // Processes start at different moments and see different free memory: with --gpu-mem
+    // auto every rank takes the smallest share any of them saw, so all GPUs of the run have
+    // one capacity. Every process offers, auto or not, so that processes whose --gpu-mem
+    // differs all reach the configuration check that refuses them.
+    const auto offers = c10d_->all_gather("gpu-mem", std::to_string(options_.capacity_bytes));
+    if (automatic)
+      for (const std::string& other : offers)
+        options_.capacity_bytes = std::min<int64_t>(options_.capacity_bytes, std::stoll(other));
+  }
   // Meta tensors take no host memory: a plan's GPUs are bounded by their own capacity only.
   const bool meta = options_.device == "meta";
   if (meta)
@@ -83,6 +100,12 @@ DeviceMesh::DeviceMesh(const MeshOptions& options)
     gpus_.push_back(
         std::make_unique<VirtualGpu>(r, options_.capacity_bytes, on_host ? &host_ : nullptr));
   windows_.resize(gpus_.size());
+  // A run that runs out of memory keeps the instant it did in memory.csv (and so memory.png):
+  // every GPU's live bytes as the allocation failed, before the ranks unwind and free them.
+  for (auto& g : gpus_)
+    g->set_on_out_of_memory([this, rank = g->rank()] {
+      sample_memory(last_sampled_step_.load(), "out of memory", rank);
+    });
   if (options_.history_steps > 0 && on_host)
     for (auto& g : gpus_) {
       histories_.push_back(std::make_unique<AllocationHistory>(clock_.start()));
@@ -104,12 +127,6 @@ DeviceMesh::DeviceMesh(const MeshOptions& options)
     nvml_index_ = nvml_card(nvml, options_.device);
     if (nvml_index_ >= 0)
       nvml_ = &nvml;
-  }
-  if (options_.backend == "c10d") {
-    C10dOptions c = options_.c10d;
-    c.timeout = options_.comm_timeout;
-    c.device = options_.device == "cpu" ? "cpu" : "cuda";
-    c10d_ = std::make_unique<C10dWorld>(c, clock_);
   }
 }
 
@@ -156,6 +173,7 @@ void DeviceMesh::sample_memory(int64_t step, const std::string& phase, int rank)
       s.phys_util_pct = card->util_pct;
     }
   }
+  last_sampled_step_.store(step);
   if (!histories_.empty() && step >= 1)
     forget_old_steps(step, s.time_s);
   timeline_.add(std::move(s));

@@ -1,6 +1,7 @@
 // DeviceMesh: the virtual GPUs of a run, their communicator world, clock and memory timeline.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -114,6 +115,7 @@ private:
   std::vector<std::unique_ptr<AllocationHistory>> histories_;
   MeshOptions options_;
   RunClock clock_;
+  std::atomic<int64_t> last_sampled_step_{0}; // the step of memory.csv's latest row
   HostBudget host_; // all GPUs together live in the host's memory
   std::vector<std::unique_ptr<VirtualGpu>> gpus_;
   std::vector<RankStream> streams_;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
@@ -15,6 +16,44 @@ namespace {
 [[noreturn]] void fail(const std::string& what, const std::filesystem::path& path, int err) {
   throw std::runtime_error(what + " " + path.string() + ": " + std::strerror(err));
 }
+
+// The temporary files being written now, for remove_temp_files_now(), which a signal handler
+// calls: fixed slots and atomics only, no allocation and no lock. A slot is free (0), being
+// filled (1) or holds a path (2). More files at once than slots are written unregistered.
+constexpr int kTempSlots = 64;
+constexpr size_t kTempPathMax = 4096;
+struct TempSlot {
+  std::atomic<int> state{0};
+  char path[kTempPathMax];
+};
+TempSlot g_temp_slots[kTempSlots];
+
+int register_temp(const std::filesystem::path& tmp) {
+  const std::string& s = tmp.native();
+  if (s.size() >= kTempPathMax) return -1;
+  for (int i = 0; i < kTempSlots; ++i) {
+    int expected = 0;
+    if (g_temp_slots[i].state.compare_exchange_strong(expected, 1)) {
+      std::memcpy(g_temp_slots[i].path, s.c_str(), s.size() + 1);
+      g_temp_slots[i].state.store(2);
+      return i;
+    }
+  }
+  return -1;
+}
+
+void unregister_temp(int slot) {
+  if (slot >= 0) g_temp_slots[slot].state.store(0);
+}
+
+// Unregisters the slot when the write is over, whichever way it ended.
+struct TempRegistration {
+  int slot;
+  explicit TempRegistration(const std::filesystem::path& tmp) : slot(register_temp(tmp)) {}
+  ~TempRegistration() { unregister_temp(slot); }
+  TempRegistration(const TempRegistration&) = delete;
+  TempRegistration& operator=(const TempRegistration&) = delete;
+};
 
 /// Closes on scope exit so that every error path releases the descriptor.
 struct Fd {
@@ -82,8 +121,25 @@ void commit_atomic_file(const std::filesystem::path& tmp, const std::filesystem:
   rename_and_sync_dir(tmp, path);
 }
 
+void remove_temp_files_now() {
+  for (TempSlot& slot : g_temp_slots)
+    if (slot.state.load() == 2) ::unlink(slot.path);
+}
+
+extern "C" void meshsim_remove_temp_files_and_die(int sig) {
+  remove_temp_files_now();
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
+void remove_temp_files_on_signals() {
+  std::signal(SIGINT, meshsim_remove_temp_files_and_die);
+  std::signal(SIGTERM, meshsim_remove_temp_files_and_die);
+}
+
 void write_file_atomic(const std::filesystem::path& path, const std::string& contents) {
   const auto tmp = atomic_temp_path(path);
+  const TempRegistration registration(tmp);
   {
     Fd f;
     // O_EXCL: never write through a stale temp file or a symlink someone planted.

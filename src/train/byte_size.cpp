@@ -3,7 +3,7 @@
 #include <cctype>
 #include <stdexcept>
 
-#include "report/printable.h"
+#include "base/printable.h"
 
 namespace meshsim {
 

@@ -17,7 +17,8 @@
 #include "models/presets.h"
 #include "report/atomic_file.h"
 #include "report/crc32c.h"
-#include "report/printable.h"
+#include "base/input_file.h"
+#include "base/printable.h"
 
 namespace fs = std::filesystem;
 
@@ -287,13 +288,12 @@ VerifiedCheckpoint verify_checkpoint(const fs::path& path, const CheckpointIdent
     return "cannot " + action + " " + folder.string() + ": " + why;
   };
   try {
-    std::ifstream in(folder / kManifest);
-    if (!in)
+    const std::string manifest = (folder / kManifest).string();
+    if (path_kind(manifest) == PathKind::kNothing)
       throw std::invalid_argument(
           "it has no manifest.json (written by an older meshsim, or not a checkpoint)");
-    std::stringstream text;
-    text << in.rdbuf();
-    VerifiedCheckpoint checkpoint{folder, parse_manifest(text.str()), {}};
+    VerifiedCheckpoint checkpoint{
+        folder, parse_manifest(read_input_file(manifest, "manifest", kMaxConfigBytes)), {}, action};
     check_identity(checkpoint.manifest, expected, world_size);
     GpuGuard host(nullptr); // checked on the caller's thread; nothing is any GPU's
     for (const auto& part : checkpoint.manifest.parts) {
@@ -358,10 +358,15 @@ TrainPosition load_checkpoint(const VerifiedCheckpoint& checkpoint, RankContext&
     }
     return TrainPosition{m.step};
   } catch (const c10::Error& e) {
-    throw std::runtime_error("cannot resume from " + checkpoint.folder.string() + ": " +
-                             e.what_without_backtrace());
+    // Its manifest matched, its bytes are whole, and still it does not load: a part that is
+    // not what its manifest says (another run's, under this run's identity).
+    throw DataError(fmt::format("cannot {} {}: a part does not fit the model its manifest names: {}",
+                                checkpoint.action, printable(checkpoint.folder.string()),
+                                printable(e.what_without_backtrace())));
   } catch (const std::runtime_error& e) {
-    throw std::runtime_error("cannot resume from " + checkpoint.folder.string() + ": " + e.what());
+    throw DataError(fmt::format("cannot {} {}: a part does not fit the model its manifest names: {}",
+                                checkpoint.action, printable(checkpoint.folder.string()),
+                                printable(e.what())));
   }
 }
 

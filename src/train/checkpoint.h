@@ -34,6 +34,7 @@ struct VerifiedCheckpoint {
   std::filesystem::path folder; // checkpoint/step-NNNNNNNN
   CheckpointManifest manifest;
   std::vector<std::string> part_bytes; // manifest.parts[i]'s file; emptied once loaded
+  std::string action = "resume from";  // what verified it: "resume from" or "export"
 };
 
 /// `path` is a run folder, its checkpoint/ folder, or a checkpoint's step folder. Checks,

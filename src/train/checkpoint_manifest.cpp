@@ -7,10 +7,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/json_input.h"
 #include "data/dataset.h"
 #include "report/crc32c.h"
 #include "report/json_integer.h"
-#include "report/printable.h"
+#include "base/printable.h"
 
 namespace meshsim {
 namespace {
@@ -70,9 +71,12 @@ std::string manifest_to_json(const CheckpointManifest& m) {
 }
 
 CheckpointManifest parse_manifest(const std::string& contents) {
-  const json doc = json::parse(contents, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded())
-    damaged("not valid JSON");
+  json doc;
+  try {
+    doc = parse_json(contents, "its text");
+  } catch (const JsonError& e) {
+    damaged(e.what()); // not JSON, or a key twice
+  }
   if (!doc.is_object())
     damaged("not a JSON object");
   const std::string format = text(doc, "format");

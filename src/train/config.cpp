@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "base/printable.h"
 #include "comm/c10d_backend.h"
 #include "cost/hardware.h"
 #include "device/physical_device.h"
@@ -60,6 +61,25 @@ void resolve_micro_batches(TrainConfig& c, const ParallelDims& dims) {
           fmt::format("--micro-batch-size {} makes {} micro-batches, more than {}",
                       c.micro_batch_size, count, std::numeric_limits<int>::max()));
   c.micro_batches = static_cast<int>(count);
+}
+
+// LibTorch computes a tensor's bytes in int64 ("Storage size calculation overflowed"): the
+// largest activations of one micro-batch, eager attention's scores [b, heads, s, s] and the
+// logits [b, s, vocab], must stay far inside it. In floating point, so nothing overflows first.
+void check_activation_sizes(const TrainConfig& c) {
+  const GptOptions& g = c.gpt;
+  const double b = static_cast<double>(c.batch_size / c.micro_batches);
+  const double s = static_cast<double>(g.seq_len);
+  const double scores = b * static_cast<double>(g.heads) * s * s;
+  require(scores <= kMaxTensorNumbers,
+          fmt::format("--seq-len {}: one micro-batch's attention scores [{:.0f}, {}, {}, {}] would "
+                      "hold {:.3g} numbers, more than a tensor can address ({:.3g})",
+                      g.seq_len, b, g.heads, g.seq_len, g.seq_len, scores, kMaxTensorNumbers));
+  const double logits = b * s * static_cast<double>(g.vocab);
+  require(logits <= kMaxTensorNumbers,
+          fmt::format("--seq-len {} with --vocab {}: one micro-batch's logits [{:.0f}, {}, {}] "
+                      "would hold {:.3g} numbers, more than a tensor can address ({:.3g})",
+                      g.seq_len, g.vocab, b, g.seq_len, g.vocab, logits, kMaxTensorNumbers));
 }
 
 void validate_layout(TrainConfig& c) {
@@ -152,6 +172,8 @@ void validate_layout(TrainConfig& c) {
                         c.batch_size * dims.dp, c.batch_size, dims.dp, dims.dp, c.micro_batches,
                         per_step));
   }
+  if (is_transformer(c.model))
+    check_activation_sizes(c);
 }
 
 // --inject-fault RANK:STEP, each part checked on its own so the message names the wrong one.
@@ -181,7 +203,28 @@ bool uses_mesh_layout(const TrainConfig& c) {
   return c.tp > 1 || c.pp > 1 || c.zero > 0 || c.micro_batches > 1 || c.recompute != "none";
 }
 
+namespace {
+
+// A text value with a control character (a flag given $'dd\rp', a config.json's "\u0000"):
+// refused first, naming it printably, so that no message below quotes it raw.
+void check_texts_printable(const TrainConfig& c) {
+  const std::pair<const char*, const std::string*> texts[] = {
+      {"--strategy", &c.strategy},   {"--model", &c.model},         {"--preset", &c.preset},
+      {"--data", &c.data},           {"--device", &c.device},       {"--schedule", &c.schedule},
+      {"--recompute", &c.recompute}, {"--precision", &c.precision}, {"--optimizer", &c.optimizer.name},
+      {"--gpu-mem", &c.gpu_mem},     {"--backend", &c.backend},     {"--resume", &c.resume},
+      {"--out", &c.out},             {"--cluster", &c.cluster},     {"--intra", &c.intra},
+      {"--inter", &c.inter},         {"--inject-fault", &c.inject_fault}};
+  for (const auto& [flag, text] : texts)
+    require(std::none_of(text->begin(), text->end(),
+                         [](char ch) { return static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f; }),
+            fmt::format("{} '{}' holds a control character", flag, printable(*text)));
+}
+
+} // namespace
+
 void validate(TrainConfig& c) {
+  check_texts_printable(c);
   const int max_gpus = c.device == "meta" ? kMaxPlannedGpus : kMaxGpus;
   require(c.gpus >= 1 && c.gpus <= max_gpus,
           fmt::format("--gpus must be between 1 and {}, got {}", max_gpus, c.gpus));
@@ -377,10 +420,16 @@ double number(const json& v, const std::string& key) {
   return v.get<double>();
 }
 
+// A string with no control character: every value may be quoted in a one-line error, and a
+// C string (an exception's message, a path) would end at a NUL.
 std::string text(const json& v, const std::string& key) {
   if (!v.is_string())
     wrong_type(key, v, "a string");
-  return v.get<std::string>();
+  const std::string& s = v.get_ref<const std::string&>();
+  if (std::any_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }))
+    throw std::invalid_argument(fmt::format(
+        "config.json: {} holds a control character: {}", quoted(key), quoted(s)));
+  return s;
 }
 
 bool boolean(const json& v, const std::string& key) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -117,6 +118,10 @@ std::string unknown_preset_message(const std::string& name);
 /// largest preset (1.0e12) leaves room for any real model.
 constexpr double kMaxParameters = 1e15;
 
+/// The most numbers one activation may hold: 2^59, so that its bytes (8 a number at most) stay
+/// inside LibTorch's int64 storage size with room to spare.
+constexpr double kMaxTensorNumbers = 576460752303423488.0;
+
 /// Whether the run needs the hybrid dp × tp × pp engine (any of --tp --pp --zero
 /// --micro-batches --recompute).
 bool uses_mesh_layout(const TrainConfig& config);
@@ -126,6 +131,18 @@ bool uses_mesh_layout(const TrainConfig& config);
 void validate(TrainConfig& config);
 
 nlohmann::json to_json(const TrainConfig& config);
+
+/// What every process of a run with --backend c10d must agree on before it trains: config.json's
+/// fields (model, layout, optimizer, steps, data, ...) and the run folder, --out
+/// (config_fingerprint.cpp).
+nlohmann::json configuration_fingerprint(const TrainConfig& config);
+
+/// The first field, in sorted key order ("gpt.hidden" for a nested one), whose value differs
+/// between two fingerprints, with its value in each (JSON text, printable); none when equal.
+struct FieldDifference {
+  std::string field, a, b;
+};
+std::optional<FieldDifference> first_difference(const nlohmann::json& a, const nlohmann::json& b);
 
 /// The inverse of to_json: a TrainConfig from a run folder's config.json, to be validated
 /// like flags. Accepts exactly the keys to_json writes; "dp" and "global_batch_size", which

@@ -145,10 +145,11 @@ void validate_shape(const std::string& family, const GptOptions& g) {
   const double ffn = g.ffn_hidden > 0 ? static_cast<double>(g.ffn_hidden) : 4 * h;
   const double bound = static_cast<double>(g.layers) * (4 * h * h + 3 * h * ffn + 13 * h) +
                        (2 * static_cast<double>(g.vocab) + static_cast<double>(g.seq_len) + 2) * h;
-  require(
-      bound <= kMaxParameters,
-      fmt::format("the model is too large: up to {:.3g} parameters, over meshsim's limit of {:.0e}",
-                  bound, kMaxParameters));
+  require(bound <= kMaxParameters,
+          fmt::format("the model is too large: --layers {}, --hidden {}, --ffn-hidden {:.0f}, "
+                      "--vocab {} and --seq-len {} make up to {:.3g} parameters, over meshsim's "
+                      "limit of {:.0e}",
+                      g.layers, g.hidden, ffn, g.vocab, g.seq_len, bound, kMaxParameters));
 }
 
 } // namespace meshsim

@@ -2,12 +2,15 @@
 #include "train/plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 #include <fmt/format.h>
 
 #include "cost/hardware.h"
 #include "memory/allocator.h"
+#include "memory/category.h"
+#include "memory/virtual_gpu.h"
 #include "mesh/device_mesh.h"
 #include "mesh/rank_runner.h"
 #include "models/resnet.h"
@@ -96,8 +99,28 @@ void check_plannable(const TrainConfig& config) {
         config.strategy));
 }
 
+void check_plan_work(const TrainConfig& config, int64_t steps) {
+  if (!is_transformer(config.model))
+    return; // an image model's layers are fixed
+  const double layers = static_cast<double>(config.gpt.layers);
+  const double per_stage = std::ceil(layers / (config.pp * config.virtual_stages)) * config.virtual_stages;
+  if (per_stage > kMaxPlannedBlocksPerStage)
+    throw std::invalid_argument(fmt::format(
+        "--layers {} puts {:.0f} transformer blocks on each of --pp {} stages; a plan builds at "
+        "most {} per stage (the largest published models have under 130 in all)",
+        config.gpt.layers, per_stage, config.pp, kMaxPlannedBlocksPerStage));
+  // One GPU per stage runs (plan.h): together they pass every block once per micro-batch.
+  const double passes = layers * static_cast<double>(config.micro_batches) * static_cast<double>(steps);
+  if (passes > static_cast<double>(kMaxPlannedBlockPasses))
+    throw std::invalid_argument(fmt::format(
+        "a plan of --layers {} with {} micro-batches runs {:.3g} block passes, more than the {} "
+        "it will try; plan fewer micro-batches (--micro-batch-size, --global-batch-size) or layers",
+        config.gpt.layers, config.micro_batches, passes, kMaxPlannedBlockPasses));
+}
+
 Plan make_plan(const TrainConfig& config, int64_t capacity_bytes, int64_t steps) {
   check_plannable(config);
+  check_plan_work(config, steps);
   Plan plan;
   plan.dims = ParallelDims::make(config.gpus, config.tp, config.pp);
   plan.steps = steps;
@@ -205,7 +228,17 @@ PlanFigures plan_figures(const Plan& plan, const Prediction& prediction,
 
 PlanFigures plan_on(const TrainConfig& config, const ClusterSpec& cluster, Prediction* prediction,
                     Plan* plan_out, const PredictOptions& target) {
-  Plan plan = make_plan(config, kPlanCapacity);
+  Plan plan;
+  try {
+    plan = make_plan(config, kPlanCapacity);
+  } catch (const OutOfMemory& e) {
+    // No GPU holds kPlanCapacity: say what did not fit, not the sentinel it was held against.
+    std::string what = e.what();
+    what = what.substr(0, what.rfind("; capacity"));
+    throw OutOfMemory(fmt::format(
+        "this plan needs more than {} on one GPU, far more than any GPU has ({}); fits: no",
+        format_bytes(kPlanCapacity), what));
+  }
   PredictOptions options = target;
   options.dtype = parse_dtype(config.precision); // the math of the planned run
   options.images = true; // the GPUs not executed are images of those that were

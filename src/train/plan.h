@@ -62,6 +62,14 @@ constexpr int64_t kPlanSteps = 1;
 /// whose kernels have no meta version, or DataParallel.
 void check_plannable(const TrainConfig& config);
 
+/// The work a plan would do, bounded from the sizes before anything is built: the GPU it
+/// executes for each stage builds that stage's blocks (at most kMaxPlannedBlocksPerStage) and
+/// runs each of them once per micro-batch (at most kMaxPlannedBlockPasses in all: layers ×
+/// micro-batches × steps). Throws std::invalid_argument naming the flags.
+void check_plan_work(const TrainConfig& config, int64_t steps);
+constexpr int64_t kMaxPlannedBlocksPerStage = 1024;
+constexpr int64_t kMaxPlannedBlockPasses = int64_t{1} << 21;
+
 /// Runs `config` (validated) on the meta device with `capacity_bytes` per GPU. Throws
 /// std::invalid_argument (one line) for a configuration a plan cannot run (a model whose
 /// kernels have no meta version, DataParallel), and OutOfMemory when a GPU goes over capacity.

@@ -7,8 +7,13 @@
 
 #include <fmt/format.h>
 
+#include "base/errors.h"
+#include "base/input_file.h"
+#include "base/json_input.h"
+#include "base/printable.h"
 #include "cost/predict.h"
 #include "report/atomic_file.h"
+#include "report/json_integer.h"
 
 namespace meshsim {
 namespace {
@@ -28,15 +33,28 @@ json sample_json(const MemorySample& s) {
           {"rank", s.rank},     {"bytes", s.bytes}, {"by_category", by_category}};
 }
 
+// An integer a part holds, refused (never cast) when it is a float or past T: the parts are
+// files in the run folder, which anyone can change between the ranks writing and rank 0 reading.
+template <typename T> T whole(const json& v) {
+  if (const std::optional<T> i = json_integer<T>(v)) return *i;
+  throw std::runtime_error("an integer is a float or out of range: " + v.dump());
+}
+
+template <typename T> std::vector<T> wholes(const json& v) {
+  std::vector<T> out;
+  for (const json& x : v) out.push_back(whole<T>(x));
+  return out;
+}
+
 MemorySample sample_from(const json& j) {
   MemorySample s;
   s.time_s = j.at("time_s").get<double>();
-  s.step = j.at("step").get<int64_t>();
+  s.step = whole<int64_t>(j.at("step"));
   s.phase = j.at("phase").get<std::string>();
-  s.rank = j.at("rank").get<int>();
-  s.bytes = j.at("bytes").get<std::vector<int64_t>>();
+  s.rank = whole<int>(j.at("rank"));
+  s.bytes = wholes<int64_t>(j.at("bytes"));
   for (const json& b : j.at("by_category")) {
-    const auto v = b.get<std::vector<int64_t>>();
+    const auto v = wholes<int64_t>(b);
     CategoryBytes c{};
     std::copy_n(v.begin(), std::min(v.size(), c.size()), c.begin());
     s.by_category.push_back(c);
@@ -68,21 +86,19 @@ std::vector<RunPart> read_run_parts(const fs::path& run_dir, int world_size) {
   for (int r = 0; r < world_size; ++r) {
     const fs::path path = part_path(run_dir, r);
     try {
-      std::ifstream in(path);
-      if (!in)
-        throw std::runtime_error("missing");
-      const json doc = json::parse(in);
+      const json doc = parse_json(read_input_file(path.string(), "run part", kMaxRecordsBytes),
+                                  "its text");
       RunPart p;
-      p.rank = doc.at("rank").get<int>();
+      p.rank = whole<int>(doc.at("rank"));
       if (p.rank != r)
         throw std::runtime_error(fmt::format("it holds rank {}", p.rank));
       p.clock_start_unix_s = doc.at("clock_start_unix_s").get<double>();
       p.gpu = doc.at("gpu");
-      p.capacity = doc.at("capacity").get<int64_t>();
-      const auto peaks = doc.at("peak_by_category").get<std::vector<int64_t>>();
+      p.capacity = whole<int64_t>(doc.at("capacity"));
+      const auto peaks = wholes<int64_t>(doc.at("peak_by_category"));
       std::copy_n(peaks.begin(), std::min(peaks.size(), p.peak_by_category.size()),
                   p.peak_by_category.begin());
-      const auto recorders = records_from_json(doc.at("records"), nullptr);
+      const auto recorders = records_from_json(doc.at("records"), nullptr, world_size);
       if (recorders.size() != 1)
         throw std::runtime_error("its records are not one rank's");
       p.recorder = recorders.front();
@@ -90,8 +106,8 @@ std::vector<RunPart> read_run_parts(const fs::path& run_dir, int world_size) {
         p.samples.push_back(sample_from(s));
       parts.push_back(std::move(p));
     } catch (const std::exception& e) {
-      throw std::runtime_error(fmt::format("cannot read rank {}'s part {}: {}", r, path.string(),
-                                           e.what()));
+      throw DataError(fmt::format("cannot read rank {}'s part {}: {}", r, printable(path.string()),
+                                  e.what()));
     }
   }
   return parts;

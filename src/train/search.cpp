@@ -281,6 +281,7 @@ SearchResult search_layouts(const TrainConfig& base, const ClusterSpec& cluster,
           TrainConfig least = candidate(base, world, tp, pp, zero, sp, mbs, "full");
           try {
             validate(least);
+            check_plan_work(least, kPlanSteps); // the best are planned in full below
           } catch (const std::invalid_argument& e) {
             result.invalid += 3;
             family.refuse(e.what());

@@ -269,6 +269,11 @@ TEST_F(CliExport, MissingOrDamagedCheckpointsAreOneLineErrors) {
   EXPECT_EQ(r.code, 2) << r.output;
   r = export_run(run / "nowhere");
   EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("nowhere is not a run folder: it does not exist"), std::string::npos)
+      << r.output;
+  fs::create_directories(run / "empty");
+  r = export_run(run / "empty");
+  EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("is not a run folder: it has no config.json"), std::string::npos)
       << r.output;
 

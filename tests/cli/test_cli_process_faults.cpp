@@ -243,5 +243,74 @@ TEST(CliProcessFaults, SigtermToLaunchStopsEveryRankAfterTheSameStep) {
   EXPECT_TRUE(fs::exists(out / "checkpoint" / "latest")) << r.output;
   EXPECT_EQ(r.output.find("killing"), std::string::npos) << "ranks did not stop by themselves\n"
                                                          << r.output;
+  // The stop asked for is said as such, not as a rank's failure.
+  EXPECT_NE(r.output.find("stopped by SIGTERM"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("failed first"), std::string::npos) << r.output;
   EXPECT_TRUE(processes_mentioning(out.string()).empty()) << "a process outlived the run";
+}
+
+// Two launches of one run whose train flags differ (a node started by hand with other flags)
+// stop at the rendezvous, before anything trains, every process saying which field differs.
+// Before, a different --hidden crashed inside Gloo and a different --optimizer trained two
+// optimizers and said ok.
+TEST(CliProcessFaults, ProcessesStartedWithDifferentConfigurationsStopBeforeTraining) {
+  SKIP_WITHOUT_C10D();
+  const fs::path base = fresh_dir("c10d-differ");
+  fs::create_directories(base);
+  const struct {
+    std::string node1, field;
+  } cases[] = {
+      {"--hidden 64", "gpt.hidden is 64 on rank 2 and 32 on rank 0"},
+      {"--max-steps 5", "max_steps is 5 on rank 2 and 3 on rank 0"},
+      {"--optimizer adam", "optimizer is \"adam\" on rank 2 and \"sgd\" on rank 0"},
+      {"--gpu-mem 1GiB", "gpu_mem is \"1GiB\" on rank 2 and \"auto\" on rank 0"},
+      {"--out " + (base / "elsewhere").string(), "out is"},
+  };
+  // kProcessGpt and the run's own flags, each replaced by `override`'s value where it gives one.
+  auto flags = [&](const fs::path& out, const std::string& override) {
+    std::istringstream words(kProcessGpt + "--gpus 4 --max-steps 3 --comm-timeout 20 --out " + out.string());
+    std::string text, flag, value;
+    words >> text; // "train", then flag-value pairs
+    while (words >> flag >> value)
+      if (override.find(flag + " ") == std::string::npos) text += " " + flag + " " + value;
+    return text + " " + override;
+  };
+  int i = 0;
+  for (const auto& c : cases) {
+    const fs::path out = base / ("run" + std::to_string(i++));
+    const int port = free_port();
+    auto command = [&](int node, const std::string& override) {
+      return fmt::format("{} launch --nproc-per-node 2 --nnodes 2 --node-rank {} --master-port {} "
+                         "-- {} --backend c10d --no-progress > {}.node{}.log 2>&1",
+                         MESHSIM_BINARY, node, port, flags(out, override), out.string(), node);
+    };
+    const std::string both = "( " + command(1, c.node1) + " ; echo $? > " + out.string() +
+                             ".node1.rc ) & " + command(0, "") + "; rc=$?; wait; exit $rc";
+    const auto start = std::chrono::steady_clock::now();
+    const int status = std::system(("bash -c '" + both + "'").c_str());
+    const std::string log0 = read_text(out.string() + ".node0.log");
+    const std::string log1 = read_text(out.string() + ".node1.log");
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << log0;
+    EXPECT_EQ(read_text(out.string() + ".node1.rc"), "2\n") << log1;
+    for (const std::string& log : {log0, log1}) {
+      EXPECT_NE(log.find("started with different configurations: " + c.field), std::string::npos)
+          << c.node1 << "\n" << log;
+      EXPECT_EQ(log.find("gloo"), std::string::npos) << log;
+    }
+    EXPECT_FALSE(fs::exists(out / "metrics.jsonl")) << "a process trained";
+    EXPECT_LT(seconds_since(start), 60.0);
+  }
+}
+
+// --gpu-mem auto: processes started at different moments see different free memory; all of
+// them take the smallest share, so every GPU of the run has one capacity.
+TEST(CliProcessFaults, GpuMemAutoGivesEveryProcessTheSameCapacity) {
+  SKIP_WITHOUT_C10D();
+  const fs::path out = fresh_dir("c10d-auto") / "run";
+  const auto r = launch_c10d(4, kProcessGpt + "--gpus 4 --max-steps 1 --gpu-mem auto --out " + out.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto gpus = read_json(out / "summary.json")["gpus"];
+  ASSERT_EQ(gpus.size(), 4u);
+  for (const auto& g : gpus)
+    EXPECT_EQ(g["capacity_bytes"], gpus[0]["capacity_bytes"]) << gpus.dump();
 }

@@ -116,6 +116,18 @@ TEST(CostClusterSpec, BadSpecsThrowOneLineErrors) {
       {"9999999x8xh100", "", "node count 9999999 is more than"},
       {"8xa100-80", "nvlink9", "unknown link \"nvlink9\""},
   };
+  // --inter's NIC count and link are blamed on --inter, not on the cluster spec.
+  for (const auto& [inter, expect] : {std::pair<std::string, std::string>{"0xndr", "NICs per node 0 must be at least 1"},
+                                      {"4xndx", "unknown link \"ndx\""}}) {
+    try {
+      parse_cluster_spec("8xh100", "", inter);
+      ADD_FAILURE() << "no error for --inter " << inter;
+    } catch (const std::invalid_argument& e) {
+      const std::string message = e.what();
+      EXPECT_EQ(message.rfind("--inter \"" + inter + "\": ", 0), 0u) << message;
+      EXPECT_NE(message.find(expect), std::string::npos) << message;
+    }
+  }
   for (const auto& c : cases) {
     try {
       parse_cluster_spec(c.spec, c.intra);
@@ -123,9 +135,10 @@ TEST(CostClusterSpec, BadSpecsThrowOneLineErrors) {
     } catch (const std::invalid_argument& e) {
       const std::string message = e.what();
       EXPECT_NE(message.find(c.expect), std::string::npos) << message;
-      EXPECT_NE(message.find("invalid cluster spec \"" + std::string(c.spec) + "\""),
-                std::string::npos)
-          << message;
+      // The message blames the flag whose value is wrong.
+      const std::string blamed = *c.intra ? "--intra \"" + std::string(c.intra) + "\""
+                                          : "invalid cluster spec \"" + std::string(c.spec) + "\"";
+      EXPECT_NE(message.find(blamed), std::string::npos) << message;
       EXPECT_EQ(message.find('\n'), std::string::npos) << message;
     }
   }

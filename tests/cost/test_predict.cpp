@@ -3,6 +3,7 @@
 // send/recv, the step window, and the records' JSON round trip.
 #include <gtest/gtest.h>
 
+#include "base/errors.h"
 #include "cost/predict.h"
 
 namespace meshsim {
@@ -198,8 +199,9 @@ TEST(CostPredict, RecordsRoundTripThroughJson) {
   EXPECT_EQ(back[1].compute[1].start_charges, -1);
   const ClusterSpec cluster = parse_cluster_spec("2xh100");
   EXPECT_EQ(to_json(predict(ranks, 64, cluster)), to_json(predict(back, 64, cluster)));
-  EXPECT_THROW(records_from_json(nlohmann::json{{"format", "x"}}, nullptr), std::invalid_argument);
-  EXPECT_THROW(records_from_json(nlohmann::json::object(), nullptr), std::invalid_argument);
+  // Malformed records are damaged data (exit 3), not a bad flag.
+  EXPECT_THROW(records_from_json(nlohmann::json{{"format", "x"}}, nullptr), DataError);
+  EXPECT_THROW(records_from_json(nlohmann::json::object(), nullptr), DataError);
 }
 
 // json's get<int> casts a float such as 1e300 to int, which is undefined (UBSan's
@@ -210,7 +212,7 @@ TEST(CostPredict, RecordsWithOutOfRangeIntegersAreRefused) {
     try {
       int64_t samples = 0;
       records_from_json(doc, &samples);
-    } catch (const std::invalid_argument& e) {
+    } catch (const DataError& e) {
       EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
       return std::string(e.what());
     }

@@ -62,7 +62,8 @@ TEST(TextData, WindowsAreShiftedByOneAndSplitAtTheEnd) {
 
 TEST(TextData, OneLineErrorsForMissingAndShortFiles) {
   const std::string missing = error_of("/nonexistent/meshsim.txt", 8);
-  EXPECT_NE(missing.find("cannot open /nonexistent/meshsim.txt"), std::string::npos) << missing;
+  EXPECT_NE(missing.find("text data /nonexistent/meshsim.txt: does not exist"), std::string::npos)
+      << missing;
   const auto path = write_file("short", std::string(16, 'a')); // 2 windows of 8 need 17 bytes
   const std::string shortfile = error_of(path, 8);
   EXPECT_NE(shortfile.find("has 16 bytes, need at least 17"), std::string::npos) << shortfile;

@@ -1,8 +1,10 @@
 // Tests for src/report: atomic files, TensorBoard event files, memory.csv and memory.png.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -293,6 +295,39 @@ TEST(ReportAtomicFile, ConcurrentReaderNeverSeesATornFile) {
   writer.join();
   EXPECT_GT(reads, 0);
   EXPECT_EQ(names_in(tmp.path), std::vector<std::string>{"state.txt"});
+}
+
+// SIGTERM while a large file is being written (an export's state_dict) left a
+// "<path>.tmp-PID-0" of the bytes written so far. With remove_temp_files_on_signals (what
+// main() installs), the process still ends by the signal, the target is as it was, and no
+// temporary is left beside it.
+TEST(ReportAtomicFile, ASignalMidWriteLeavesTheTargetAsItWasAndNoTemporary) {
+  TempDir tmp;
+  const fs::path p = tmp.path / "model.pt";
+  write_file_atomic(p, "the previous export");
+  const std::string big(size_t{256} << 20, 'x'); // made before the fork: the child only reads it
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    remove_temp_files_on_signals();
+    write_file_atomic(p, big);
+    ::_exit(0);
+  }
+  // Polls the folder for the child's temporary: there is nothing to wait on in another process.
+  bool seen = false;
+  for (int i = 0; i < 20000 && !seen; ++i) {
+    for (const std::string& name : names_in(tmp.path))
+      seen = seen || name.find(".tmp-") != std::string::npos;
+    if (!seen) ::usleep(100);
+  }
+  ::kill(child, SIGTERM);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(seen) << "the write ended before the test saw its temporary";
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the child exited with " << WEXITSTATUS(status);
+  EXPECT_EQ(WTERMSIG(status), SIGTERM);
+  EXPECT_EQ(read_all(p), "the previous export");
+  EXPECT_EQ(names_in(tmp.path), std::vector<std::string>{"model.pt"});
 }
 
 TEST(ReportMemoryCsv, HeaderAndRows) {

@@ -1,0 +1,13 @@
+// Text from outside (a flag, a config file, a checkpoint's manifest, a parser's message about
+// them) as it may appear in a one-line error message.
+#pragma once
+
+#include <string>
+
+namespace meshsim {
+
+/// `text` with control characters (NUL included) and bytes that are not valid UTF-8 written as
+/// \xNN, so an error message that quotes it stays one printable line whatever the input held.
+std::string printable(const std::string& text);
+
+} // namespace meshsim
