@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "base/bytes.h"
 #include "base/printable.h"
 
 namespace meshsim {
@@ -37,14 +38,6 @@ std::string open_problem(const std::string& path, int err) {
   return fmt::format("cannot be opened: {}", std::strerror(err));
 }
 
-std::string kind_problem(const struct stat& st) {
-  if (S_ISREG(st.st_mode)) return "";
-  if (S_ISDIR(st.st_mode)) return "is a folder, not a file";
-  if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) return "is a device, not a file";
-  if (S_ISFIFO(st.st_mode)) return "is a FIFO (named pipe), not a file";
-  if (S_ISSOCK(st.st_mode)) return "is a socket, not a file";
-  return "is not a regular file";
-}
 
 [[noreturn]] void refuse(const std::string& what, const std::string& path, const std::string& why) {
   throw DataError(fmt::format("{} {}: {}", what, path.empty() ? "''" : printable(path), why));
@@ -60,21 +53,23 @@ std::string open_checked(const std::string& path, const std::string& what, int64
   if (f.fd < 0) return open_problem(path, errno);
   struct stat st {};
   if (::fstat(f.fd, &st) != 0) return fmt::format("cannot be read: {}", std::strerror(errno));
-  if (std::string kind = kind_problem(st); !kind.empty()) return kind;
+  if (!S_ISREG(st.st_mode)) return "is " + kind_name(st.st_mode) + ", not a file";
   *size = static_cast<int64_t>(st.st_size);
   if (*size > max_bytes)
-    return fmt::format("is {}, more than the {} meshsim reads as a {}", size_text(*size),
-                       size_text(max_bytes), what);
+    return fmt::format("is {}, more than the {} meshsim reads as a {}", format_bytes(*size),
+                       format_bytes(max_bytes), what);
   return "";
 }
 
 } // namespace
 
-std::string size_text(int64_t bytes) {
-  if (bytes >= (int64_t{1} << 30)) return fmt::format("{:.1f} GiB", static_cast<double>(bytes) / (1 << 30));
-  if (bytes >= kMiBytes) return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / kMiBytes);
-  if (bytes >= kKiB) return fmt::format("{:.1f} KiB", static_cast<double>(bytes) / kKiB);
-  return fmt::format("{} B", bytes);
+std::string kind_name(mode_t mode) {
+  if (S_ISREG(mode)) return "a file";
+  if (S_ISDIR(mode)) return "a folder";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "something else";
 }
 
 PathKind path_kind(const std::string& path) {
@@ -88,29 +83,17 @@ PathKind path_kind(const std::string& path) {
 }
 
 std::string folder_problem(const std::string& path) {
-  switch (path_kind(path)) {
-  case PathKind::kFolder: return "";
-  case PathKind::kFile: return "is a file";
-  default: {
-    std::string why = input_file_problem(path);
-    if (const size_t at = why.rfind(", not a file"); at != std::string::npos)
-      why.replace(at, std::string::npos, ", not a folder");
-    return why;
-  }
-  }
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return open_problem(path, errno);
+  if (S_ISDIR(st.st_mode)) return "";
+  if (S_ISREG(st.st_mode)) return "is a file";
+  return "is " + kind_name(st.st_mode) + ", not a folder";
 }
 
 std::string input_file_problem(const std::string& path) {
   Fd f;
   int64_t size = 0;
   return open_checked(path, "file", INT64_MAX, f, &size);
-}
-
-void check_input_file(const std::string& path, const std::string& what, int64_t max_bytes) {
-  Fd f;
-  int64_t size = 0;
-  if (const std::string why = open_checked(path, what, max_bytes, f, &size); !why.empty())
-    refuse(what, path, why);
 }
 
 std::string read_input_file(const std::string& path, const std::string& what, int64_t max_bytes) {
@@ -131,7 +114,7 @@ std::string read_input_file(const std::string& path, const std::string& what, in
     out.append(buf, static_cast<size_t>(n));
     if (static_cast<int64_t>(out.size()) > max_bytes)
       refuse(what, path, fmt::format("grew past the {} meshsim reads as a {} while it was read",
-                                     size_text(max_bytes), what));
+                                     format_bytes(max_bytes), what));
   }
   return out;
 }

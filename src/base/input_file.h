@@ -4,6 +4,8 @@
 // links are named as what they are, never read.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <string>
 
@@ -11,18 +13,18 @@
 
 namespace meshsim {
 
-constexpr int64_t kKiB = int64_t{1} << 10;
-constexpr int64_t kMiBytes = int64_t{1} << 20;
-
 /// The largest file of each kind meshsim reads whole.
-constexpr int64_t kMaxConfigBytes = 16 * kMiBytes;    // config.json, a checkpoint's manifest
-constexpr int64_t kMaxRecordsBytes = 1024 * kMiBytes; // records.json, a run part
-constexpr int64_t kMaxTextBytes = 256 * kMiBytes;     // a text data set (32 bytes a byte once windowed)
+constexpr int64_t kMaxConfigBytes = int64_t{16} << 20;    // config.json, a checkpoint's manifest
+constexpr int64_t kMaxRecordsBytes = int64_t{1024} << 20; // records.json, a run part
+constexpr int64_t kMaxTextBytes = int64_t{256} << 20;     // a text data set (32 bytes a byte once windowed)
 
 /// What `path` names, its links followed: nothing there (no link either), a regular file, a
 /// folder, or anything else (a device, a FIFO, a dangling link, a loop of links, ...).
 enum class PathKind { kNothing, kFile, kFolder, kOther };
 PathKind path_kind(const std::string& path);
+
+/// What a stat() mode names: "a file", "a folder", "a device", "a FIFO (named pipe)", ...
+std::string kind_name(mode_t mode);
 
 /// Why `path` is not a folder ("is a file", "does not exist", "is a device, not a file", ...),
 /// or "" when it is one.
@@ -36,11 +38,5 @@ std::string input_file_problem(const std::string& path);
 /// cannot be read, or holds more than `max_bytes` (checked before and while reading, so a file
 /// that grows is refused too). `path` appears in the message through printable().
 std::string read_input_file(const std::string& path, const std::string& what, int64_t max_bytes);
-
-/// Throws the DataError read_input_file would for a file another library reads (gzip, LibTorch).
-void check_input_file(const std::string& path, const std::string& what, int64_t max_bytes);
-
-/// "1.5 GiB", "12.0 MiB", "512 B": a size in a message.
-std::string size_text(int64_t bytes);
 
 } // namespace meshsim

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "base/input_file.h"
 #include "base/printable.h"
 
 namespace fs = std::filesystem;
@@ -37,10 +38,7 @@ std::string out_folder_problem(const std::string& path) {
   }
   const std::string shown = printable(at.string());
   if (!S_ISDIR(st.st_mode)) {
-    const char* kind = S_ISREG(st.st_mode)                          ? "a file"
-                       : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
-                       : S_ISFIFO(st.st_mode)                       ? "a FIFO (named pipe)"
-                                                                    : "not a folder";
+    const std::string kind = kind_name(st.st_mode);
     return first ? fmt::format("is {}, not a folder", kind)
                  : fmt::format("cannot be made: {} is {}, not a folder", shown, kind);
   }

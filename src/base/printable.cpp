@@ -34,6 +34,14 @@ size_t utf8_length(const std::string& text, size_t i) {
 
 } // namespace
 
+bool has_control_character(const std::string& text) {
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c == 0x7f) return true;
+  }
+  return false;
+}
+
 std::string printable(const std::string& text) {
   std::string out;
   for (size_t i = 0; i < text.size();) {

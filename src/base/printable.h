@@ -10,4 +10,8 @@ namespace meshsim {
 /// \xNN, so an error message that quotes it stays one printable line whatever the input held.
 std::string printable(const std::string& text);
 
+/// True when `text` holds a control character (NUL included): a value that an error message
+/// could quote only escaped, and that a C string would cut.
+bool has_control_character(const std::string& text);
+
 } // namespace meshsim

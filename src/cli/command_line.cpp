@@ -52,7 +52,8 @@ CommandLineParser::~CommandLineParser() = default;
 int CommandLineParser::parse(int argc, char** argv) {
   Apps& a = *apps_;
   CommandLine& out = line_;
-  out = CommandLine{}; // the defaults: a parse before this one leaves nothing behind
+  static const CommandLine defaults;
+  out = defaults; // a parse before this one leaves nothing behind
   a.app.clear();
   TrainConfig& config = out.train;
   config.device = "auto"; // the command line trains on the GPU when there is one

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "base/bytes.h"
+
 namespace meshsim {
 
 enum class MemoryCategory : uint8_t {
@@ -35,9 +37,6 @@ inline int64_t category_total(const CategoryBytes& b) {
   for (int64_t v : b) t += v;
   return t;
 }
-
-/// "12.4 MiB", "512 B": human-readable byte counts for logs and errors.
-std::string format_bytes(int64_t bytes);
 
 constexpr double kMiB = 1024.0 * 1024.0;
 

@@ -216,8 +216,7 @@ void check_texts_printable(const TrainConfig& c) {
       {"--out", &c.out},             {"--cluster", &c.cluster},     {"--intra", &c.intra},
       {"--inter", &c.inter},         {"--inject-fault", &c.inject_fault}};
   for (const auto& [flag, text] : texts)
-    require(std::none_of(text->begin(), text->end(),
-                         [](char ch) { return static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f; }),
+    require(!has_control_character(*text),
             fmt::format("{} '{}' holds a control character", flag, printable(*text)));
 }
 
@@ -426,7 +425,7 @@ std::string text(const json& v, const std::string& key) {
   if (!v.is_string())
     wrong_type(key, v, "a string");
   const std::string& s = v.get_ref<const std::string&>();
-  if (std::any_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }))
+  if (has_control_character(s))
     throw std::invalid_argument(fmt::format(
         "config.json: {} holds a control character: {}", quoted(key), quoted(s)));
   return s;
