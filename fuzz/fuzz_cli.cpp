@@ -14,7 +14,7 @@
 #include "cli/command_line.h"
 #include "cost/hardware.h"
 #include "fuzz_common.h"
-#include "train/plan.h"
+#include "plan/plan.h"
 
 namespace {
 

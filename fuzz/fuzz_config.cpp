@@ -1,4 +1,4 @@
-// Fuzzes config.json (train/config.h): bytes -> parse_json as `train --config` reads it (a
+// Fuzzes config.json (config/config.h): bytes -> parse_json as `train --config` reads it (a
 // key twice refused, in one line) -> config_from_json -> validate; a configuration that passes must
 // survive to_json -> config_from_json -> to_json unchanged. validate builds the cnn or lenet
 // model to count its pipeline stages, which is slow but kept: it is what a real --config runs.
@@ -6,7 +6,7 @@
 // exceptions that may escape; anything else, a crash or undefined behaviour is a bug.
 #include "base/json_input.h"
 #include "fuzz_common.h"
-#include "train/config.h"
+#include "config/config.h"
 
 #include <stdexcept>
 

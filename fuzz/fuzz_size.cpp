@@ -1,8 +1,8 @@
-// Fuzzes parse_bytes (train/byte_size.h), the parser of --gpu-mem and config.json's "gpu_mem".
+// Fuzzes parse_bytes (config/byte_size.h), the parser of --gpu-mem and config.json's "gpu_mem".
 // Correct behaviour: a size of at least 1 byte, or std::invalid_argument with a one-line
 // message. Anything else escaping, a crash or undefined behaviour is a bug.
 #include "fuzz_common.h"
-#include "train/byte_size.h"
+#include "config/byte_size.h"
 
 #include <stdexcept>
 

@@ -1,4 +1,5 @@
 // read_input_file(): one open, one fstat, a bounded read.
+#include "base/file_descriptor.h"
 #include "base/input_file.h"
 
 #include <fcntl.h>
@@ -15,14 +16,6 @@
 
 namespace meshsim {
 namespace {
-
-// Closes the descriptor on every way out.
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
 
 std::string open_problem(const std::string& path, int err) {
   if (err == ENOENT) {
@@ -46,7 +39,7 @@ std::string open_problem(const std::string& path, int err) {
 // Opens `path` without blocking (a FIFO would wait for a writer) and says why it is not a
 // regular file of at most max_bytes, or "" with its size in *size.
 std::string open_checked(const std::string& path, const std::string& what, int64_t max_bytes,
-                         Fd& f, int64_t* size) {
+                         FileDescriptor& f, int64_t* size) {
   if (path.empty()) return "is an empty path";
   if (path.find('\0') != std::string::npos) return "has a NUL byte in its path";
   f.fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
@@ -91,13 +84,13 @@ std::string folder_problem(const std::string& path) {
 }
 
 std::string input_file_problem(const std::string& path) {
-  Fd f;
+  FileDescriptor f;
   int64_t size = 0;
   return open_checked(path, "file", INT64_MAX, f, &size);
 }
 
 std::string read_input_file(const std::string& path, const std::string& what, int64_t max_bytes) {
-  Fd f;
+  FileDescriptor f;
   int64_t size = 0;
   if (const std::string why = open_checked(path, what, max_bytes, f, &size); !why.empty())
     refuse(what, path, why);

@@ -10,7 +10,7 @@
 #include "comm/recorder.h"
 #include "cost/hardware.h"
 #include "memory/timeline.h"
-#include "train/config.h"
+#include "config/config.h"
 
 namespace meshsim {
 
@@ -106,7 +106,7 @@ struct BenchCommArgs {
 void add_bench_comm_flags(CLI::App& app, BenchCommArgs& args);
 int run_bench_comm(const BenchCommArgs& args);
 
-/// `meshsim validate`: the published rows the cost model is held against (train/validation.h).
+/// `meshsim validate`: the published rows the cost model is held against (plan/validation.h).
 struct ValidateArgs {
   std::vector<std::string> only;  // --only nccl,narayanan
   bool json = false;

@@ -12,7 +12,7 @@
 #include "base/printable.h"
 #include "cli/commands.h"
 #include "data/dataset.h"
-#include "report/atomic_file.h"
+#include "base/atomic_file.h"
 #include "train/export.h"
 
 namespace meshsim {

@@ -8,7 +8,7 @@
 // of memory, 5 a collective timed out or a rank failed, 6 the loss diverged, 128 + N stopped
 // by signal N, 1 anything else.
 #include "cli/command_line.h"
-#include "report/atomic_file.h"
+#include "base/atomic_file.h"
 
 int main(int argc, char** argv) {
   // Ctrl-C or SIGTERM outside a training run (which stops after its step instead): the file

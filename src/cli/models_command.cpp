@@ -34,7 +34,7 @@ std::string grouped(int64_t n) {
 }
 
 nlohmann::json preset_json(const ModelPreset& p) {
-  const GptOptions& s = p.shape;
+  const TransformerShape& s = p.shape;
   nlohmann::json j = {{"name", p.name},
                       {"family", p.family},
                       {"layers", s.layers},
@@ -72,7 +72,7 @@ int run_models(const ModelsArgs& args) {
   fmt::print(row, "name", "family", "layers", "hidden", "heads", "kv", "ffn", "vocab", "seq",
              "head", "params", "exact", "source");
   for (const ModelPreset& p : model_presets()) {
-    const GptOptions& s = p.shape;
+    const TransformerShape& s = p.shape;
     const int64_t n = preset_parameter_count(p.family, s);
     fmt::print(row, p.name, p.family, s.layers, s.hidden, s.heads, preset_kv_heads(s),
                preset_ffn_hidden(p.family, s), s.vocab, s.seq_len, s.tie_head ? "tied" : "untied",

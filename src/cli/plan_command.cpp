@@ -1,5 +1,5 @@
 // `meshsim plan`: train's flags plus --cluster, and no data. The configuration's strategy runs
-// on the meta device (train/plan.h), each GPU's bytes are counted as in a real run, and the
+// on the meta device (plan/plan.h), each GPU's bytes are counted as in a real run, and the
 // cost model replays the step on the cluster.
 #include <fmt/format.h>
 
@@ -9,17 +9,17 @@
 #include "memory/category.h"
 #include "models/models.h"
 #include "models/presets.h"
-#include "report/atomic_file.h"
+#include "base/atomic_file.h"
 #include "report/memory_report.h"
 #include "report/trace.h"
-#include "train/plan.h"
+#include "plan/plan.h"
 
 namespace meshsim {
 namespace {
 
 int64_t parameter_count(const TrainConfig& c) {
   if (is_transformer(c.model))
-    return preset_parameter_count(c.model, c.gpt);
+    return preset_parameter_count(c.model, c.shape);
   ModelOptions shapes;
   shapes.device = torch::kMeta;
   return count_parameters(*build_model(c.model, shapes));

@@ -13,7 +13,7 @@
 #include "memory/category.h"
 #include "memory/virtual_gpu.h"
 #include "cost/predict.h"
-#include "report/atomic_file.h"
+#include "base/atomic_file.h"
 #include "report/trace.h"
 
 namespace meshsim {

@@ -11,7 +11,7 @@
 #include "base/printable.h"
 #include "cli/commands.h"
 #include "memory/virtual_gpu.h"
-#include "report/atomic_file.h"
+#include "base/atomic_file.h"
 #include "report/html_report.h"
 #include "report/memory_snapshot.h"
 

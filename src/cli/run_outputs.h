@@ -1,6 +1,6 @@
 // What `meshsim train` writes into its run folder at the end (summary.json, memory.png,
 // report.html, the memory snapshots), from this process's mesh or merged from the parts a run
-// made of processes wrote (train/run_parts.h); and the tidying of a folder a resumed run
+// made of processes wrote (launch/run_parts.h); and the tidying of a folder a resumed run
 // writes into again.
 #pragma once
 
@@ -14,8 +14,8 @@
 #include "memory/timeline.h"
 #include "mesh/device_mesh.h"
 #include "report/run_folder.h"
-#include "train/config.h"
-#include "train/run_parts.h"
+#include "config/config.h"
+#include "launch/run_parts.h"
 #include "train/trainer.h"
 
 namespace meshsim {

@@ -1,12 +1,12 @@
-// `meshsim plan --search`: the layouts of a model on a cluster, fastest first (train/search.h).
+// `meshsim plan --search`: the layouts of a model on a cluster, fastest first (plan/search.h).
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "memory/category.h"
 #include "models/presets.h"
-#include "report/atomic_file.h"
-#include "train/search.h"
+#include "base/atomic_file.h"
+#include "plan/search.h"
 
 namespace meshsim {
 namespace {
@@ -92,7 +92,7 @@ int run_search(const TrainConfig& config, const ClusterSpec& cluster, const Plan
   const nlohmann::json doc{{"model", config.model},
                            {"preset", config.preset},
                            {"precision", config.precision},
-                           {"parameters", preset_parameter_count(config.model, config.gpt)},
+                           {"parameters", preset_parameter_count(config.model, config.shape)},
                            {"cluster", cluster.to_string()},
                            {"gpu_memory_bytes", static_cast<int64_t>(cluster.gpu.mem_bytes)},
                            {"global_batch_size", config.global_batch_size},

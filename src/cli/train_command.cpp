@@ -27,11 +27,11 @@
 #include "models/models.h"
 #include "models/presets.h"
 #include "models/resnet.h"
-#include "report/atomic_file.h"
+#include "base/atomic_file.h"
 #include "report/run_folder.h"
 #include "launch/process_env.h"
 #include "train/checkpoint.h"
-#include "train/run_parts.h"
+#include "launch/run_parts.h"
 #include "train/trainer.h"
 
 namespace meshsim {
@@ -106,7 +106,7 @@ int run_train(TrainConfig config) {
   // The model is built on this host (to count it, then on every rank): a real-size preset is
   // refused before anything is allocated when its float32 weights alone could not fit.
   if (is_transformer(config.model)) {
-    const int64_t parameters = preset_parameter_count(config.model, config.gpt);
+    const int64_t parameters = preset_parameter_count(config.model, config.shape);
     const int64_t weight_bytes = 4 * parameters;
     const int64_t host = host_memory_for_gpus();
     if (weight_bytes > host) {
@@ -114,8 +114,8 @@ int run_train(TrainConfig config) {
                  "meshsim: {} (--layers {}, --hidden {}, --vocab {}) has {} parameters: its "
                  "float32 weights ({}) exceed this machine's {} available; `meshsim plan` "
                  "predicts such a model without building it\n",
-                 config.preset.empty() ? config.model : config.preset, config.gpt.layers,
-                 config.gpt.hidden, config.gpt.vocab, parameters, format_bytes(weight_bytes),
+                 config.preset.empty() ? config.model : config.preset, config.shape.layers,
+                 config.shape.hidden, config.shape.vocab, parameters, format_bytes(weight_bytes),
                  format_bytes(host));
       return kExitUsage;
     }
@@ -128,7 +128,7 @@ int run_train(TrainConfig config) {
     // A sample's bytes as made: images in float32; tokens as int64 inputs and labels.
     const double sample_bytes =
         config.model == "resnet50" ? kImageChannels * kImageSize * kImageSize * 4.0
-        : is_transformer(config.model) ? 16.0 * static_cast<double>(config.gpt.seq_len)
+        : is_transformer(config.model) ? 16.0 * static_cast<double>(config.shape.seq_len)
                                        : kImageSide * kImageSide * 4.0 + 8;
     const double samples =
         static_cast<double>(config.synthetic_train) + static_cast<double>(config.synthetic_test);
@@ -136,7 +136,7 @@ int run_train(TrainConfig config) {
     if (samples * sample_bytes > host / 2) {
       const std::string what = config.model == "resnet50" ? "3×224×224 images"
                                : is_transformer(config.model)
-                                   ? fmt::format("sequences of {} tokens", config.gpt.seq_len)
+                                   ? fmt::format("sequences of {} tokens", config.shape.seq_len)
                                    : "28×28 images";
       fmt::print(stderr,
                  "meshsim: {:.0f} synthetic {} take {}, more than half of this machine's {} "
@@ -153,9 +153,9 @@ int run_train(TrainConfig config) {
   try {
     if (is_transformer(config.model))
       data = config.data == "synthetic"
-                 ? synthetic_text(config.synthetic_train, config.synthetic_test, config.gpt.seq_len,
-                                  config.gpt.vocab, config.seed)
-                 : make_text_dataset(config.data, config.gpt.seq_len);
+                 ? synthetic_text(config.synthetic_train, config.synthetic_test, config.shape.seq_len,
+                                  config.shape.vocab, config.seed)
+                 : make_text_dataset(config.data, config.shape.seq_len);
     else if (config.model == "resnet50")
       data = synthetic_images(config.synthetic_train, config.synthetic_test, kImageChannels,
                               kImageSize, kImageClasses, config.seed);
@@ -287,7 +287,7 @@ int run_train(TrainConfig config) {
 
   const ParallelDims dims = ParallelDims::make(config.gpus, config.tp, config.pp);
   ModelOptions model_options;
-  model_options.gpt = config.gpt;
+  model_options.shape = config.shape;
   const int64_t parameters = count_parameters(*build_model(config.model, model_options));
   const std::string layout =
       uses_mesh_layout(config)

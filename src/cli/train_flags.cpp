@@ -49,23 +49,23 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
       ->capture_default_str();
   add_integer_flag(app, "--global-batch-size", c.global_batch_size,
                    "samples per step over all replicas (overrides --batch-size)", /*min=*/1);
-  add_integer_flag(app, "--layers", c.gpt.layers, "gpt/llama: transformer blocks")
+  add_integer_flag(app, "--layers", c.shape.layers, "gpt/llama: transformer blocks")
       ->capture_default_str();
-  add_integer_flag(app, "--hidden", c.gpt.hidden, "gpt/llama: hidden size")->capture_default_str();
-  add_integer_flag(app, "--heads", c.gpt.heads, "gpt/llama: attention heads")->capture_default_str();
-  add_integer_flag(app, "--kv-heads", c.gpt.kv_heads,
+  add_integer_flag(app, "--hidden", c.shape.hidden, "gpt/llama: hidden size")->capture_default_str();
+  add_integer_flag(app, "--heads", c.shape.heads, "gpt/llama: attention heads")->capture_default_str();
+  add_integer_flag(app, "--kv-heads", c.shape.kv_heads,
                    "llama: key/value heads (grouped-query attention; default: --heads)", /*min=*/1);
   add_integer_flag(
-      app, "--ffn-hidden", c.gpt.ffn_hidden,
+      app, "--ffn-hidden", c.shape.ffn_hidden,
       "gpt/llama: the MLP's inner width (default: 4 × hidden for gpt, Meta's rule for llama)",
       /*min=*/1);
-  add_integer_flag(app, "--seq-len", c.gpt.seq_len, "gpt/llama: tokens per sample")
+  add_integer_flag(app, "--seq-len", c.shape.seq_len, "gpt/llama: tokens per sample")
       ->capture_default_str();
-  add_integer_flag(app, "--vocab", c.gpt.vocab, "gpt/llama: vocabulary (256 for byte-level text)")
+  add_integer_flag(app, "--vocab", c.shape.vocab, "gpt/llama: vocabulary (256 for byte-level text)")
       ->capture_default_str();
-  app.add_flag("--tie-head,!--no-tie-head", c.gpt.tie_head,
+  app.add_flag("--tie-head,!--no-tie-head", c.shape.tie_head,
                "gpt: the LM head shares the token embedding (--no-tie-head: its own weight)");
-  app.add_option("--rope-theta", c.gpt.rope_theta, "llama: the rotary embedding's base")
+  app.add_option("--rope-theta", c.shape.rope_theta, "llama: the rotary embedding's base")
       ->capture_default_str();
   app.add_option("--device", c.device,
                  "physical device: cpu, cuda (virtual GPUs carved out of CUDA card 0), or auto "

@@ -1,10 +1,10 @@
 // `meshsim validate`: every published row the cost model is held against, predicted with its
-// publication's configuration, with the error; calibration rows marked. See train/validation.h.
+// publication's configuration, with the error; calibration rows marked. See plan/validation.h.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "train/validation.h"
+#include "plan/validation.h"
 
 namespace meshsim {
 

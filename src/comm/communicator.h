@@ -6,7 +6,7 @@
 //
 // The *_async calls start a collective and return its Work at once, as c10d's do: the
 // tensors belong to the backend until Work::wait() returns, and the caller computes
-// meanwhile (DDP's buckets, parallel/buckets.h). A backend runs a rank's collectives in the
+// meanwhile (DDP's buckets, parallel/data/buckets.h). A backend runs a rank's collectives in the
 // order they were called, blocking or not.
 #pragma once
 

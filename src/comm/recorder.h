@@ -43,7 +43,7 @@ struct CollectiveRecord {
   double waited_s = -1;
 };
 
-/// The work of one layer inside a compute region, counted from shapes (cost/flops.h).
+/// The work of one layer inside a compute region, counted from shapes (models/layers/flops.h).
 struct LayerWork {
   std::string layer;        // module name, e.g. "conv1"
   std::string op;           // op class: matmul, attention, normalization, elementwise, optimizer
@@ -68,7 +68,7 @@ struct LayerWork {
   double gemm_flops = 0;
   double gemm_bytes = 0;
   // The attention score matrices' traffic, were the attention core not one fused kernel
-  // (cost/flops.h); not in `bytes`.
+  // (models/layers/flops.h); not in `bytes`.
   double score_bytes = 0;
 };
 

@@ -12,7 +12,7 @@
 
 #include "base/errors.h"
 #include "base/printable.h"
-#include "report/json_integer.h"
+#include "base/json_integer.h"
 
 namespace meshsim {
 namespace {

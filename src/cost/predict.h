@@ -15,7 +15,7 @@
 //    gradient;
 //  - a collective recorded inside a compute region's span (a tensor-parallel all-reduce)
 //    splits the region, in proportion to the measured time on either side;
-//  - compute on the target: the roofline of each counted layer (cost/flops.h); a region with
+//  - compute on the target: the roofline of each counted layer (models/layers/flops.h); a region with
 //    no counted work, or every region under `measured_compute`, keeps its measured time.
 #pragma once
 

@@ -186,4 +186,11 @@ std::string VirtualGpu::describe_host_oom(int64_t request, MemoryCategory catego
                      format_bytes(host_->used()), format_bytes(host_->limit()));
 }
 
+int64_t model_state_bytes(const VirtualGpu& gpu) {
+  const auto s = gpu.stats();
+  auto at = [&](MemoryCategory c) { return s.current_by_category[static_cast<size_t>(c)]; };
+  return at(MemoryCategory::Parameters) + at(MemoryCategory::Gradients) +
+         at(MemoryCategory::Optimizer);
+}
+
 } // namespace meshsim

@@ -153,4 +153,7 @@ private:
 /// at the collectives inside it by this count.
 int64_t thread_charge_count();
 
+/// Parameters + gradients + optimizer state a GPU holds now: its model state.
+int64_t model_state_bytes(const VirtualGpu& gpu);
+
 } // namespace meshsim

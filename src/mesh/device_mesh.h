@@ -47,7 +47,7 @@ struct MeshOptions {
   int processes_per_host = 1;  // with backend c10d: the ranks sharing this host's cores
   bool timeline = true; // sample_memory() keeps memory.csv rows (off for plans of many GPUs)
   /// Each rank's memory.csv sample also closes a window of its GPU's peaks (close_window):
-  /// plans carry each phase's peak to larger models (train/search.h).
+  /// plans carry each phase's peak to larger models (plan/search.h).
   bool peak_windows = false;
   Nvml* nvml = nullptr; // where a CUDA run reads the card; null: Nvml::instance()
   /// --memory-snapshot: every GPU keeps its allocations and frees of the last this many

@@ -202,11 +202,11 @@ torch::Tensor TiedHeadImpl::forward(const torch::Tensor& x) {
   return nn::functional::linear(x, embed_->wte);
 }
 
-int64_t gpt_ffn_hidden(const GptOptions& o) {
+int64_t gpt_ffn_hidden(const TransformerShape& o) {
   return o.ffn_hidden > 0 ? o.ffn_hidden : 4 * o.hidden;
 }
 
-torch::nn::Sequential build_gpt(const GptOptions& o, uint64_t seed, const torch::TensorOptions& t) {
+torch::nn::Sequential build_gpt(const TransformerShape& o, uint64_t seed, const torch::TensorOptions& t) {
   if (o.layers < 1 || o.hidden < 1 || o.heads < 1 || o.seq_len < 1 || o.vocab < 1)
     throw std::invalid_argument("gpt: layers, hidden, heads, seq_len and vocab must be positive");
   if (o.ffn_hidden < 0)
@@ -244,7 +244,7 @@ torch::nn::Sequential build_gpt(const GptOptions& o, uint64_t seed, const torch:
   return model;
 }
 
-int64_t gpt_parameter_count(const GptOptions& o) {
+int64_t gpt_parameter_count(const TransformerShape& o) {
   const int64_t h = o.hidden, f = gpt_ffn_hidden(o);
   // attention 4H^2 + 4H, MLP 2HF + F + H, two LayerNorms 4H
   const int64_t block = 4 * h * h + 2 * h * f + f + 9 * h;

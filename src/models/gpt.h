@@ -13,7 +13,7 @@
 
 #include <torch/torch.h>
 
-#include "cost/flops.h"
+#include "models/layers/flops.h"
 #include "models/models.h"
 
 namespace meshsim {
@@ -94,7 +94,7 @@ TORCH_MODULE(CausalSelfAttention);
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v);
 
-/// fc (H -> F), exact GELU, proj (F -> H); F is 4H unless GptOptions::ffn_hidden says.
+/// fc (H -> F), exact GELU, proj (F -> H); F is 4H unless TransformerShape::ffn_hidden says.
 class GptMlpImpl : public torch::nn::Module, public LinearSlots {
 public:
   GptMlpImpl(int64_t hidden, int64_t ffn, const torch::TensorOptions& tensors = {});
@@ -152,16 +152,16 @@ TORCH_MODULE(TiedHead);
 /// (wte, wpe, Linear weights) normal(0, 0.02). tests/models/reference_gpt.py does the same in
 /// PyTorch. On the meta device there is nothing to initialize and nothing is drawn. Throws
 /// std::invalid_argument for bad options.
-torch::nn::Sequential build_gpt(const GptOptions& options, uint64_t seed,
+torch::nn::Sequential build_gpt(const TransformerShape& options, uint64_t seed,
                                 const torch::TensorOptions& tensors = {});
 
 /// The GPT's MLP width: options.ffn_hidden, or 4H when it is 0.
-int64_t gpt_ffn_hidden(const GptOptions& options);
+int64_t gpt_ffn_hidden(const TransformerShape& options);
 
 /// Parameters of the GPT for `options`, with F = gpt_ffn_hidden(options):
 /// V*H + S*H + L*(4H^2 + 2HF + F + 9H) + 2H (+ V*H untied head); for F = 4H the block term is
 /// 12H^2 + 13H.
-int64_t gpt_parameter_count(const GptOptions& options);
+int64_t gpt_parameter_count(const TransformerShape& options);
 
 /// Sets what every transformer block of `model` (gpt's or llama's) recomputes in backward
 /// (--recompute): Full checkpoints every CheckpointedBlock, Selective every attention core

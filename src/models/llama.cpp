@@ -151,7 +151,7 @@ void SwiGluMlpImpl::replace_linear(const std::string& name, nn::AnyModule module
   *holder = std::move(module);
 }
 
-LlamaBlockImpl::LlamaBlockImpl(const GptOptions& o, const torch::TensorOptions& t) {
+LlamaBlockImpl::LlamaBlockImpl(const TransformerShape& o, const torch::TensorOptions& t) {
   attn_norm_ = register_module("attn_norm", RmsNorm(o.hidden, kRmsNormEps, t));
   attn_ = register_module("attn",
                           LlamaAttention(o.hidden, o.heads, llama_kv_heads(o), o.rope_theta, t));
@@ -164,18 +164,18 @@ torch::Tensor LlamaBlockImpl::forward_plain(const torch::Tensor& x) {
   return h + mlp_->forward(mlp_norm_->forward(h));
 }
 
-int64_t llama_ffn_hidden(const GptOptions& o) {
+int64_t llama_ffn_hidden(const TransformerShape& o) {
   if (o.ffn_hidden > 0)
     return o.ffn_hidden;
   const int64_t two_thirds = 8 * o.hidden / 3; // int(2 · 4H / 3), as Meta's code
   return 256 * ((two_thirds + 255) / 256);     // up to a multiple of 256
 }
 
-int64_t llama_kv_heads(const GptOptions& o) {
+int64_t llama_kv_heads(const TransformerShape& o) {
   return o.kv_heads > 0 ? o.kv_heads : o.heads;
 }
 
-torch::nn::Sequential build_llama(const GptOptions& o, uint64_t seed,
+torch::nn::Sequential build_llama(const TransformerShape& o, uint64_t seed,
                                   const torch::TensorOptions& t) {
   if (o.layers < 1 || o.hidden < 1 || o.heads < 1 || o.seq_len < 1 || o.vocab < 1 ||
       o.kv_heads < 0 || o.ffn_hidden < 0 || !(o.rope_theta > 0))
@@ -210,7 +210,7 @@ torch::nn::Sequential build_llama(const GptOptions& o, uint64_t seed,
   return model;
 }
 
-int64_t llama_parameter_count(const GptOptions& o) {
+int64_t llama_parameter_count(const TransformerShape& o) {
   const int64_t h = o.hidden, d = o.hidden / o.heads, kv = llama_kv_heads(o);
   const int64_t f = llama_ffn_hidden(o);
   // q and o: H², k and v: H·K·d each; gate, up, down: H·F each; two RMSNorms: H each.

@@ -86,7 +86,7 @@ TORCH_MODULE(SwiGluMlp);
 /// x + attn(attn_norm(x)), then x + mlp(mlp_norm(x)); optionally checkpointed.
 class LlamaBlockImpl : public torch::nn::Module, public CheckpointedBlock {
 public:
-  LlamaBlockImpl(const GptOptions& options, const torch::TensorOptions& tensors = {});
+  LlamaBlockImpl(const TransformerShape& options, const torch::TensorOptions& tensors = {});
   torch::Tensor forward(const torch::Tensor& x) { return checkpointed(x); }
   torch::Tensor forward_plain(const torch::Tensor& x) override;
 
@@ -99,10 +99,10 @@ TORCH_MODULE(LlamaBlock);
 
 /// The MLP's width: options.ffn_hidden, or Meta's rule for 0: 256 · ceil((8H/3) / 256),
 /// two thirds of GPT's 4H (SwiGLU has three matrices, not two) rounded up to a multiple of 256.
-int64_t llama_ffn_hidden(const GptOptions& options);
+int64_t llama_ffn_hidden(const TransformerShape& options);
 
 /// options.kv_heads, or options.heads when it is 0 (multi-head attention).
-int64_t llama_kv_heads(const GptOptions& options);
+int64_t llama_kv_heads(const TransformerShape& options);
 
 /// Builds the Llama with every parameter created by `tensors`, then (after
 /// torch::manual_seed(seed) again) initializes in parameters() order: RMSNorm weights 1,
@@ -110,11 +110,11 @@ int64_t llama_kv_heads(const GptOptions& options);
 /// (tests/models/reference_llama.py does the same in PyTorch). Nothing is drawn on meta.
 /// Throws std::invalid_argument for bad options (heads not dividing hidden, kv_heads not
 /// dividing heads, an odd head_dim, a tied head).
-torch::nn::Sequential build_llama(const GptOptions& options, uint64_t seed,
+torch::nn::Sequential build_llama(const TransformerShape& options, uint64_t seed,
                                   const torch::TensorOptions& tensors = {});
 
 /// Parameters of the Llama for `options`, with d = H/heads, K = kv heads, F = the MLP width:
 /// V·H (embed) + L·(2H² + 2H·K·d + 3H·F + 2H) + H (norm_f) + V·H (head).
-int64_t llama_parameter_count(const GptOptions& options);
+int64_t llama_parameter_count(const TransformerShape& options);
 
 } // namespace meshsim

@@ -155,9 +155,9 @@ torch::nn::Sequential build_model(const std::string& name, const ModelOptions& o
   else if (name == "lenet")
     model = build_lenet(options);
   else if (name == "gpt")
-    model = build_gpt(options.gpt, options.seed, tensors);
+    model = build_gpt(options.shape, options.seed, tensors);
   else if (name == "llama")
-    model = build_llama(options.gpt, options.seed, tensors);
+    model = build_llama(options.shape, options.seed, tensors);
   else if (name == "resnet50")
     model = build_resnet50(tensors);
   else

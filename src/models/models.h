@@ -12,7 +12,7 @@ namespace meshsim {
 
 /// The decoder-only transformers, gpt (models/gpt.h) and llama (models/llama.h). Defaults: a
 /// tiny byte-level model.
-struct GptOptions {
+struct TransformerShape {
   int64_t layers = 2, hidden = 64, heads = 4, seq_len = 64, vocab = 256;
   bool tie_head = false; // the head uses the embedding's wte weight (listed once)
   int64_t kv_heads = 0;      // key/value heads (llama, grouped-query attention); 0: heads
@@ -31,7 +31,7 @@ Recompute parse_recompute(const std::string& name);
 struct ModelOptions {
   uint64_t seed = 0; // torch::manual_seed(seed) before the layers are built
   int rank = 0;      // seeds this rank's dropout generator
-  GptOptions gpt;    // used by "gpt" and "llama"
+  TransformerShape shape;    // used by "gpt" and "llama"
   /// Parameters' dtype. The weights are drawn in float32 as PyTorch draws them and then
   /// converted, so a float64 model starts from the float32 one's weights, widened.
   torch::Dtype dtype = torch::kFloat32;
@@ -45,7 +45,7 @@ struct ModelOptions {
 const std::vector<std::string>& model_names();
 
 /// True for the decoder-only transformers (gpt, llama): they read tokens (text data), take
-/// GptOptions, and can be built on any device.
+/// TransformerShape, and can be built on any device.
 bool is_transformer(const std::string& name);
 
 /// True for the models whose parameters can be created on the meta device (gpt, llama,

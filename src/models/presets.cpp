@@ -23,7 +23,7 @@ constexpr int64_t kMegatronSeq = 2048;
 
 ModelPreset megatron_gpt(const char* name, int64_t heads, int64_t hidden, int64_t layers,
                          const char* source) {
-  GptOptions s;
+  TransformerShape s;
   s.layers = layers;
   s.hidden = hidden;
   s.heads = heads;
@@ -36,7 +36,7 @@ ModelPreset megatron_gpt(const char* name, int64_t heads, int64_t hidden, int64_
 ModelPreset llama(const char* name, int64_t hidden, int64_t layers, int64_t heads, int64_t kv_heads,
                   int64_t ffn_hidden, int64_t vocab, int64_t seq_len, double rope_theta,
                   const char* source) {
-  GptOptions s;
+  TransformerShape s;
   s.layers = layers;
   s.hidden = hidden;
   s.heads = heads;
@@ -50,7 +50,7 @@ ModelPreset llama(const char* name, int64_t hidden, int64_t layers, int64_t head
 }
 
 std::vector<ModelPreset> make_presets() {
-  GptOptions gpt2;
+  TransformerShape gpt2;
   gpt2.layers = 12;
   gpt2.hidden = 768;
   gpt2.heads = 12;
@@ -113,15 +113,15 @@ const ModelPreset* find_preset(const std::string& name) {
 }
 
 // One formula each, the models' own (models/gpt.h, models/llama.h).
-int64_t preset_kv_heads(const GptOptions& s) { return llama_kv_heads(s); }
+int64_t preset_kv_heads(const TransformerShape& s) { return llama_kv_heads(s); }
 
-int64_t preset_ffn_hidden(const std::string& family, const GptOptions& s) {
+int64_t preset_ffn_hidden(const std::string& family, const TransformerShape& s) {
   if (family == "llama")
     return llama_ffn_hidden(s);
   return s.ffn_hidden > 0 ? s.ffn_hidden : 4 * s.hidden;
 }
 
-int64_t preset_parameter_count(const std::string& family, const GptOptions& s) {
+int64_t preset_parameter_count(const std::string& family, const TransformerShape& s) {
   if (family == "gpt")
     return gpt_parameter_count(s);
   if (family != "llama")

@@ -1,7 +1,7 @@
 // Model presets: the published shapes of real transformers by name (`--preset gpt-175b`, or
 // `--model llama3-8b`), and their parameter counts in closed form, so that a plan can name a
 // model that could never be built here. Data and formulas only: resolving a preset against
-// the command line's flags is train/config's job.
+// the command line's flags is config/config's job.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +18,7 @@ struct ModelPreset {
   std::string family; ///< the model it builds: "gpt" or "llama"
   /// layers, hidden, heads, kv_heads, ffn_hidden, vocab, seq_len, tie_head, rope_theta; a 0 in
   /// kv_heads or ffn_hidden means the family's default (preset_kv_heads, preset_ffn_hidden).
-  GptOptions shape;
+  TransformerShape shape;
   std::string source; ///< where the shape is published (paper and table, or model card)
 };
 
@@ -29,13 +29,13 @@ const std::vector<ModelPreset>& model_presets();
 const ModelPreset* find_preset(const std::string& name);
 
 /// The key/value heads a model of `shape` has: kv_heads, or heads when 0.
-int64_t preset_kv_heads(const GptOptions& shape);
+int64_t preset_kv_heads(const TransformerShape& shape);
 
 /// The MLP's inner width a `family` model of `shape` has: ffn_hidden, or when 0 the family's
 /// default: 4·hidden for gpt; for llama Meta's rule 256·ceil((8·hidden/3)/256) (the SwiGLU
 /// width 2/3 of 4·hidden, rounded up to a multiple of 256), which gives Llama 2's 11008 at
 /// hidden 4096.
-int64_t preset_ffn_hidden(const std::string& family, const GptOptions& shape);
+int64_t preset_ffn_hidden(const std::string& family, const TransformerShape& shape);
 
 /// Parameters of a `family` model of `shape` in closed form (int64; the caller keeps shapes
 /// within validate's limit, far from overflow). gpt: gpt_parameter_count (models/gpt.h).
@@ -43,6 +43,6 @@ int64_t preset_ffn_hidden(const std::string& family, const GptOptions& shape);
 ///   V·H (embedding) + L·(H·(H + 2·kv·d) + H·H + 3·H·F + 2·H) + H (final norm) + V·H (head,
 ///   unless tied): q, k, v and o without biases, gate/up/down, two RMSNorm weights per layer.
 /// Throws std::invalid_argument for another family.
-int64_t preset_parameter_count(const std::string& family, const GptOptions& shape);
+int64_t preset_parameter_count(const std::string& family, const TransformerShape& shape);
 
 } // namespace meshsim

@@ -9,7 +9,7 @@
 
 #include <torch/torch.h>
 
-#include "cost/flops.h"
+#include "models/layers/flops.h"
 #include "models/device_layers.h"
 
 namespace meshsim {

@@ -21,17 +21,17 @@
 
 #include <fmt/format.h>
 
-#include "cost/flops.h"
+#include "models/layers/flops.h"
 #include "memory/allocator.h"
 #include "mesh/parallel_dims.h"
 #include "models/gpt.h"
-#include "parallel/pipeline.h"
+#include "parallel/pipeline/pipeline.h"
 #include "parallel/replica.h"
-#include "parallel/schedule.h"
-#include "parallel/sequence_parallel.h"
+#include "parallel/pipeline/schedule.h"
+#include "parallel/tensor/sequence_parallel.h"
 #include "parallel/strategy.h"
-#include "parallel/tensor_parallel.h"
-#include "parallel/zero.h"
+#include "parallel/tensor/tensor_parallel.h"
+#include "parallel/data/zero.h"
 
 namespace meshsim {
 namespace {
@@ -194,7 +194,7 @@ private:
     ModelOptions model_options;
     model_options.seed = options_.seed;
     model_options.rank = ctx_.rank;
-    model_options.gpt = options_.gpt;
+    model_options.shape = options_.shape;
     model_options.dtype = compute_dtype(options_);
     ensure_kernels_for(model_options.dtype);
     model_options.device = options_.device;

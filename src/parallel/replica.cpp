@@ -1,11 +1,11 @@
 // The phases shared by every strategy.
 #include "parallel/replica.h"
 
-#include "cost/flops.h"
+#include "models/layers/flops.h"
 #include "memory/allocator.h"
 #include "models/gpt.h"
 #include "models/models.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/tensor/tensor_parallel.h"
 
 namespace meshsim {
 
@@ -15,7 +15,7 @@ Replica::Replica(const StrategyOptions& options, int rank, bool with_optimizer) 
     ModelOptions model_options;
     model_options.seed = options.seed;
     model_options.rank = rank;
-    model_options.gpt = options.gpt;
+    model_options.shape = options.shape;
     dtype = compute_dtype(options);
     ensure_kernels_for(dtype);
     model_options.dtype = dtype;

@@ -36,7 +36,7 @@ struct DataShard {
 struct StrategyOptions {
   std::string model = "cnn";
   uint64_t seed = 0;
-  GptOptions gpt;               // --model gpt
+  TransformerShape shape;               // --model gpt
   int tp = 1, pp = 1;           // the mesh: dp = world / (tp · pp)
   bool sequence_parallel = false; // with tp > 1: norms and residuals on 1/tp of the sequence
   int zero = 0;                 // ZeRO stage on the data-parallel dimension
@@ -54,7 +54,7 @@ struct StrategyOptions {
   OptimizerOptions optimizer;
   double bucket_mb = 25;
   /// ddp: each bucket's all-reduce starts during backward, once its gradients are there
-  /// (parallel/buckets.h); false: all of them after backward.
+  /// (parallel/data/buckets.h); false: all of them after backward.
   bool overlap = true;
 };
 

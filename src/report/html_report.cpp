@@ -3,7 +3,7 @@
 
 #include <fstream>
 
-#include "report/atomic_file.h"
+#include "base/atomic_file.h"
 #include "report/report_assets.h"
 
 namespace meshsim {

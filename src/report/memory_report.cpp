@@ -18,7 +18,7 @@
 #include <functional>
 #include <stdexcept>
 
-#include "report/atomic_file.h"
+#include "base/atomic_file.h"
 
 extern char** environ;
 

@@ -6,8 +6,8 @@
 #include <string>
 
 #include "mesh/device_mesh.h"
-#include "report/atomic_file.h"
-#include "report/pickle.h"
+#include "base/atomic_file.h"
+#include "base/pickle.h"
 
 namespace meshsim {
 namespace {

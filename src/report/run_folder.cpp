@@ -8,7 +8,7 @@
 #include <ctime>
 #include <stdexcept>
 
-#include "report/atomic_file.h"
+#include "base/atomic_file.h"
 #include "report/memory_picture.h"
 #include "report/memory_report.h"
 #include "report/tensorboard.h"

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "report/crc32c.h"
+#include "base/crc32c.h"
 
 namespace meshsim {
 

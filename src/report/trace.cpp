@@ -9,7 +9,7 @@
 #include <tuple>
 #include <utility>
 
-#include "report/atomic_file.h"
+#include "base/atomic_file.h"
 
 namespace meshsim {
 namespace {

@@ -15,8 +15,8 @@
 #include "mesh/parallel_dims.h"
 #include "models/models.h"
 #include "models/presets.h"
-#include "report/atomic_file.h"
-#include "report/crc32c.h"
+#include "base/atomic_file.h"
+#include "base/crc32c.h"
 #include "base/input_file.h"
 #include "base/printable.h"
 
@@ -224,7 +224,7 @@ CheckpointIdentity checkpoint_identity(const TrainConfig& config) {
   id.kind = uses_mesh_layout(config) ? kPerRankCheckpoint : kWholeCheckpoint;
   id.model = config.model;
   if (is_transformer(config.model)) {
-    const GptOptions& g = config.gpt;
+    const TransformerShape& g = config.shape;
     // The fields a gpt of the default MLP width leaves out keep older manifests' identity.
     std::string more;
     if (config.model == "llama")

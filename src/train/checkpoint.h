@@ -17,7 +17,7 @@
 #include "mesh/rank_runner.h"
 #include "parallel/strategy.h"
 #include "train/checkpoint_manifest.h"
-#include "train/config.h"
+#include "config/config.h"
 
 namespace meshsim {
 

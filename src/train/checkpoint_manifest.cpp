@@ -9,8 +9,8 @@
 
 #include "base/json_input.h"
 #include "data/dataset.h"
-#include "report/crc32c.h"
-#include "report/json_integer.h"
+#include "base/crc32c.h"
+#include "base/json_integer.h"
 #include "base/printable.h"
 
 namespace meshsim {

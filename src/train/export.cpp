@@ -29,7 +29,7 @@ namespace {
 std::vector<std::pair<std::string, std::vector<int64_t>>>
 whole_parameters(const TrainConfig& config, std::vector<std::string>* children) {
   ModelOptions options;
-  options.gpt = config.gpt;
+  options.shape = config.shape;
   if (is_transformer(config.model))
     options.device = torch::kMeta;
   GpuGuard host(nullptr); // a description, not any GPU's memory

@@ -11,7 +11,7 @@
 
 #include <torch/torch.h>
 
-#include "train/config.h"
+#include "config/config.h"
 
 namespace meshsim {
 

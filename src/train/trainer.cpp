@@ -44,35 +44,6 @@ void print_memory_lines(DeviceMesh& mesh) {
 
 } // namespace
 
-StrategyOptions strategy_options(const TrainConfig& config) {
-  StrategyOptions options;
-  options.model = config.model;
-  options.seed = config.seed;
-  options.optimizer = config.optimizer;
-  options.bucket_mb = config.bucket_mb;
-  options.overlap = config.overlap;
-  options.gpt = config.gpt;
-  options.tp = config.tp;
-  options.pp = config.pp;
-  options.sequence_parallel = config.sequence_parallel;
-  options.zero = config.zero;
-  options.schedule = config.schedule;
-  options.virtual_stages = config.virtual_stages;
-  options.micro_batches = config.micro_batches;
-  options.recompute = parse_recompute(config.recompute);
-  options.precision = config.precision;
-  if (config.device == "cuda")
-    options.device = torch::Device(torch::kCUDA, 0);
-  return options;
-}
-
-int64_t model_state_bytes(const VirtualGpu& gpu) {
-  const auto s = gpu.stats();
-  auto at = [&](MemoryCategory c) { return s.current_by_category[static_cast<size_t>(c)]; };
-  return at(MemoryCategory::Parameters) + at(MemoryCategory::Gradients) +
-         at(MemoryCategory::Optimizer);
-}
-
 int64_t steps_per_epoch(const TrainConfig& config, int64_t train_samples) {
   // DataParallel loads whole global batches on GPU 0; the others shard the data set the
   // way torch's DistributedSampler does, one shard per data-parallel replica.

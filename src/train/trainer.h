@@ -12,7 +12,8 @@
 #include "parallel/strategy.h"
 #include "report/run_folder.h"
 #include "train/checkpoint.h"
-#include "train/config.h"
+#include "config/config.h"
+#include "config/strategy_options.h"
 #include "train/stop.h"
 
 namespace meshsim {
@@ -31,12 +32,6 @@ struct TrainResult {
   std::vector<int64_t> model_state_bytes;      // per GPU: parameters + gradients + optimizer
                                                // held between steps (the most at any step end)
 };
-
-/// What the strategies need from `config` (model, layout, optimizer).
-StrategyOptions strategy_options(const TrainConfig& config);
-
-/// Parameters + gradients + optimizer state a GPU holds now: its model state.
-int64_t model_state_bytes(const VirtualGpu& gpu);
 
 /// The training steps of one epoch over `train_samples`, as every rank counts them.
 /// Throws std::invalid_argument when a replica's share cannot fill one step.

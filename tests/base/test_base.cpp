@@ -12,7 +12,7 @@
 #include "base/json_input.h"
 #include "base/out_folder.h"
 #include "base/printable.h"
-#include "train/config.h"
+#include "config/config.h"
 
 namespace fs = std::filesystem;
 using namespace meshsim;
@@ -121,7 +121,7 @@ TEST(ConfigFingerprint, TheFirstFieldThatDiffersIsNamedWithBothValues) {
   TrainConfig a;
   TrainConfig b = a;
   EXPECT_FALSE(first_difference(configuration_fingerprint(a), configuration_fingerprint(b)));
-  b.gpt.hidden = 32;
+  b.shape.hidden = 32;
   b.optimizer.name = "sgd";
   const auto d = first_difference(configuration_fingerprint(a), configuration_fingerprint(b));
   ASSERT_TRUE(d);

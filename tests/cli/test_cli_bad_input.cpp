@@ -13,7 +13,7 @@
 #include <set>
 
 #include "cli_harness.h"
-#include "report/crc32c.h"
+#include "base/crc32c.h"
 
 using namespace meshsim::testing;
 namespace fs = std::filesystem;

@@ -1,8 +1,8 @@
 // FLOP and byte counts of known layers, against numbers worked out by hand from the
-// conventions in cost/flops.h.
+// conventions in models/layers/flops.h.
 #include <gtest/gtest.h>
 
-#include "cost/flops.h"
+#include "models/layers/flops.h"
 #include "models/models.h"
 
 namespace meshsim {

@@ -9,7 +9,7 @@
 #include <set>
 
 #include "../cli/cli_harness.h"
-#include "cost/flops.h"
+#include "models/layers/flops.h"
 #include "cost/predict.h"
 #include "report/trace.h"
 

@@ -14,7 +14,7 @@
 #include "models/device_layers.h"
 #include "models/gpt.h"
 #include "models/llama.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/tensor/tensor_parallel.h"
 
 using namespace meshsim;
 namespace nn = torch::nn;
@@ -30,8 +30,8 @@ int64_t resident_bytes() {
   return resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
 }
 
-GptOptions gpt3_175b() {
-  GptOptions o; // Brown et al. 2020, Table 2.1; vocabulary padded as Megatron pads it
+TransformerShape gpt3_175b() {
+  TransformerShape o; // Brown et al. 2020, Table 2.1; vocabulary padded as Megatron pads it
   o.layers = 96;
   o.hidden = 12288;
   o.heads = 96;
@@ -45,7 +45,7 @@ GptOptions gpt3_175b() {
 TEST(DeviceLayers, LinearIsAnNnLinearWithItsOwnParameters) {
   const auto t = torch::TensorOptions().dtype(torch::kFloat64);
   nn::Linear lin = make_linear(3, 5, true, t);
-  ASSERT_NE(lin->as<nn::Linear>(), nullptr); // what cost/flops.cpp asks
+  ASSERT_NE(lin->as<nn::Linear>(), nullptr); // what models/layers/flops.cpp asks
   EXPECT_NE(std::dynamic_pointer_cast<nn::LinearImpl>(lin.ptr()), nullptr); // tensor parallel
   EXPECT_EQ(lin->options.in_features(), 3);
   EXPECT_EQ(lin->options.out_features(), 5);
@@ -106,9 +106,9 @@ TEST(DeviceLayers, MetaLayersHaveShapesOnly) {
 }
 
 TEST(MetaModels, Gpt175BOnMetaInNoHostMemory) {
-  const GptOptions o = gpt3_175b();
+  const TransformerShape o = gpt3_175b();
   ModelOptions mo;
-  mo.gpt = o;
+  mo.shape = o;
   mo.device = torch::kMeta;
   mo.dtype = torch::kBFloat16;
   const int64_t rss_before = resident_bytes();
@@ -141,10 +141,10 @@ TEST(MetaModels, CnnAndLenetRefuseMeta) {
 }
 
 TEST(MetaModels, MetaGptMatchesTheCpuOneInShapeAndNames) {
-  GptOptions o;
+  TransformerShape o;
   o.ffn_hidden = 96; // not 4H: GPT honours it
   ModelOptions cpu;
-  cpu.gpt = o;
+  cpu.shape = o;
   ModelOptions meta = cpu;
   meta.device = torch::kMeta;
   meta.dtype = torch::kFloat64;
@@ -160,7 +160,7 @@ TEST(MetaModels, MetaGptMatchesTheCpuOneInShapeAndNames) {
 }
 
 TEST(MetaModels, TensorParallelSlicesAMetaGpt) {
-  GptOptions o;
+  TransformerShape o;
   o.hidden = 1024;
   o.heads = 16;
   o.layers = 2;
@@ -171,7 +171,7 @@ TEST(MetaModels, TensorParallelSlicesAMetaGpt) {
   std::vector<int64_t> counts(2);
   run_ranks(mesh, [&](RankContext& ctx) {
     ModelOptions mo;
-    mo.gpt = o;
+    mo.shape = o;
     mo.device = torch::kMeta;
     auto model = build_model("gpt", mo);
     parallelize_tensor(model, gpt_tensor_parallel_plan(), ctx.comm, Group::world(2), ctx.rank);
@@ -195,7 +195,7 @@ TEST(MetaModels, LlamaBlockRunsForwardAndBackwardOnMeta) {
   // Everything in a Llama block has a meta kernel in 1.13 (RMSNorm, rotary's arange, pow,
   // outer, cos, cat; grouped-query expand; softmax, matmul). The embedding does not
   // (index_select): meshsim plan registers one.
-  GptOptions o;
+  TransformerShape o;
   o.hidden = 256;
   o.heads = 8;
   o.kv_heads = 2;

@@ -19,8 +19,8 @@ using meshsim::testing::python_torch_available;
 
 namespace {
 
-GptOptions small_gpt(bool tie) {
-  GptOptions o;
+TransformerShape small_gpt(bool tie) {
+  TransformerShape o;
   o.layers = 2;
   o.hidden = 32;
   o.heads = 4;
@@ -40,7 +40,7 @@ torch::Tensor fixed_tokens(int64_t batch, int64_t t, int64_t vocab) {
 }
 
 // Runs reference_gpt.py: the parameter count, then every logit.
-std::vector<double> python_reference(const GptOptions& o, int seed, int64_t batch, int64_t t) {
+std::vector<double> python_reference(const TransformerShape& o, int seed, int64_t batch, int64_t t) {
   const std::string cmd = "/usr/bin/python3 " MESHSIM_SOURCE_DIR "/tests/models/reference_gpt.py " +
                           std::to_string(o.layers) + " " + std::to_string(o.hidden) + " " +
                           std::to_string(o.heads) + " " + std::to_string(o.seq_len) + " " +
@@ -79,7 +79,7 @@ int64_t peak_activations(Recompute recompute, LossAndGrads& result) {
   mo.world_size = 1;
   mo.capacity_bytes = int64_t{1} << 30;
   DeviceMesh mesh(mo);
-  GptOptions o;
+  TransformerShape o;
   o.layers = 4;
   o.seq_len = 64;
   const Dataset data = synthetic_text(8, 0, 64, 256, 11).train;
@@ -104,7 +104,7 @@ TEST(GptModel, LogitsAndParameterCountMatchPyTorch) {
     GTEST_SKIP() << "/usr/bin/python3 cannot import torch (python3-torch)";
   for (int variant : {0, 1, 2}) { // untied, tied, untied with an MLP width other than 4H
     const bool tie = variant == 1;
-    GptOptions o = small_gpt(tie);
+    TransformerShape o = small_gpt(tie);
     if (variant == 2)
       o.ffn_hidden = 48;
     const int64_t batch = 2, t = 12; // T < seq_len: positions are a prefix of wpe
@@ -127,7 +127,7 @@ TEST(GptModel, LogitsAndParameterCountMatchPyTorch) {
 
 TEST(GptModel, ParameterCountIsTheFormula) {
   for (bool tie : {false, true}) {
-    GptOptions o = small_gpt(tie);
+    TransformerShape o = small_gpt(tie);
     EXPECT_EQ(count_parameters(*build_gpt(o, 0)), gpt_parameter_count(o));
     o.layers = 3;
     o.hidden = 48;
@@ -136,7 +136,7 @@ TEST(GptModel, ParameterCountIsTheFormula) {
     EXPECT_EQ(count_parameters(*build_gpt(o, 0)), gpt_parameter_count(o));
   }
   // 256*64 + 64*64 + 2*(12*64^2 + 13*64) + 2*64 + 256*64 = 136,960 for the defaults.
-  EXPECT_EQ(gpt_parameter_count(GptOptions{}), 136960);
+  EXPECT_EQ(gpt_parameter_count(TransformerShape{}), 136960);
 }
 
 TEST(GptModel, ChildrenAndModuleNames) {
@@ -153,7 +153,7 @@ TEST(GptModel, ChildrenAndModuleNames) {
   EXPECT_TRUE(modules["block1.mlp.proj"]->as<torch::nn::LinearImpl>() != nullptr);
   EXPECT_THROW(build_gpt(
                    [] {
-                     GptOptions o;
+                     TransformerShape o;
                      o.heads = 5;
                      return o;
                    }(),

@@ -16,8 +16,8 @@ using meshsim::testing::python_torch_available;
 
 namespace {
 
-GptOptions small_llama(int64_t kv_heads) {
-  GptOptions o;
+TransformerShape small_llama(int64_t kv_heads) {
+  TransformerShape o;
   o.layers = 2;
   o.hidden = 32;
   o.heads = 4;
@@ -37,7 +37,7 @@ torch::Tensor fixed(int64_t batch, int64_t t, int64_t vocab, int64_t a, int64_t 
 }
 
 // Runs reference_llama.py: parameter count, loss, every logit, every gradient.
-std::vector<double> python_llama_reference(const GptOptions& o, int seed, int64_t batch, int64_t t) {
+std::vector<double> python_llama_reference(const TransformerShape& o, int seed, int64_t batch, int64_t t) {
   const std::string cmd =
       "/usr/bin/python3 " MESHSIM_SOURCE_DIR "/tests/models/reference_llama.py " +
       std::to_string(o.layers) + " " + std::to_string(o.hidden) + " " + std::to_string(o.heads) +
@@ -74,7 +74,7 @@ TEST(LlamaModel, LogitsLossAndGradientsMatchPyTorch) {
   if (!python_torch_available())
     GTEST_SKIP() << "/usr/bin/python3 cannot import torch (python3-torch)";
   for (int64_t kv : {int64_t{0}, int64_t{2}, int64_t{1}}) { // multi-head, grouped, multi-query
-    GptOptions o = small_llama(kv);
+    TransformerShape o = small_llama(kv);
     o.rope_theta = kv == 1 ? 500000 : 10000;
     const int64_t batch = 2, t = 12; // T < seq_len
     const auto expected = python_llama_reference(o, 3, batch, t);
@@ -116,7 +116,7 @@ TEST(LlamaModel, LogitsLossAndGradientsMatchPyTorch) {
 
 TEST(LlamaModel, ParameterCountIsTheFormula) {
   for (int64_t kv : {0, 1, 2, 4}) {
-    GptOptions o = small_llama(kv);
+    TransformerShape o = small_llama(kv);
     EXPECT_EQ(count_parameters(*build_llama(o, 0)), llama_parameter_count(o)) << "kv " << kv;
     o.layers = 3;
     o.hidden = 48;
@@ -131,23 +131,23 @@ TEST(LlamaModel, PublishedParameterCountsOnMeta) {
   // Shapes and counts from the models' cards (Llama 2 7B: Hugging Face meta-llama/
   // Llama-2-7b-hf config.json and its safetensors total; Llama 3 8B: meta-llama/
   // Meta-Llama-3-8B). Built on meta, so nothing is allocated.
-  GptOptions llama2_7b;
+  TransformerShape llama2_7b;
   llama2_7b.layers = 32;
   llama2_7b.hidden = 4096;
   llama2_7b.heads = 32;
   llama2_7b.seq_len = 4096;
   llama2_7b.vocab = 32000; // ffn 0: Meta's rule gives 11008, the published width
-  GptOptions llama3_8b = llama2_7b;
+  TransformerShape llama3_8b = llama2_7b;
   llama3_8b.kv_heads = 8;
   llama3_8b.ffn_hidden = 14336;
   llama3_8b.vocab = 128256;
   llama3_8b.seq_len = 8192;
   llama3_8b.rope_theta = 500000;
-  const std::vector<std::pair<GptOptions, int64_t>> cases{{llama2_7b, 6'738'415'616},
+  const std::vector<std::pair<TransformerShape, int64_t>> cases{{llama2_7b, 6'738'415'616},
                                                           {llama3_8b, 8'030'261'248}};
   for (const auto& [o, published] : cases) {
     ModelOptions mo;
-    mo.gpt = o;
+    mo.shape = o;
     mo.device = torch::kMeta;
     mo.dtype = torch::kBFloat16;
     auto model = build_model("llama", mo);
@@ -164,11 +164,11 @@ TEST(LlamaModel, MetasMlpWidthRule) {
   const std::vector<std::pair<int64_t, int64_t>> cases{
       {4096, 11008}, {5120, 13824}, {8192, 22016}, {64, 256}};
   for (const auto& [hidden, ffn] : cases) {
-    GptOptions o;
+    TransformerShape o;
     o.hidden = hidden;
     EXPECT_EQ(llama_ffn_hidden(o), ffn) << "hidden " << hidden;
   }
-  GptOptions o;
+  TransformerShape o;
   o.ffn_hidden = 100;
   EXPECT_EQ(llama_ffn_hidden(o), 100);
 }
@@ -192,17 +192,17 @@ TEST(LlamaModel, ChildrenSlotsAndBadOptions) {
   EXPECT_THROW(model->forward(torch::zeros({1, 17}, torch::kLong)), std::invalid_argument);
 
   const auto bad = [](auto change) {
-    GptOptions o = small_llama(2);
+    TransformerShape o = small_llama(2);
     change(o);
     return o;
   };
-  EXPECT_THROW(build_llama(bad([](GptOptions& o) { o.kv_heads = 3; }), 0), std::invalid_argument);
-  EXPECT_THROW(build_llama(bad([](GptOptions& o) { o.heads = 5; }), 0), std::invalid_argument);
-  EXPECT_THROW(build_llama(bad([](GptOptions& o) { o.heads = 32; }), 0), // head_dim 1: odd
+  EXPECT_THROW(build_llama(bad([](TransformerShape& o) { o.kv_heads = 3; }), 0), std::invalid_argument);
+  EXPECT_THROW(build_llama(bad([](TransformerShape& o) { o.heads = 5; }), 0), std::invalid_argument);
+  EXPECT_THROW(build_llama(bad([](TransformerShape& o) { o.heads = 32; }), 0), // head_dim 1: odd
                std::invalid_argument);
-  EXPECT_THROW(build_llama(bad([](GptOptions& o) { o.tie_head = true; }), 0),
+  EXPECT_THROW(build_llama(bad([](TransformerShape& o) { o.tie_head = true; }), 0),
                std::invalid_argument);
-  EXPECT_THROW(build_llama(bad([](GptOptions& o) { o.rope_theta = 0; }), 0), std::invalid_argument);
+  EXPECT_THROW(build_llama(bad([](TransformerShape& o) { o.rope_theta = 0; }), 0), std::invalid_argument);
 }
 
 TEST(LlamaModel, RecomputeGivesTheSameLossAndGradients) {

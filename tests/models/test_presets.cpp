@@ -9,7 +9,7 @@
 
 #include "models/models.h"
 #include "models/presets.h"
-#include "train/config.h"
+#include "config/config.h"
 
 namespace meshsim {
 namespace {
@@ -57,7 +57,7 @@ TEST(Presets, UntiedMegatronHeadsWouldMissTheTable) {
   const ModelPreset* p = find_preset("gpt-76.1b");
   ASSERT_NE(p, nullptr);
   EXPECT_TRUE(p->shape.tie_head);
-  GptOptions untied = p->shape;
+  TransformerShape untied = p->shape;
   untied.tie_head = false;
   EXPECT_EQ(fmt::format("{:.1f}", preset_parameter_count("gpt", untied) / 1e9), "76.6");
 }
@@ -65,7 +65,7 @@ TEST(Presets, UntiedMegatronHeadsWouldMissTheTable) {
 // Meta's rule gives the intermediate sizes its configs publish: Llama 2 7B (4096 -> 11008),
 // Llama 2 13B (5120 -> 13824), LLaMA 65B (8192 -> 22016).
 TEST(Presets, LlamaDefaultMlpWidthIsMetasRule) {
-  GptOptions s;
+  TransformerShape s;
   const std::pair<int64_t, int64_t> published[] = {{4096, 11008}, {5120, 13824}, {8192, 22016}};
   for (const auto& [hidden, ffn] : published) {
     s.hidden = hidden;
@@ -80,13 +80,13 @@ TEST(Presets, LlamaDefaultMlpWidthIsMetasRule) {
 }
 
 TEST(Presets, GptFormulaCountsTheBuiltModel) {
-  const GptOptions shapes[] = {{2, 64, 4, 64, 256, false},
+  const TransformerShape shapes[] = {{2, 64, 4, 64, 256, false},
                                {1, 32, 2, 16, 300, true},
                                {3, 48, 6, 8, 97, false},
                                {2, 8, 1, 5, 11, true}};
-  for (const GptOptions& s : shapes) {
+  for (const TransformerShape& s : shapes) {
     ModelOptions o;
-    o.gpt = s;
+    o.shape = s;
     EXPECT_EQ(count_parameters(*build_model("gpt", o)), preset_parameter_count("gpt", s))
         << s.layers << " " << s.hidden << " " << s.heads << " " << s.vocab << " " << s.tie_head;
   }
@@ -109,7 +109,7 @@ TEST(Presets, TableIsConsistent) {
   for (const char* wanted : {"gpt2", "gpt-1.7b", "gpt-1t", "gpt-22b", "gpt-175b", "gpt-530b",
                              "llama2-7b", "llama3-8b", "llama3-70b", "llama3-405b"})
     EXPECT_NE(find_preset(wanted), nullptr) << wanted;
-  EXPECT_THROW(preset_parameter_count("cnn", GptOptions{}), std::invalid_argument);
+  EXPECT_THROW(preset_parameter_count("cnn", TransformerShape{}), std::invalid_argument);
 }
 
 } // namespace

@@ -5,13 +5,13 @@
 
 #include <array>
 
-#include "cost/flops.h"
+#include "models/layers/flops.h"
 #include "data/dataset.h"
 #include "mesh/device_mesh.h"
 #include "mesh/meta_device.h"
 #include "models/models.h"
 #include "models/resnet.h"
-#include "train/plan.h"
+#include "plan/plan.h"
 #include "train/trainer.h"
 
 namespace meshsim {

@@ -32,11 +32,11 @@ inline StrategyOptions tiny_gpt_sgd(torch::Dtype dtype = torch::kFloat64) {
   StrategyOptions o;
   o.model = "gpt";
   o.seed = 7;
-  o.gpt.layers = 4;
-  o.gpt.hidden = 32;
-  o.gpt.heads = 4;
-  o.gpt.seq_len = 16;
-  o.gpt.vocab = 64;
+  o.shape.layers = 4;
+  o.shape.hidden = 32;
+  o.shape.heads = 4;
+  o.shape.seq_len = 16;
+  o.shape.vocab = 64;
   o.optimizer.name = "sgd";
   o.optimizer.lr = 0.05;
   o.optimizer.momentum = 0.9;

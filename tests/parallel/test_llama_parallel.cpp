@@ -8,7 +8,7 @@
 
 #include "data/text.h"
 #include "models/llama.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/tensor/tensor_parallel.h"
 #include "strategy_harness.h"
 
 using namespace meshsim;
@@ -24,13 +24,13 @@ StrategyOptions llama_sgd() {
   StrategyOptions o;
   o.model = "llama";
   o.seed = 11;
-  o.gpt.layers = 4;
-  o.gpt.hidden = 32;
-  o.gpt.heads = 4;
-  o.gpt.kv_heads = 2;
-  o.gpt.ffn_hidden = 64;
-  o.gpt.seq_len = 16;
-  o.gpt.vocab = 64;
+  o.shape.layers = 4;
+  o.shape.hidden = 32;
+  o.shape.heads = 4;
+  o.shape.kv_heads = 2;
+  o.shape.ffn_hidden = 64;
+  o.shape.seq_len = 16;
+  o.shape.vocab = 64;
   o.optimizer.name = "sgd";
   o.optimizer.lr = 0.05;
   o.optimizer.momentum = 0.9;
@@ -134,7 +134,7 @@ TEST(LlamaTensorParallel, PlanShardsWholeHeadsAndRefusesSplitKvHeads) {
   DeviceMesh mesh(m);
   run_ranks(mesh, [&](RankContext& ctx) {
     ModelOptions mo;
-    mo.gpt = llama_sgd().gpt; // heads 4, kv heads 2, head_dim 8
+    mo.shape = llama_sgd().shape; // heads 4, kv heads 2, head_dim 8
     auto model = build_model("llama", mo);
     // 4 members would split 2 kv heads: refused before anything changes.
     EXPECT_THROW(parallelize_tensor(model, tensor_parallel_plan("llama"), ctx.comm, Group::world(4),

@@ -17,7 +17,7 @@
 #include "mesh/rank_runner.h"
 #include "parallel/replica.h"
 #include "parallel/strategy.h"
-#include "parallel/zero.h"
+#include "parallel/data/zero.h"
 
 using namespace meshsim;
 

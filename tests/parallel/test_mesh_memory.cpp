@@ -19,11 +19,11 @@ constexpr int kDp = 4;
 StrategyOptions gpt_adam() {
   StrategyOptions o;
   o.model = "gpt";
-  o.gpt.layers = 2;
-  o.gpt.hidden = 32;
-  o.gpt.heads = 4;
-  o.gpt.seq_len = 16;
-  o.gpt.vocab = 64;
+  o.shape.layers = 2;
+  o.shape.hidden = 32;
+  o.shape.heads = 4;
+  o.shape.seq_len = 16;
+  o.shape.vocab = 64;
   o.bucket_mb = 0.05;
   return o;
 }
@@ -89,7 +89,7 @@ void expect_zero_stage(int stage, Between expected) {
 
 TEST(MeshMemory, GptHasTheParameterCountTheFormulasUse) {
   ModelOptions o;
-  o.gpt = gpt_adam().gpt;
+  o.shape = gpt_adam().shape;
   EXPECT_EQ(count_parameters(*build_model("gpt", o)), kPsi);
 }
 

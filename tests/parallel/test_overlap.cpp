@@ -1,6 +1,6 @@
 // Overlapped communication, on the rank's communication thread (comm/comm_thread.h):
-// DDP's bucket all-reduces (parallel/buckets.h) and ZeRO 2's reduce-scatters
-// (parallel/zero.cpp) start during backward, and the run computes exactly what the blocking
+// DDP's bucket all-reduces (parallel/data/buckets.h) and ZeRO 2's reduce-scatters
+// (parallel/data/zero.cpp) start during backward, and the run computes exactly what the blocking
 // calls compute.
 #include <gtest/gtest.h>
 

@@ -10,7 +10,7 @@
 #include "data/dataset.h"
 #include "memory/allocator.h"
 #include "models/models.h"
-#include "parallel/pipeline.h"
+#include "parallel/pipeline/pipeline.h"
 #include "parallel/strategy.h"
 #include "strategy_harness.h"
 #include "optim/optimizer.h"

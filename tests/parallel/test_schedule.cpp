@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <iostream>
 
-#include "parallel/schedule.h"
+#include "parallel/pipeline/schedule.h"
 
 using namespace meshsim;
 

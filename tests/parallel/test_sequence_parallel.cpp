@@ -12,9 +12,9 @@
 #include "mesh/device_mesh.h"
 #include "mesh/rank_runner.h"
 #include "models/gpt.h"
-#include "parallel/sequence_parallel.h"
+#include "parallel/tensor/sequence_parallel.h"
 #include "parallel/strategy.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/tensor/tensor_parallel.h"
 
 using namespace meshsim;
 namespace nn = torch::nn;
@@ -41,8 +41,8 @@ torch::Tensor by_part(int n, const std::function<double(int)>& value) {
   return torch::cat(parts, 1);
 }
 
-GptOptions small_shape() {
-  GptOptions o;
+TransformerShape small_shape() {
+  TransformerShape o;
   o.layers = 2;
   o.hidden = 32;
   o.heads = 4;

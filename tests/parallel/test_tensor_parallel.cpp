@@ -11,7 +11,7 @@
 #include "mesh/rank_runner.h"
 #include "models/gpt.h"
 #include "parallel/strategy.h"
-#include "parallel/tensor_parallel.h"
+#include "parallel/tensor/tensor_parallel.h"
 #include "strategy_harness.h"
 
 using namespace meshsim;
@@ -21,8 +21,8 @@ namespace {
 
 constexpr uint64_t kTpSeed = 7;
 
-GptOptions small_tp_gpt() {
-  GptOptions o;
+TransformerShape small_tp_gpt() {
+  TransformerShape o;
   o.layers = 2;
   o.hidden = 32;
   o.heads = 4;

@@ -1,4 +1,4 @@
-// ZeRO stages 0-3 (parallel/zero.h) against single-device training of the same global
+// ZeRO stages 0-3 (parallel/data/zero.h) against single-device training of the same global
 // batch, in float64 (losses and final parameters within 1e-9 relative: the derivation is in
 // tests/parallel/strategy_harness.h), and the exact model-state
 // bytes every GPU holds between steps: with Adam and Ψ parameters, stage 0 16Ψ, stage 1
@@ -16,7 +16,7 @@
 #include "mesh/rank_runner.h"
 #include "models/models.h"
 #include "parallel/strategy.h"
-#include "parallel/zero.h"
+#include "parallel/data/zero.h"
 #include "strategy_harness.h"
 
 using namespace meshsim;

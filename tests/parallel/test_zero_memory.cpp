@@ -20,7 +20,7 @@
 #include "mesh/device_mesh.h"
 #include "mesh/rank_runner.h"
 #include "parallel/strategy.h"
-#include "parallel/zero.h"
+#include "parallel/data/zero.h"
 
 using namespace meshsim;
 

@@ -1,4 +1,4 @@
-"""Prints, as JSON, the object pickled in the file named by argv[1] (meshsim's report/pickle.h)."""
+"""Prints, as JSON, the object pickled in the file named by argv[1] (meshsim's base/pickle.h)."""
 import json
 import pickle
 import sys

@@ -1,5 +1,5 @@
 // Tests for --memory-snapshot: the allocation history a virtual GPU keeps, the snapshot made
-// of it (report/memory_snapshot.h), and the pickle Python reads it from (report/pickle.h).
+// of it (report/memory_snapshot.h), and the pickle Python reads it from (base/pickle.h).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -11,7 +11,7 @@
 #include "memory/allocator.h"
 #include "mesh/device_mesh.h"
 #include "report/memory_snapshot.h"
-#include "report/pickle.h"
+#include "base/pickle.h"
 #include "../python_torch.h"
 
 namespace meshsim {

@@ -14,7 +14,7 @@
 #include <sstream>
 #include <thread>
 
-#include "report/atomic_file.h"
+#include "base/atomic_file.h"
 #include "report/memory_report.h"
 #include "report/tensorboard.h"
 

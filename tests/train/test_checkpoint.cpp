@@ -6,7 +6,7 @@
 
 #include "../cli/cli_harness.h"
 #include "data/dataset.h"
-#include "report/crc32c.h"
+#include "base/crc32c.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_manifest.h"
 
@@ -172,13 +172,13 @@ TEST(CheckpointIntegrity, IdentityNamesEveryShapeField) {
   gpt.model = "gpt";
   EXPECT_EQ(checkpoint_identity(gpt).model,
             "gpt (2 layers, hidden 64, 4 heads, 64 tokens, vocabulary 256, untied head)");
-  gpt.gpt.ffn_hidden = 100;
+  gpt.shape.ffn_hidden = 100;
   EXPECT_EQ(checkpoint_identity(gpt).model,
             "gpt (2 layers, hidden 64, 4 heads, 64 tokens, vocabulary 256, untied head, MLP 100)");
   TrainConfig llama;
   llama.model = "llama";
-  llama.gpt.kv_heads = 2;
-  llama.gpt.rope_theta = 500000;
+  llama.shape.kv_heads = 2;
+  llama.shape.rope_theta = 500000;
   EXPECT_EQ(checkpoint_identity(llama).model,
             "llama (2 layers, hidden 64, 4 heads, 64 tokens, vocabulary 256, untied head, 2 kv "
             "heads, MLP 256, rope theta 500000)");

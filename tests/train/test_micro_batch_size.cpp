@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "train/config.h"
+#include "config/config.h"
 #include "error_of.h"
 
 namespace meshsim {

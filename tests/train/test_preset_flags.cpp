@@ -1,4 +1,4 @@
-// apply_preset and validate_shape (train/config.h): a preset sets the shape, each flag given
+// apply_preset and validate_shape (config/config.h): a preset sets the shape, each flag given
 // overrides its own field, and every inconsistent combination is a one-line refusal.
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <string>
 
 #include "models/presets.h"
-#include "train/config.h"
+#include "config/config.h"
 #include "error_of.h"
 
 namespace meshsim {
@@ -21,48 +21,48 @@ bool contains(const std::string& text, const std::string& part) {
 }
 
 TEST(PresetFlags, PresetSetsTheShapeAndGivenFlagsWin) {
-  const GptOptions& gpt2 = find_preset("gpt2")->shape;
+  const TransformerShape& gpt2 = find_preset("gpt2")->shape;
   TrainConfig c;
   c.preset = "gpt2";
-  c.gpt.layers = 3; // as if --layers 3 and --vocab 256 were given
-  c.gpt.vocab = 256;
-  c.gpt.hidden = 5; // the default's value, not given: the preset's wins
+  c.shape.layers = 3; // as if --layers 3 and --vocab 256 were given
+  c.shape.vocab = 256;
+  c.shape.hidden = 5; // the default's value, not given: the preset's wins
   ModelFlagsGiven given;
   given.preset = true;
   given.shape = {"--layers", "--vocab"};
   apply_preset(c, given);
   EXPECT_EQ(c.model, "gpt");
   EXPECT_EQ(c.preset, "gpt2");
-  EXPECT_EQ(c.gpt.layers, 3);
-  EXPECT_EQ(c.gpt.vocab, 256);
-  EXPECT_EQ(c.gpt.hidden, gpt2.hidden);
-  EXPECT_EQ(c.gpt.heads, gpt2.heads);
-  EXPECT_EQ(c.gpt.seq_len, gpt2.seq_len);
-  EXPECT_TRUE(c.gpt.tie_head);
+  EXPECT_EQ(c.shape.layers, 3);
+  EXPECT_EQ(c.shape.vocab, 256);
+  EXPECT_EQ(c.shape.hidden, gpt2.hidden);
+  EXPECT_EQ(c.shape.heads, gpt2.heads);
+  EXPECT_EQ(c.shape.seq_len, gpt2.seq_len);
+  EXPECT_TRUE(c.shape.tie_head);
 }
 
 TEST(PresetFlags, EveryShapeFlagOverridesItsField) {
   const ModelPreset& p = *find_preset("llama3-8b");
   TrainConfig c;
   c.preset = p.name;
-  c.gpt = {1, 2, 3, 4, 5, false};
-  c.gpt.kv_heads = 6;
-  c.gpt.ffn_hidden = 7;
-  c.gpt.rope_theta = 8;
+  c.shape = {1, 2, 3, 4, 5, false};
+  c.shape.kv_heads = 6;
+  c.shape.ffn_hidden = 7;
+  c.shape.rope_theta = 8;
   ModelFlagsGiven given;
   given.preset = true;
   given.shape = shape_flag_names();
   apply_preset(c, given);
   EXPECT_EQ(c.model, "llama");
-  EXPECT_EQ(c.gpt.layers, 1);
-  EXPECT_EQ(c.gpt.hidden, 2);
-  EXPECT_EQ(c.gpt.heads, 3);
-  EXPECT_EQ(c.gpt.seq_len, 4);
-  EXPECT_EQ(c.gpt.vocab, 5);
-  EXPECT_EQ(c.gpt.kv_heads, 6);
-  EXPECT_EQ(c.gpt.ffn_hidden, 7);
-  EXPECT_EQ(c.gpt.rope_theta, 8);
-  EXPECT_FALSE(c.gpt.tie_head);
+  EXPECT_EQ(c.shape.layers, 1);
+  EXPECT_EQ(c.shape.hidden, 2);
+  EXPECT_EQ(c.shape.heads, 3);
+  EXPECT_EQ(c.shape.seq_len, 4);
+  EXPECT_EQ(c.shape.vocab, 5);
+  EXPECT_EQ(c.shape.kv_heads, 6);
+  EXPECT_EQ(c.shape.ffn_hidden, 7);
+  EXPECT_EQ(c.shape.rope_theta, 8);
+  EXPECT_FALSE(c.shape.tie_head);
   EXPECT_EQ(shape_flag_names().size(), 9u);
 
   // None given: every field is the preset's.
@@ -71,14 +71,14 @@ TEST(PresetFlags, EveryShapeFlagOverridesItsField) {
   ModelFlagsGiven only_preset;
   only_preset.preset = true;
   apply_preset(d, only_preset);
-  EXPECT_EQ(d.gpt.layers, 32);
-  EXPECT_EQ(d.gpt.hidden, 4096);
-  EXPECT_EQ(d.gpt.heads, 32);
-  EXPECT_EQ(d.gpt.kv_heads, 8);
-  EXPECT_EQ(d.gpt.ffn_hidden, 14336);
-  EXPECT_EQ(d.gpt.vocab, 128256);
-  EXPECT_EQ(d.gpt.seq_len, 8192);
-  EXPECT_EQ(d.gpt.rope_theta, 500000);
+  EXPECT_EQ(d.shape.layers, 32);
+  EXPECT_EQ(d.shape.hidden, 4096);
+  EXPECT_EQ(d.shape.heads, 32);
+  EXPECT_EQ(d.shape.kv_heads, 8);
+  EXPECT_EQ(d.shape.ffn_hidden, 14336);
+  EXPECT_EQ(d.shape.vocab, 128256);
+  EXPECT_EQ(d.shape.seq_len, 8192);
+  EXPECT_EQ(d.shape.rope_theta, 500000);
 }
 
 TEST(PresetFlags, APresetNamedAsTheModelResolvesToItsFamily) {
@@ -89,11 +89,11 @@ TEST(PresetFlags, APresetNamedAsTheModelResolvesToItsFamily) {
   apply_preset(c, given);
   EXPECT_EQ(c.model, "gpt");
   EXPECT_EQ(c.preset, "gpt-175b");
-  EXPECT_EQ(c.gpt.layers, 96);
-  EXPECT_EQ(c.gpt.hidden, 12288);
-  EXPECT_EQ(c.gpt.heads, 96);
-  EXPECT_EQ(c.gpt.vocab, 51200);
-  EXPECT_EQ(c.gpt.seq_len, 2048);
+  EXPECT_EQ(c.shape.layers, 96);
+  EXPECT_EQ(c.shape.hidden, 12288);
+  EXPECT_EQ(c.shape.heads, 96);
+  EXPECT_EQ(c.shape.vocab, 51200);
+  EXPECT_EQ(c.shape.seq_len, 2048);
 
   // The same preset by both flags, or --model of its family with --preset, is fine.
   TrainConfig both;
@@ -105,7 +105,7 @@ TEST(PresetFlags, APresetNamedAsTheModelResolvesToItsFamily) {
   family.model = "llama";
   family.preset = "llama3-70b";
   apply_preset(family, given);
-  EXPECT_EQ(family.gpt.hidden, 8192);
+  EXPECT_EQ(family.shape.hidden, 8192);
 }
 
 // A preset read from --config is the file's label: its shape is the file's, not re-applied.
@@ -113,13 +113,13 @@ TEST(PresetFlags, NothingHappensWithoutAPresetOnTheCommandLine) {
   TrainConfig c;
   c.model = "gpt";
   c.preset = "gpt2";
-  c.gpt.layers = 1;
+  c.shape.layers = 1;
   apply_preset(c, ModelFlagsGiven{});
-  EXPECT_EQ(c.gpt.layers, 1);
+  EXPECT_EQ(c.shape.layers, 1);
   ModelFlagsGiven family_only;
   family_only.model = true;
   apply_preset(c, family_only);
-  EXPECT_EQ(c.gpt.layers, 1);
+  EXPECT_EQ(c.shape.layers, 1);
   EXPECT_EQ(c.preset, "gpt2");
   // --model of another family drops the file's label (its shape no longer applies).
   c.model = "cnn";
@@ -176,41 +176,41 @@ TEST(PresetFlags, ValidateRefusesAnUnknownOrMismatchedPresetLabel) {
 }
 
 TEST(PresetFlags, ValidateShapeRefusesEachBadValueInOneLine) {
-  GptOptions ok;
+  TransformerShape ok;
   EXPECT_NO_THROW(validate_shape("gpt", ok));
   EXPECT_NO_THROW(validate_shape("llama", ok));
   const struct {
     const char* family;
-    void (*change)(GptOptions&);
+    void (*change)(TransformerShape&);
     const char* says;
   } cases[] = {
-      {"gpt", [](GptOptions& g) { g.layers = 0; }, "--layers must be positive, got 0"},
-      {"gpt", [](GptOptions& g) { g.hidden = -4; }, "--hidden must be positive, got -4"},
-      {"llama", [](GptOptions& g) { g.vocab = 0; }, "--vocab must be positive, got 0"},
-      {"llama", [](GptOptions& g) { g.seq_len = 0; }, "--seq-len must be positive, got 0"},
-      {"llama", [](GptOptions& g) { g.kv_heads = -1; }, "--kv-heads must be positive, got -1"},
-      {"llama", [](GptOptions& g) { g.ffn_hidden = -1; }, "--ffn-hidden must be positive, got -1"},
-      {"gpt", [](GptOptions& g) { g.heads = 5; }, "--hidden 64 is not divisible by --heads 5"},
-      {"llama", [](GptOptions& g) { g.kv_heads = 3; },
+      {"gpt", [](TransformerShape& g) { g.layers = 0; }, "--layers must be positive, got 0"},
+      {"gpt", [](TransformerShape& g) { g.hidden = -4; }, "--hidden must be positive, got -4"},
+      {"llama", [](TransformerShape& g) { g.vocab = 0; }, "--vocab must be positive, got 0"},
+      {"llama", [](TransformerShape& g) { g.seq_len = 0; }, "--seq-len must be positive, got 0"},
+      {"llama", [](TransformerShape& g) { g.kv_heads = -1; }, "--kv-heads must be positive, got -1"},
+      {"llama", [](TransformerShape& g) { g.ffn_hidden = -1; }, "--ffn-hidden must be positive, got -1"},
+      {"gpt", [](TransformerShape& g) { g.heads = 5; }, "--hidden 64 is not divisible by --heads 5"},
+      {"llama", [](TransformerShape& g) { g.kv_heads = 3; },
        "--heads 4 is not divisible by --kv-heads 3"},
-      {"gpt", [](GptOptions& g) { g.kv_heads = 2; }, "grouped-query attention is llama's"},
-      {"llama", [](GptOptions& g) { g.rope_theta = 0; }, "--rope-theta must be a positive finite"},
-      {"llama", [](GptOptions& g) { g.rope_theta = std::numeric_limits<double>::infinity(); },
+      {"gpt", [](TransformerShape& g) { g.kv_heads = 2; }, "grouped-query attention is llama's"},
+      {"llama", [](TransformerShape& g) { g.rope_theta = 0; }, "--rope-theta must be a positive finite"},
+      {"llama", [](TransformerShape& g) { g.rope_theta = std::numeric_limits<double>::infinity(); },
        "--rope-theta must be a positive"},
       // 10^6 layers of width 10^5: about 1.2e16 parameters, whose int64 byte counts would be
       // 16 times that; refused before any count is formed.
-      {"gpt", [](GptOptions& g) { g.layers = 1000000, g.hidden = 100000, g.heads = 1; },
+      {"gpt", [](TransformerShape& g) { g.layers = 1000000, g.hidden = 100000, g.heads = 1; },
        "the model is too large"},
-      {"gpt", [](GptOptions& g) { g.hidden = int64_t{1} << 40, g.heads = 1; }, "too large"},
+      {"gpt", [](TransformerShape& g) { g.hidden = int64_t{1} << 40, g.heads = 1; }, "too large"},
   };
   for (const auto& c : cases) {
-    GptOptions g;
+    TransformerShape g;
     c.change(g);
     const std::string message = error_of([&] { validate_shape(c.family, g); });
     EXPECT_TRUE(contains(message, c.says)) << c.says << " | " << message;
   }
   // kv heads equal to heads is plain multi-head attention: fine for gpt.
-  GptOptions mha;
+  TransformerShape mha;
   mha.kv_heads = mha.heads;
   EXPECT_NO_THROW(validate_shape("gpt", mha));
   // Every preset is within the limit, with room to spare.

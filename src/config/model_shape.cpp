@@ -1,0 +1,155 @@
+// The model's shape on the command line (declared in config/config.h): a preset (models/presets.h)
+// applied under the flags given, and the checks every transformer shape must pass, whatever the
+// family.
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "models/presets.h"
+#include "config/config.h"
+
+namespace meshsim {
+namespace {
+
+// Levenshtein distance: how many one-character edits turn a into b.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j)
+    row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t substitute = diagonal + (a[i - 1] == b[j - 1] ? 0 : 1);
+      diagonal = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, substitute});
+    }
+  }
+  return row[b.size()];
+}
+
+// Each shape flag and how it copies its field from a preset.
+struct ShapeField {
+  std::string flag;
+  void (*copy)(TransformerShape& to, const TransformerShape& from);
+};
+
+const std::vector<ShapeField>& shape_fields() {
+  static const std::vector<ShapeField> fields = {
+      {"--layers", [](TransformerShape& t, const TransformerShape& f) { t.layers = f.layers; }},
+      {"--hidden", [](TransformerShape& t, const TransformerShape& f) { t.hidden = f.hidden; }},
+      {"--heads", [](TransformerShape& t, const TransformerShape& f) { t.heads = f.heads; }},
+      {"--kv-heads", [](TransformerShape& t, const TransformerShape& f) { t.kv_heads = f.kv_heads; }},
+      {"--ffn-hidden", [](TransformerShape& t, const TransformerShape& f) { t.ffn_hidden = f.ffn_hidden; }},
+      {"--seq-len", [](TransformerShape& t, const TransformerShape& f) { t.seq_len = f.seq_len; }},
+      {"--vocab", [](TransformerShape& t, const TransformerShape& f) { t.vocab = f.vocab; }},
+      {"--tie-head", [](TransformerShape& t, const TransformerShape& f) { t.tie_head = f.tie_head; }},
+      {"--rope-theta", [](TransformerShape& t, const TransformerShape& f) { t.rope_theta = f.rope_theta; }},
+  };
+  return fields;
+}
+
+} // namespace
+
+// The three preset names nearest to `name`, for a message that helps with a typo.
+std::string nearest_preset_names(const std::string& name) {
+  std::vector<std::pair<size_t, std::string>> by_distance;
+  for (const ModelPreset& p : model_presets())
+    by_distance.emplace_back(edit_distance(name, p.name), p.name);
+  std::stable_sort(by_distance.begin(), by_distance.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::string out;
+  for (size_t i = 0; i < std::min<size_t>(3, by_distance.size()); ++i)
+    out += (i ? ", " : "") + by_distance[i].second;
+  return out;
+}
+
+std::string unknown_preset_message(const std::string& name) {
+  return fmt::format("unknown preset '{}' (nearest: {}; `meshsim models` lists them all)", name,
+                     nearest_preset_names(name));
+}
+
+const std::vector<std::string>& shape_flag_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const ShapeField& f : shape_fields())
+      out.push_back(f.flag);
+    return out;
+  }();
+  return names;
+}
+
+void apply_preset(TrainConfig& c, const ModelFlagsGiven& given) {
+  const bool model_is_preset = given.model && find_preset(c.model) != nullptr;
+  if (model_is_preset) {
+    require(!given.preset || c.preset == c.model,
+            fmt::format("--model {} and --preset {} name two different presets; give one", c.model,
+                        c.preset));
+    c.preset = c.model;
+  }
+  if (!given.preset && !model_is_preset) {
+    // A preset from --config labels the file's shape; --model of another family leaves that
+    // shape behind, and the label with it.
+    const ModelPreset* label = find_preset(c.preset);
+    if (given.model && label && label->family != c.model)
+      c.preset.clear();
+    // The tiny llama groups its queries, as every published llama past 7B does: two query
+    // heads per kv head, unless --kv-heads says otherwise.
+    const bool kv_given =
+        std::find(given.shape.begin(), given.shape.end(), "--kv-heads") != given.shape.end();
+    if (c.model == "llama" && !label && !kv_given && c.shape.kv_heads == 0 && c.shape.heads % 2 == 0)
+      c.shape.kv_heads = c.shape.heads / 2;
+    return;
+  }
+  const ModelPreset* p = find_preset(c.preset);
+  require(p != nullptr, unknown_preset_message(c.preset));
+  require(!given.model || model_is_preset || c.model == p->family,
+          fmt::format("--preset {} is a {} model, not --model {}", p->name, p->family, c.model));
+  c.model = p->family;
+  for (const ShapeField& f : shape_fields())
+    if (std::find(given.shape.begin(), given.shape.end(), f.flag) == given.shape.end())
+      f.copy(c.shape, p->shape);
+}
+
+void validate_shape(const std::string& family, const TransformerShape& g) {
+  const std::pair<const char*, int64_t> positive[] = {{"--layers", g.layers},
+                                                      {"--hidden", g.hidden},
+                                                      {"--heads", g.heads},
+                                                      {"--seq-len", g.seq_len},
+                                                      {"--vocab", g.vocab}};
+  for (const auto& [flag, value] : positive)
+    require(value >= 1, fmt::format("{} must be positive, got {}", flag, value));
+  // 0 is the family's default (a flag refuses 0 on its text; config.json may hold it).
+  require(g.kv_heads >= 0, fmt::format("--kv-heads must be positive, got {}", g.kv_heads));
+  require(g.ffn_hidden >= 0, fmt::format("--ffn-hidden must be positive, got {}", g.ffn_hidden));
+  require(g.hidden % g.heads == 0,
+          fmt::format("--hidden {} is not divisible by --heads {}", g.hidden, g.heads));
+  if (family == "gpt")
+    require(
+        g.kv_heads == 0 || g.kv_heads == g.heads,
+        fmt::format("--kv-heads {}: gpt has one key/value head per query head ({}); grouped-query "
+                    "attention is llama's",
+                    g.kv_heads, g.heads));
+  require(g.heads % preset_kv_heads(g) == 0,
+          fmt::format("--heads {} is not divisible by --kv-heads {}", g.heads, g.kv_heads));
+  require(std::isfinite(g.rope_theta) && g.rope_theta > 0,
+          fmt::format("--rope-theta must be a positive finite number, got {}", g.rope_theta));
+  // An upper bound of either family's count (per layer at most 4H² for attention, 3HF for the
+  // MLP, 13H for biases and norms; two V×H matrices and the S×H positions), in floating point
+  // so that no int64 overflows before the limit is checked.
+  const double h = static_cast<double>(g.hidden);
+  const double ffn = g.ffn_hidden > 0 ? static_cast<double>(g.ffn_hidden) : 4 * h;
+  const double bound = static_cast<double>(g.layers) * (4 * h * h + 3 * h * ffn + 13 * h) +
+                       (2 * static_cast<double>(g.vocab) + static_cast<double>(g.seq_len) + 2) * h;
+  require(bound <= kMaxParameters,
+          fmt::format("the model is too large: --layers {}, --hidden {}, --ffn-hidden {:.0f}, "
+                      "--vocab {} and --seq-len {} make up to {:.3g} parameters, over meshsim's "
+                      "limit of {:.0e}",
+                      g.layers, g.hidden, ffn, g.vocab, g.seq_len, bound, kMaxParameters));
+}
+
+} // namespace meshsim

@@ -1,0 +1,27 @@
+#include "config/strategy_options.h"
+
+namespace meshsim {
+
+StrategyOptions strategy_options(const TrainConfig& config) {
+  StrategyOptions options;
+  options.model = config.model;
+  options.seed = config.seed;
+  options.optimizer = config.optimizer;
+  options.bucket_mb = config.bucket_mb;
+  options.overlap = config.overlap;
+  options.shape = config.shape;
+  options.tp = config.tp;
+  options.pp = config.pp;
+  options.sequence_parallel = config.sequence_parallel;
+  options.zero = config.zero;
+  options.schedule = config.schedule;
+  options.virtual_stages = config.virtual_stages;
+  options.micro_batches = config.micro_batches;
+  options.recompute = parse_recompute(config.recompute);
+  options.precision = config.precision;
+  if (config.device == "cuda")
+    options.device = torch::Device(torch::kCUDA, 0);
+  return options;
+}
+
+} // namespace meshsim

@@ -1,0 +1,270 @@
+// Shape-based FLOP and byte counts for the layers meshsim's models are built from.
+#include "models/layers/flops.h"
+
+#include <map>
+
+namespace meshsim {
+namespace {
+
+// Passes over the attention scores of an unfused attention core (flops.h).
+constexpr double kScorePassesForward = 6;
+constexpr double kScorePassesBackward = 9;
+
+double numel(at::IntArrayRef shape) {
+  double n = 1;
+  for (int64_t d : shape)
+    n *= static_cast<double>(d);
+  return n;
+}
+
+int64_t param_bytes_of(const torch::nn::Module& m) {
+  int64_t bytes = 0;
+  for (const auto& p : m.parameters())
+    bytes += p.numel() * static_cast<int64_t>(p.element_size());
+  return bytes;
+}
+
+LayerWork work(const std::string& name, const char* op, double flops, double bytes,
+               int64_t param_bytes = 0, int64_t kernels = 1) {
+  LayerWork w{name, op, flops, bytes, param_bytes};
+  w.kernels = kernels;
+  return w;
+}
+
+// One GEMM kernel (a Linear, a convolution, the attention core) added to `w`.
+void add_gemm(LayerWork& w, double flops, double bytes) {
+  w.flops += flops;
+  w.bytes += bytes;
+  w.gemm_flops += flops;
+  w.gemm_bytes += bytes;
+  ++w.gemms;
+  ++w.kernels;
+}
+
+// FLOPs per element of an elementwise leaf, by its type name; 1 for anything unknown.
+double elementwise_flops(const std::string& type) {
+  static const std::map<std::string, double> table = {
+      {"ReLU", 1}, {"GELU", 8},    {"Tanh", 4},    {"Sigmoid", 4},
+      {"SiLU", 5}, {"Dropout", 2}, {"Softmax", 5}, {"LogSoftmax", 5}};
+  for (const auto& [key, flops] : table)
+    if (type.find(key) != std::string::npos)
+      return flops;
+  return 1;
+}
+
+std::string type_of(const torch::nn::Module& m) {
+  const std::string name = m.name(); // e.g. "torch::nn::LinearImpl"
+  const auto colon = name.rfind("::");
+  return colon == std::string::npos ? name : name.substr(colon + 2);
+}
+
+bool has_child(const torch::nn::Module& m, const std::string& name) {
+  for (const auto& item : m.named_children())
+    if (item.key() == name)
+      return true;
+  return false;
+}
+
+// The [out, in] weight of a Linear-like leaf (torch Linear, or a column/row-parallel
+// shard), or an undefined tensor.
+torch::Tensor linear_weight(const torch::nn::Module& m) {
+  const std::string type = type_of(m);
+  if (!m.children().empty() || type.find("Norm") != std::string::npos ||
+      type.find("Embedding") != std::string::npos)
+    return {};
+  for (const auto& p : m.named_parameters(false))
+    if (p.key() == "weight" && p.value().dim() == 2) return p.value();
+  return {};
+}
+
+bool has_bias(const torch::nn::Module& m) {
+  for (const auto& p : m.named_parameters(false))
+    if (p.key() == "bias" && p.value().defined()) return true;
+  return false;
+}
+
+// A composite module (a transformer block, an attention or MLP module): its normalization
+// leaves see `rows` rows, its Linear leaves `rows` × `parts` (sequence parallelism gathers
+// the sequence for them); attention modules add their score matmuls over `seq` × `parts`.
+void count_composite(const torch::nn::Module& m, double rows, double width, double batch,
+                     double seq, double eb, double parts, LayerWork& total) {
+  if (has_child(m, "q") && has_child(m, "k") && has_child(m, "v")) {
+    // The heads this module computes: all of them, or a tensor-parallel share, as q's
+    // output features say.
+    double d = width;
+    for (const auto& item : m.named_children())
+      if (item.key() == "q")
+        if (const auto w = linear_weight(*item.value()); w.defined()) d = static_cast<double>(w.size(0));
+    const double whole = seq * parts;
+    // QK^T and AV as one fused kernel: q, k, v read, the output written.
+    add_gemm(total, 4 * batch * whole * whole * d, 4 * rows * parts * d * eb);
+    if (const auto* heads = dynamic_cast<const AttentionHeads*>(&m); heads && heads->head_dim() > 0)
+      total.score_bytes += kScorePassesForward * batch * (d / static_cast<double>(heads->head_dim())) *
+                           whole * whole * eb;
+    total.attention_flops += 4 * batch * whole * whole * d;
+    total.attention_bytes += 4 * rows * parts * d * eb;
+  }
+  for (const auto& item : m.named_children()) {
+    const torch::nn::Module& child = *item.value();
+    if (const torch::Tensor w = linear_weight(child); w.defined()) {
+      // A Linear, or a tensor-parallel shard of one: weight [out, in] as this rank holds it.
+      const double out = static_cast<double>(w.size(0));
+      const double in = static_cast<double>(w.size(1));
+      const double r = rows * parts;
+      add_gemm(total, 2 * r * in * out + (has_bias(child) ? r * out : 0),
+               (r * in + r * out) * eb + static_cast<double>(param_bytes_of(child)));
+      width = out;
+    } else if (!child.children().empty()) {
+      count_composite(child, rows, width, batch, seq, eb, parts, total);
+    } else if (type_of(child).find("Norm") != std::string::npos) {
+      total.flops += 5 * rows * width;
+      total.bytes += 2 * rows * width * eb + static_cast<double>(param_bytes_of(child));
+      ++total.kernels;
+    } else if (child.parameters().empty()) {
+      total.flops += elementwise_flops(type_of(child)) * rows * width;
+      total.bytes += 2 * rows * width * eb;
+      ++total.kernels;
+    } else { // an embedding-like lookup
+      total.bytes += rows * width * eb;
+      ++total.kernels;
+    }
+  }
+}
+
+} // namespace
+
+LayerWork count_layer(const std::string& name, const torch::nn::Module& m, at::IntArrayRef in,
+                      at::IntArrayRef out, double eb, int64_t sequence_parts) {
+  const double n_in = numel(in), n_out = numel(out);
+  const int64_t pbytes = param_bytes_of(m);
+  const double pb = static_cast<double>(pbytes);
+  if (const auto* lin = m.as<torch::nn::Linear>()) {
+    const double k = static_cast<double>(lin->options.in_features());
+    const double n = static_cast<double>(lin->options.out_features());
+    const double rows = n_in / k;
+    LayerWork w = work(name, "matmul", 0, 0, pbytes, 0);
+    add_gemm(w, 2 * rows * k * n + (lin->bias.defined() ? rows * n : 0), (n_in + n_out) * eb + pb);
+    return w;
+  }
+  if (const auto* conv = m.as<torch::nn::Conv2d>()) {
+    const auto& o = conv->options;
+    const double per_output = static_cast<double>(o.in_channels() / o.groups()) *
+                              static_cast<double>((*o.kernel_size())[0] * (*o.kernel_size())[1]);
+    LayerWork w = work(name, "matmul", 0, 0, pbytes, 0);
+    add_gemm(w, 2 * n_out * per_output + (o.bias() ? n_out : 0), (n_in + n_out) * eb + pb);
+    return w;
+  }
+  const std::string type = type_of(m);
+  if (type == "FlattenImpl" || type == "IdentityImpl" || type == "UnflattenImpl")
+    return work(name, "elementwise", 0, 0, pbytes, 0); // views: no kernel
+  if (type.find("Pool") != std::string::npos) {
+    double window = n_out > 0 ? n_in / n_out : 1; // an adaptive pool: the input it averages
+    if (const auto* p = m.as<torch::nn::MaxPool2d>())
+      window = static_cast<double>((*p->options.kernel_size())[0] * (*p->options.kernel_size())[1]);
+    else if (const auto* a = m.as<torch::nn::AvgPool2d>())
+      window = static_cast<double>((*a->options.kernel_size())[0] * (*a->options.kernel_size())[1]);
+    return work(name, "elementwise", window * n_out, (n_in + n_out) * eb, pbytes);
+  }
+  if (type.find("Norm") != std::string::npos)
+    return work(name, "normalization", 5 * n_out, (n_in + n_out) * eb + pb, pbytes);
+  if (type.find("Embedding") != std::string::npos)
+    return work(name, "elementwise", 0, n_out * eb + n_in * 8, pbytes);
+  if (m.children().empty())
+    return work(name, "elementwise", elementwise_flops(type) * n_out, (n_in + n_out) * eb, pbytes);
+  if (const auto* calls = dynamic_cast<const LeafCalls*>(&m)) {
+    LayerWork total = work(name, "matmul", 0, 0, pbytes, 0);
+    for (const LeafCalls::Call& call : calls->leaf_calls(in)) {
+      const LayerWork leaf =
+          call.module ? count_layer(call.name, *call.module, call.in, call.out, eb)
+                      : work(call.name, "elementwise", numel(call.out), 3 * numel(call.out) * eb);
+      total.flops += leaf.flops;
+      total.bytes += leaf.bytes;
+      total.kernels += leaf.kernels;
+      total.gemms += leaf.gemms;
+      total.gemm_flops += leaf.gemm_flops;
+      total.gemm_bytes += leaf.gemm_bytes;
+    }
+    return total;
+  }
+
+  // Composite: rows of the input's last dimension (a [B, S, D] transformer block).
+  const double width = in.empty() ? 1 : static_cast<double>(in.back());
+  const double rows = width > 0 ? n_in / width : 0;
+  const double batch = in.size() >= 3 ? static_cast<double>(in[0]) : 1;
+  const double seq = in.size() >= 3 ? static_cast<double>(in[in.size() - 2]) : rows;
+  LayerWork total = work(name, "matmul", 0, 0, pbytes, 0);
+  count_composite(m, rows, width, batch, seq, eb, static_cast<double>(sequence_parts), total);
+  return total;
+}
+
+std::vector<LayerWork> count_forward(torch::nn::Sequential model, const torch::Tensor& input) {
+  torch::NoGradGuard no_grad;
+  std::vector<LayerWork> layers;
+  torch::Tensor x = input;
+  const auto children = model->named_children();
+  size_t i = 0;
+  for (auto& any : *model) {
+    torch::Tensor y = any.forward<torch::Tensor>(x);
+    layers.push_back(count_layer(children[i].key(), *children[i].value(), x.sizes(), y.sizes()));
+    x = y;
+    ++i;
+  }
+  return layers;
+}
+
+std::vector<LayerWork> backward_work(const std::vector<LayerWork>& forward) {
+  std::vector<LayerWork> backward(forward.rbegin(), forward.rend());
+  for (LayerWork& w : backward) {
+    const bool gemm = w.op == "matmul" || w.op == "attention";
+    // The recomputed forward, in the forward's proportions of GEMMs (its whole forward under
+    // full recompute, the attention core, one fused kernel, under selective).
+    const double rerun_share = w.flops > 0 ? w.rerun_flops / w.flops : 0;
+    const bool whole = rerun_share > 0.999;
+    const double rerun_gemm_flops = whole ? w.gemm_flops : w.rerun_flops;
+    const double rerun_gemm_bytes = whole ? w.gemm_bytes : w.rerun_bytes;
+    const int64_t rerun_kernels = whole ? w.kernels : (w.rerun_flops > 0 ? 1 : 0);
+    const int64_t rerun_gemms = whole ? w.gemms : (w.rerun_flops > 0 ? 1 : 0);
+    w.recompute_flops = w.rerun_flops;
+    w.recompute_bytes = w.rerun_bytes;
+    w.rerun_flops = w.rerun_bytes = 0;
+    w.flops = w.flops * (gemm ? 2 : 1) + w.recompute_flops;
+    w.bytes = w.bytes * 2 + w.recompute_bytes;
+    // Each GEMM's backward is two (the gradient of its input and of its weight); every other
+    // kernel has one backward kernel.
+    w.kernels = w.kernels + w.gemms + rerun_kernels;
+    w.gemms = 2 * w.gemms + rerun_gemms;
+    w.gemm_flops = 2 * w.gemm_flops + rerun_gemm_flops;
+    w.gemm_bytes = 2 * w.gemm_bytes + rerun_gemm_bytes;
+    // Both recompute modes run the attention core again.
+    w.score_bytes = w.score_bytes * (kScorePassesBackward / kScorePassesForward) +
+                    (rerun_share > 0 ? w.score_bytes : 0);
+  }
+  return backward;
+}
+
+LayerWork optimizer_work(int64_t params, const std::string& optimizer, bool momentum,
+                         int64_t tensors) {
+  const double n = static_cast<double>(params);
+  if (optimizer == "adam")
+    return work("adam", "optimizer", 12 * n, 28 * n, 0, tensors);
+  return momentum ? work("sgd", "optimizer", 4 * n, 20 * n, 0, tensors)
+                  : work("sgd", "optimizer", 2 * n, 12 * n, 0, tensors);
+}
+
+void attach_work(ComputeRecord& record, std::vector<LayerWork> layers) {
+  std::map<std::string, double> by_op;
+  record.flops = record.bytes = record.recompute_flops = 0;
+  for (const LayerWork& w : layers) {
+    record.flops += w.flops;
+    record.recompute_flops += w.recompute_flops;
+    record.bytes += w.bytes;
+    by_op[w.op] += w.flops;
+  }
+  double best = -1;
+  for (const auto& [op, flops] : by_op)
+    if (flops > best)
+      best = flops, record.op = op;
+  record.layers = std::move(layers);
+}
+
+} // namespace meshsim

@@ -1,0 +1,348 @@
+// ZeroDataParallel: ZeRO stages 0-3 over a data-parallel group (docs/zero.md).
+//
+// Every stage keeps the parameters as views into flat units (parallel/data/zero_flat.h). What
+// differs is what each member keeps of them and which collectives run:
+//   stage 0  full grads, all-reduce (avg) per unit after backward, optimizer on everything
+//   stage 1  as 0, but the optimizer (and its state) only covers this member's shard; the
+//            updated shards are all-gathered back into the full parameters
+//   stage 2  gradients reach a unit-sized communication bucket through post-hooks on the
+//            parameters' AccumulateGrad nodes, and the bucket's reduce-scatter starts as
+//            soon as the unit is complete, during backward, and runs while the next bucket
+//            fills (one in flight); only the shard's gradient is kept
+//   stage 3  as 2, and the parameters themselves are gathered per block before its forward
+//            and its backward and freed after (zero_stage3.cpp)
+#include "parallel/data/zero.h"
+
+#include <stdexcept>
+#include <unordered_map>
+
+#include <fmt/format.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include "memory/allocator.h"
+#include "memory/category.h"
+#include "parallel/data/zero_flat.h"
+#include "parallel/data/zero_state.h"
+
+namespace meshsim {
+namespace {
+
+int64_t bytes_of(const std::vector<torch::Tensor>& params) {
+  int64_t n = 0;
+  for (const auto& p : params)
+    n += p.numel() * static_cast<int64_t>(p.element_size());
+  return n;
+}
+
+/// The parameters of each block (a child with parameters), in forward order.
+std::vector<std::vector<torch::Tensor>> blocks_of(const torch::nn::Sequential& model) {
+  std::vector<std::vector<torch::Tensor>> blocks;
+  size_t count = 0;
+  for (const auto& child : model->children()) {
+    auto params = child->parameters();
+    for (const auto& p : params)
+      if (!p.requires_grad())
+        throw std::invalid_argument(
+            "zero: frozen parameters (requires_grad false) are not supported");
+    count += params.size();
+    if (!params.empty())
+      blocks.push_back(std::move(params));
+  }
+  if (count != model->parameters().size())
+    throw std::invalid_argument("zero: every parameter must belong to a child of the Sequential");
+  if (blocks.empty())
+    throw std::invalid_argument("zero: the model has no parameters");
+  return blocks;
+}
+
+} // namespace
+
+ZeroDataParallel::ZeroDataParallel(RankContext& ctx, torch::nn::Sequential model, Group dp,
+                                   ZeroOptions options)
+    : state_(std::make_unique<State>(ctx)) {
+  State& s = *state_;
+  if (options.stage < 0 || options.stage > 3)
+    throw std::invalid_argument(
+        fmt::format("zero: stage must be 0, 1, 2 or 3 (got {})", options.stage));
+  if (!(options.bucket_mb > 0))
+    throw std::invalid_argument(
+        fmt::format("zero: bucket size must be positive (got {} MiB)", options.bucket_mb));
+  s.index = dp.index_of(ctx.rank);
+  if (s.index < 0)
+    throw std::invalid_argument(
+        fmt::format("zero: rank {} is not in its dp group [{}]", ctx.rank, dp.key()));
+  s.dp = std::move(dp);
+  s.options = options;
+  s.model = model;
+  s.params = model->parameters();
+
+  torch::NoGradGuard no_grad;
+  // Units in backward order (last block first), as DDP orders its buckets: stage 3 has one
+  // per block; stages 0-2 merge consecutive blocks up to the bucket size (a bigger block is
+  // a unit alone). Whole blocks only, so a unit's gradients all arrive before the next's.
+  const auto blocks = blocks_of(model);
+  const int shards = options.stage == 0 ? 1 : s.dp.size();
+  const auto cap = static_cast<int64_t>(options.bucket_mb * kMiB);
+  std::vector<torch::Tensor> current;
+  auto close = [&] {
+    if (current.empty())
+      return;
+    s.units.push_back(std::make_shared<FlatUnit>(make_flat_unit(std::move(current), shards)));
+    current.clear();
+  };
+  for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
+    if (options.stage == 3 || (!current.empty() && bytes_of(current) + bytes_of(*it) > cap))
+      close();
+    current.insert(current.end(), it->begin(), it->end());
+  }
+  close();
+
+  for (auto& unit : s.units) {
+    // Members start from dp.ranks[0]'s parameters, as DDP does.
+    s.ctx.comm.broadcast(unit->full, s.dp.ranks.front(), s.dp);
+    for (auto& p : unit->params)
+      p.mutable_grad() = torch::Tensor();
+    s.set_up_gradients(*unit);
+  }
+  std::vector<torch::Tensor> shards_to_update;
+  for (auto& unit : s.units)
+    shards_to_update.push_back(unit->shard);
+  s.optimizer = std::make_unique<Optimizer>(shards_to_update, options.optimizer);
+  if (options.stage >= 2)
+    s.install_gradient_hooks();
+  s.wrapped = options.stage == 3 ? s.wrap_blocks() : model;
+}
+
+ZeroDataParallel::~ZeroDataParallel() = default;
+
+void ZeroDataParallel::State::set_up_gradients(FlatUnit& unit) {
+  switch (options.stage) {
+  case 0:
+  case 1: {
+    {
+      CategoryScope scope(MemoryCategory::Gradients);
+      unit.grad = torch::zeros({unit.padded}, unit.full.options());
+    }
+    // Autograd accumulates into an existing .grad in place, so backward writes straight
+    // into the flat gradient, ready for one all-reduce per unit.
+    for (size_t i = 0; i < unit.params.size(); ++i) {
+      torch::Tensor& p = unit.params[i];
+      p.mutable_grad() = unit.grad.narrow(0, unit.offsets[i], p.numel()).view(p.sizes());
+    }
+    unit.shard = options.stage == 0 ? unit.full : shard_of(unit, unit.full, index);
+    unit.shard_grad = options.stage == 0 ? unit.grad : shard_of(unit, unit.grad, index);
+    break;
+  }
+  case 2:
+    unit.shard = shard_of(unit, unit.full, index);
+    break;
+  case 3: {
+    CategoryScope scope(MemoryCategory::Parameters);
+    unit.shard = shard_of(unit, unit.full, index).clone();
+    release_full(unit);
+    break;
+  }
+  }
+  if (options.stage >= 2) {
+    CategoryScope scope(MemoryCategory::Gradients);
+    unit.shard_grad = torch::zeros({unit.shard_numel}, unit.full.options());
+  }
+  unit.shard.mutable_grad() = unit.shard_grad;
+}
+
+void ZeroDataParallel::State::install_gradient_hooks() {
+  // LibTorch 1.13 has no post-accumulate-grad hook on tensors, and a tensor hook on a leaf
+  // runs *before* AccumulateGrad stores the gradient. A post hook on the AccumulateGrad node
+  // itself runs after it (what PyTorch's C++ DDP reducer does): .grad is then set, so the
+  // hook copies it into the bucket and drops it at once. The parameter only holds a weak
+  // reference to its accumulator, so we keep the nodes alive, or the next forward would
+  // make new ones without our hooks.
+  for (auto& unit : units) {
+    for (size_t i = 0; i < unit->params.size(); ++i) {
+      auto accumulator = torch::autograd::impl::grad_accumulator(unit->params[i]);
+      FlatUnit* u = unit.get();
+      accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+          [this, u, i](const torch::autograd::variable_list& outputs,
+                       const torch::autograd::variable_list&) {
+            on_gradient(*u, i);
+            return outputs;
+          }));
+      accumulators.push_back(std::move(accumulator));
+    }
+  }
+}
+
+void ZeroDataParallel::State::on_gradient(FlatUnit& unit, size_t i) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor& p = unit.params[i];
+  if (!p.grad().defined())
+    return;
+  if (&unit == in_flight.unit) // the next backward pass reached a unit still being sent
+    wait_in_flight();
+  if (!unit.bucket.defined()) {
+    CategoryScope scope(MemoryCategory::Communication);
+    unit.bucket = torch::zeros({unit.padded}, unit.full.options()); // zero padding
+    unit.pending = static_cast<int>(unit.params.size());
+  }
+  unit.bucket.narrow(0, unit.offsets[i], p.numel()).copy_(p.grad().reshape({-1}));
+  p.mutable_grad() = torch::Tensor(); // autograd's gradient (activations) is freed here
+  if (--unit.pending == 0)
+    reduce_scatter(unit);
+}
+
+void ZeroDataParallel::State::reduce_scatter(FlatUnit& unit) {
+  torch::NoGradGuard no_grad;
+  if (options.stage == 2 && options.overlap) {
+    wait_in_flight();
+    in_flight.part = reduce_scatter_output(unit.bucket, dp.size());
+    // Avg: each backward pass adds its dp-average, so micro-batches sum, then average.
+    in_flight.work = ctx.comm.reduce_scatter_async(unit.bucket, in_flight.part, ReduceOp::Avg, dp);
+    in_flight.unit = &unit;
+    unit.pending = 0;
+    return;
+  }
+  torch::Tensor part = ctx.comm.reduce_scatter(unit.bucket, ReduceOp::Avg, dp);
+  unit.shard_grad.add_(part);
+  ctx.sample_memory(step, "reduce_scatter");
+  part = torch::Tensor();
+  unit.bucket = torch::Tensor();
+  unit.pending = 0;
+  if (options.stage == 3)
+    release_full(unit);
+}
+
+void ZeroDataParallel::State::wait_in_flight() {
+  if (!in_flight.unit)
+    return;
+  torch::NoGradGuard no_grad;
+  InFlight done = std::move(in_flight);
+  in_flight = InFlight{};
+  done.work->wait();
+  done.unit->shard_grad.add_(done.part);
+  ctx.sample_memory(step, "reduce_scatter");
+  done.unit->bucket = torch::Tensor();
+}
+
+void ZeroDataParallel::State::gather(FlatUnit& unit) {
+  if (unit.materialized)
+    return;
+  gather_full(unit, ctx.comm, dp);
+  ctx.sample_memory(step, "all_gather");
+}
+
+torch::nn::Sequential ZeroDataParallel::module() {
+  return state_->wrapped;
+}
+
+void ZeroDataParallel::zero_grad() {
+  torch::NoGradGuard no_grad;
+  state_->wait_in_flight();
+  for (auto& unit : state_->units) {
+    unit->shard_grad.zero_();
+    if (unit->grad.defined())
+      unit->grad.zero_();
+  }
+}
+
+void ZeroDataParallel::finish_gradients(int64_t step) {
+  State& s = *state_;
+  torch::NoGradGuard no_grad;
+  s.step = step;
+  if (s.options.stage <= 1) {
+    for (auto& unit : s.units)
+      s.ctx.comm.all_reduce(unit->grad, ReduceOp::Avg, s.dp);
+    s.ctx.sample_memory(step, "all_reduce");
+    return;
+  }
+  // A unit some of whose parameters got no gradient in this backward is still waiting:
+  // the missing gradients count as zero (every member has the same graph, so the same
+  // units are waiting on all of them and the collectives still match).
+  for (auto& unit : s.units)
+    if (unit->bucket.defined() && unit.get() != s.in_flight.unit)
+      s.reduce_scatter(*unit);
+  s.wait_in_flight();
+}
+
+void ZeroDataParallel::step(int64_t step, bool grads_finite) {
+  State& s = *state_;
+  // The caller (the mesh engine) records the step's compute region around this call, with
+  // the update's counted work; the all-gathers below fall inside it.
+  s.wait_in_flight(); // finish_gradients has waited already, unless the caller skipped it
+  const bool stepped = s.optimizer->step(grads_finite);
+  s.ctx.sample_memory(step, "optimizer");
+  if (stepped && (s.options.stage == 1 || s.options.stage == 2)) {
+    for (auto& unit : s.units)
+      all_gather_into_full(*unit, s.ctx.comm, s.dp);
+    s.ctx.sample_memory(step, "all_gather");
+  }
+  s.step = step + 1;
+}
+
+std::vector<torch::Tensor> ZeroDataParallel::full_parameters() {
+  State& s = *state_;
+  torch::NoGradGuard no_grad;
+  std::unordered_map<const void*, torch::Tensor> copies;
+  for (auto& unit : s.units) {
+    const bool was_materialized = unit->materialized;
+    gather_full(*unit, s.ctx.comm, s.dp);
+    for (const auto& p : unit->params)
+      copies[p.unsafeGetTensorImpl()] = p.detach().clone();
+    if (!was_materialized)
+      release_full(*unit);
+  }
+  std::vector<torch::Tensor> out;
+  for (const auto& p : s.params)
+    out.push_back(copies.at(p.unsafeGetTensorImpl()));
+  return out;
+}
+
+Optimizer* ZeroDataParallel::optimizer() {
+  return state_->optimizer.get();
+}
+int ZeroDataParallel::stage() const {
+  return state_->options.stage;
+}
+
+void ZeroDataParallel::save(torch::serialize::OutputArchive& archive) const {
+  const State& s = *state_;
+  // A clone, so that a shard that is a view writes its own elements, not the whole buffer.
+  for (size_t i = 0; i < s.units.size(); ++i)
+    archive.write(fmt::format("zero/shard/{}", i), s.units[i]->shard.detach().clone());
+  s.optimizer->save(archive);
+}
+
+void ZeroDataParallel::load(torch::serialize::InputArchive& archive) {
+  State& s = *state_;
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < s.units.size(); ++i) {
+    torch::Tensor t;  // fresh each time: read() into a defined tensor re-points it (set_)
+    archive.read(fmt::format("zero/shard/{}", i), t);
+    FlatUnit& unit = *s.units[i];
+    if (!t.sizes().equals(unit.shard.sizes()))
+      throw std::runtime_error(fmt::format("flat buffer {} has {} elements in the checkpoint, {} here",
+                                           i, t.numel(), unit.shard.numel()));
+    unit.shard.copy_(t);
+  }
+  s.optimizer->load(archive);
+  if (s.options.stage == 1 || s.options.stage == 2)  // the full parameters from the shards
+    for (auto& unit : s.units)
+      all_gather_into_full(*unit, s.ctx.comm, s.dp);
+}
+
+int64_t ZeroDataParallel::flat_bytes() const {
+  int64_t n = 0;
+  for (const auto& unit : state_->units)
+    n += unit->bytes();
+  return n;
+}
+
+int64_t ZeroDataParallel::largest_unit_bytes() const {
+  int64_t n = 0;
+  for (const auto& unit : state_->units)
+    n = std::max(n, unit->bytes());
+  return n;
+}
+
+} // namespace meshsim

@@ -1,0 +1,62 @@
+// The state behind ZeroDataParallel, shared by zero.cpp (stages 0-2, gradient hooks, step)
+// and zero_stage3.cpp (the block wrappers that gather and free parameters). Internal.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "parallel/data/zero.h"
+#include "parallel/data/zero_flat.h"
+
+namespace torch::autograd {
+struct Node;
+}
+
+namespace meshsim {
+
+struct ZeroDataParallel::State {
+  explicit State(RankContext& context) : ctx(context) {}
+
+  RankContext& ctx;
+  Group dp;
+  int index = 0; // this member's index in dp: which shard it owns
+  ZeroOptions options;
+  torch::nn::Sequential model;       // as given (its parameters are views into the units)
+  torch::nn::Sequential wrapped;     // what module() returns: `model`, or stage 3's wrappers
+  std::vector<torch::Tensor> params; // model->parameters() order
+  std::vector<std::shared_ptr<FlatUnit>> units; // backward order: last block first
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators; // keep hooks alive
+  std::unique_ptr<Optimizer> optimizer;
+  int64_t step = 1; // the step the current backward belongs to (memory samples)
+
+  /// Stage 2: the unit whose reduce-scatter runs while backward fills the next bucket. At most
+  /// one is in flight, as DeepSpeed's double-buffered gradient buckets (overlap_comm): a
+  /// second completed unit first waits for it.
+  struct InFlight {
+    FlatUnit* unit = nullptr;
+    std::unique_ptr<Work> work;
+    torch::Tensor part; // its reduce-scattered shard, under communication
+  };
+  InFlight in_flight;
+
+  void set_up_gradients(FlatUnit& unit);
+  void install_gradient_hooks();
+  /// Post-AccumulateGrad hook body: parameter `i` of `unit` has its gradient.
+  void on_gradient(FlatUnit& unit, size_t i);
+  /// Reduce-scatters (average) the unit's bucket into its shard gradient; frees the bucket,
+  /// and for stage 3 the gathered parameters. Stage 2 only starts it (after waiting for the
+  /// one in flight); wait_in_flight() finishes it.
+  void reduce_scatter(FlatUnit& unit);
+  /// Stage 2: waits for the reduce-scatter in flight, if any, adds its part into the shard
+  /// gradient and frees its bucket.
+  void wait_in_flight();
+  /// Stage 3: materializes the unit's full parameters (all-gather) if they are not.
+  void gather(FlatUnit& unit);
+  /// Stage 3: a copy of `model` whose blocks gather their parameters around forward and
+  /// backward.
+  torch::nn::Sequential wrap_blocks();
+};
+
+} // namespace meshsim

@@ -1,0 +1,223 @@
+// Pipeline parallelism: cutting a Sequential into stages, and the executor that runs one
+// stage's list of actions. The executor knows nothing about the schedule that produced the
+// list: it runs each action in order, and a recv simply waits for its neighbour's send.
+#include "parallel/pipeline/pipeline.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "models/layers/flops.h"
+#include "memory/allocator.h"
+#include "parallel/replica.h"
+
+namespace meshsim {
+namespace {
+
+// Where each unit starts (child indices, ascending); unit i ends where unit i+1 starts.
+std::vector<size_t> unit_starts(const torch::nn::Sequential& model) {
+  const auto children = model->named_children();
+  std::vector<size_t> blocks, with_params;
+  for (size_t i = 0; i < children.size(); ++i) {
+    if (children[i].key().rfind("block", 0) == 0)
+      blocks.push_back(i);
+    if (!children[i].value()->parameters().empty())
+      with_params.push_back(i);
+  }
+  // Transformer blocks are the natural cut points: embed joins the first block and the
+  // final norm and head the last, so the stages stay near equal.
+  std::vector<size_t> starts = blocks.empty() ? with_params : blocks;
+  if (!starts.empty())
+    starts[0] = 0; // leading children join the first unit
+  return starts;
+}
+
+// Messages of micro-batch m into local chunk k: activations on even tags, gradients on odd.
+constexpr int kPipelineTagBase = 1 << 20;
+
+// Everything one micro-batch holds between its actions on this stage.
+struct MicroBatch {
+  torch::Tensor input;         // received activation (a leaf that requires grad); stage > 0
+  torch::Tensor output;        // stage output, still attached to its graph; not the last stage
+  torch::Tensor loss;          // last stage: this micro-batch's loss, attached to its graph
+  torch::Tensor output_grad;   // gradient of `output`, received from the next stage
+  torch::Tensor input_grad;    // gradient of `input`, to send to the previous stage
+  std::vector<LayerWork> work; // its forward's FLOPs and bytes, per layer (for the cost model)
+};
+
+void check_stage(const PipelineStage& stage, const std::vector<Action>& actions) {
+  if (stage.stages < 1 || stage.stage < 0 || stage.stage >= stage.stages)
+    throw std::invalid_argument("pipeline stage " + std::to_string(stage.stage) +
+                                " is not in [0, " + std::to_string(stage.stages) + ")");
+  // With virtual stages every rank has chunks on both sides of it (the ring wraps).
+  const bool chunked = stage.virtual_stages() > 1;
+  if ((stage.stage > 0 || chunked) && stage.prev_rank < 0)
+    throw std::invalid_argument("pipeline stage " + std::to_string(stage.stage) +
+                                " has no prev_rank");
+  if ((stage.stage < stage.stages - 1 || chunked) && stage.next_rank < 0)
+    throw std::invalid_argument("pipeline stage " + std::to_string(stage.stage) +
+                                " has no next_rank");
+  const int chunks = stage.stages * stage.virtual_stages();
+  for (const auto& a : actions)
+    if (a.stage < 0 || a.stage >= chunks || a.stage % stage.stages != stage.stage)
+      throw std::invalid_argument("pipeline stage " + std::to_string(stage.stage) +
+                                  " was given action " + a.str());
+}
+
+} // namespace
+
+int pipeline_units(const torch::nn::Sequential& model) {
+  return static_cast<int>(unit_starts(model).size());
+}
+
+int pipeline_activation_tag(int micro_batch, int chunk, int virtual_stages) {
+  return kPipelineTagBase + 2 * (micro_batch * virtual_stages + chunk);
+}
+int pipeline_grad_tag(int micro_batch, int chunk, int virtual_stages) {
+  return pipeline_activation_tag(micro_batch, chunk, virtual_stages) + 1;
+}
+
+std::vector<size_t> stage_children(const torch::nn::Sequential& model, int stages, int stage) {
+  if (stages < 1 || stage < 0 || stage >= stages)
+    throw std::invalid_argument("pipeline stage " + std::to_string(stage) + " is not in [0, " +
+                                std::to_string(stages) + ")");
+  const std::vector<size_t> starts = unit_starts(model);
+  const int units = static_cast<int>(starts.size());
+  if (units < stages)
+    throw std::invalid_argument("cannot cut the model into " + std::to_string(stages) +
+                                " pipeline stages: it has only " + std::to_string(units) +
+                                " units (layers with parameters, or transformer blocks)");
+  const int base = units / stages, extra = units % stages;
+  const int first_unit = stage * base + std::min(stage, extra);
+  const int end_unit = first_unit + base + (stage < extra ? 1 : 0);
+  const size_t begin = starts[first_unit];
+  const size_t end = end_unit < units ? starts[end_unit] : model->size();
+  std::vector<size_t> out;
+  for (size_t i = begin; i < end; ++i)
+    out.push_back(i);
+  return out;
+}
+
+torch::nn::Sequential stage_module(const torch::nn::Sequential& model, int stages, int stage) {
+  return children_module(model, stage_children(model, stages, stage));
+}
+
+torch::nn::Sequential children_module(const torch::nn::Sequential& model,
+                                      const std::vector<size_t>& indices) {
+  torch::nn::Sequential whole = model; // shares the module; gives non-const access
+  const auto children = whole->named_children();
+  torch::nn::Sequential out;
+  for (size_t i : indices)
+    out->push_back(children[i].key(), *(whole->begin() + static_cast<std::ptrdiff_t>(i)));
+  return out;
+}
+
+double run_pipeline_step(
+    RankContext& ctx, PipelineStage& stage, const std::vector<Action>& actions,
+    const std::vector<torch::Tensor>& inputs, const std::vector<torch::Tensor>& targets,
+    const std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)>& loss_fn,
+    int64_t step) {
+  check_stage(stage, actions);
+  const int V = stage.virtual_stages(), P = stage.stages, chunks = P * V;
+  // This rank holds the model's first chunk (the inputs) or its last (the targets).
+  const bool has_inputs = stage.stage == 0, has_targets = stage.stage == P - 1;
+  int micro_batches = 0;
+  for (const auto& a : actions)
+    micro_batches = std::max(micro_batches, a.micro_batch + 1);
+  if (has_inputs && static_cast<int>(inputs.size()) < micro_batches)
+    throw std::invalid_argument("the first pipeline stage needs " + std::to_string(micro_batches) +
+                                " input micro-batches, got " + std::to_string(inputs.size()));
+  if (has_targets && static_cast<int>(targets.size()) < micro_batches)
+    throw std::invalid_argument("the last pipeline stage needs " + std::to_string(micro_batches) +
+                                " target micro-batches, got " + std::to_string(targets.size()));
+  int64_t local_batch = 0;
+  if (has_targets)
+    for (int m = 0; m < micro_batches; ++m)
+      local_batch += targets[m].size(0);
+
+  CategoryScope scope(MemoryCategory::Activations);
+  auto module_of = [&](int k) -> torch::nn::Sequential& {
+    return V == 1 ? stage.module : stage.chunks[static_cast<size_t>(k)];
+  };
+  for (int k = 0; k < V; ++k)
+    module_of(k)->train();
+  // One per (local chunk, micro-batch): chunk k's micro-batch m at k·M + m.
+  std::vector<MicroBatch> mbs(static_cast<size_t>(V) * micro_batches);
+  double loss_sum = 0; // sum over micro-batches of mean loss * size
+  for (const Action& a : actions) {
+    const int m = a.micro_batch, k = a.stage / P; // the chunk's index on this rank
+    const bool first = a.stage == 0, last = a.stage == chunks - 1;
+    MicroBatch& mb = mbs[static_cast<size_t>(k) * micro_batches + m];
+    switch (a.kind) {
+    case ActionKind::RecvActivation:
+      mb.input = ctx.comm.recv(stage.prev_rank, pipeline_activation_tag(m, k, V));
+      // A leaf, so backward leaves the gradient to send back in input.grad().
+      if (mb.input.is_floating_point())
+        mb.input.requires_grad_(true);
+      break;
+    case ActionKind::Forward: {
+      const auto t = ctx.mark();
+      torch::Tensor out = forward_counting(module_of(k), first ? inputs[m] : mb.input, mb.work);
+      if (last) {
+        mb.loss = loss_fn(out, targets[m]);
+        loss_sum += loss_value(mb.loss) * static_cast<double>(targets[m].size(0));
+      } else {
+        mb.output = out;
+      }
+      ctx.record_compute("forward", step, t);
+      attach_work(ctx.recorder.compute.back(), mb.work);
+      ctx.sample_memory(step, a.str());
+      break;
+    }
+    case ActionKind::SendActivation:
+      if (!mb.output.defined())
+        throw std::invalid_argument("pipeline action " + a.str() + " before its forward");
+      // Into the next virtual stage, the next rank's chunk (a.stage + 1) / P.
+      ctx.comm.send(mb.output.detach(), stage.next_rank,
+                    pipeline_activation_tag(m, (a.stage + 1) / P, V));
+      break;
+    case ActionKind::RecvGrad:
+      mb.output_grad = ctx.comm.recv(stage.next_rank, pipeline_grad_tag(m, k, V));
+      break;
+    case ActionKind::Backward: {
+      const auto t = ctx.mark();
+      if (last) {
+        if (!mb.loss.defined())
+          throw std::invalid_argument("pipeline action " + a.str() + " before its forward");
+        // Each micro-batch's loss is a mean over its own samples; weighting it by its share
+        // of the local batch makes the summed gradients those of the local batch's mean.
+        const double share =
+            static_cast<double>(targets[m].size(0)) / static_cast<double>(local_batch);
+        (mb.loss * share).backward();
+      } else {
+        if (!mb.output.defined() || !mb.output_grad.defined())
+          throw std::invalid_argument("pipeline action " + a.str() +
+                                      " before its forward or its gradient");
+        mb.output.backward(mb.output_grad);
+      }
+      if (!first && mb.input.defined()) {
+        mb.input_grad = mb.input.grad();
+        if (!mb.input_grad.defined())
+          mb.input_grad = torch::zeros_like(mb.input);
+      }
+      // The graph was freed by backward; dropping these frees what it saved.
+      mb.input = mb.output = mb.loss = mb.output_grad = torch::Tensor();
+      ctx.record_compute("backward", step, t);
+      attach_work(ctx.recorder.compute.back(), backward_work(mb.work));
+      mb.work.clear();
+      ctx.sample_memory(step, a.str());
+      break;
+    }
+    case ActionKind::SendGrad:
+      if (!mb.input_grad.defined())
+        throw std::invalid_argument("pipeline action " + a.str() + " before its backward");
+      // Back to the previous virtual stage, the previous rank's chunk (a.stage - 1) / P.
+      ctx.comm.send(mb.input_grad, stage.prev_rank, pipeline_grad_tag(m, (a.stage - 1) / P, V));
+      mb.input_grad = torch::Tensor();
+      break;
+    }
+  }
+  return has_targets && local_batch > 0 ? loss_sum / static_cast<double>(local_batch) : 0.0;
+}
+
+} // namespace meshsim

@@ -1,0 +1,153 @@
+// Tensor parallelism, Megatron style: two paired autograd functions (copy_to_region,
+// reduce_from_region), column- and row-parallel Linears built on them, and a plan that says
+// which Linear of an unmodified model becomes which; optionally with sequence parallelism
+// (parallel/tensor/sequence_parallel.h). See docs/tensor-parallel.md.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "comm/communicator.h"
+
+namespace meshsim {
+
+/// Megatron's paired functions. copy_to_region: identity forward, all-reduce (sum) of the gradient
+/// over `group` in backward. reduce_from_region: all-reduce (sum) forward, identity backward. Both
+/// return `x` untouched on a group of one.
+torch::Tensor copy_to_region(const torch::Tensor& x, Communicator& comm, const Group& group);
+torch::Tensor reduce_from_region(const torch::Tensor& x, Communicator& comm, const Group& group);
+
+/// Megatron's gather: forward all-gathers the members' slices of the last dimension in group
+/// order, backward keeps member `index`'s slice of the gradient. `x` itself on a group of one.
+torch::Tensor gather_from_region(const torch::Tensor& x, Communicator& comm, const Group& group,
+                                 int index);
+
+enum class ParallelStyle { Column, Row };
+struct TensorParallelPlan {
+  std::vector<std::pair<std::string, ParallelStyle>> rules; // '*' wildcards over full names
+  /// Sequence parallelism: the children of the model (a Sequential) after which the sequence
+  /// is split over the group and before which it is gathered whole again. Everything between
+  /// them runs on this member's part of the sequence outside the column/row layers.
+  std::string sequence_after = "embed", sequence_before = "head";
+};
+
+/// q, k, v and mlp.fc column-parallel; attn.out and mlp.proj row-parallel.
+TensorParallelPlan gpt_tensor_parallel_plan();
+
+/// Llama: attn.q, attn.k, attn.v, mlp.gate, mlp.up column-parallel; attn.o and mlp.down
+/// row-parallel. Attention shards whole heads, so each member keeps heads/tp query heads and
+/// kv_heads/tp kv heads, exactly the ones its query heads read (both must divide by tp).
+TensorParallelPlan llama_tensor_parallel_plan();
+
+/// The plan for --model `model` (gpt or llama). Throws std::invalid_argument for a model
+/// without one.
+TensorParallelPlan tensor_parallel_plan(const std::string& model);
+
+/// True when `name` matches `pattern`, where '*' matches any run of characters (dots too).
+bool pattern_matches(const std::string& pattern, const std::string& name);
+
+/// Column-parallel layers under one parent that read the same input (q, k, v) share one
+/// copy_to_region, so the input's gradient is all-reduced once, as with Megatron's fused QKV.
+class RegionInput;
+
+/// Output features split over the group: weight [out/n, in], bias [out/n]. The input is
+/// replicated; the output is this member's slice of features, left sharded. Under sequence
+/// parallelism (set by its RegionInput) the input is this member's part of the sequence,
+/// all-gathered before the product.
+class ColumnParallelLinearImpl : public torch::nn::Module {
+public:
+  ColumnParallelLinearImpl(torch::Tensor weight, torch::Tensor bias, Communicator& comm,
+                           Group group, std::shared_ptr<RegionInput> input);
+  torch::Tensor forward(const torch::Tensor& x);
+  /// The number of parts of the sequence its input holds one of: the group's size under
+  /// sequence parallelism, otherwise 1.
+  int64_t sequence_parts() const;
+  torch::Tensor weight, bias;
+
+private:
+  std::shared_ptr<RegionInput> input_;
+};
+TORCH_MODULE(ColumnParallelLinear);
+
+/// Input features split over the group: weight [out, in/n], bias [out] replicated. The input
+/// is this member's slice of features; the partial products are summed by one all-reduce and
+/// the bias is added once, after it. With `sequence_parallel`, the sum is a reduce-scatter
+/// instead, leaving this member's part of the sequence, and the bias is added to that part.
+class RowParallelLinearImpl : public torch::nn::Module {
+public:
+  RowParallelLinearImpl(torch::Tensor weight, torch::Tensor bias, Communicator& comm, Group group,
+                        bool sequence_parallel = false);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight, bias;
+
+private:
+  Communicator& comm_;
+  Group group_;
+  bool sequence_parallel_;
+};
+TORCH_MODULE(RowParallelLinear);
+
+/// The LM head split over the vocabulary (Megatron's ColumnParallelLinear with gather_output):
+/// weight [V/n, h] is this member's rows; each member computes its V/n logits of the
+/// replicated input, and the logits are all-gathered whole, [..., V], for the loss.
+class VocabParallelHeadImpl : public torch::nn::Module {
+public:
+  VocabParallelHeadImpl(torch::Tensor weight, Communicator& comm, Group group, int index);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight;
+
+private:
+  Communicator& comm_;
+  Group group_;
+  int index_;
+};
+TORCH_MODULE(VocabParallelHead);
+
+/// Replaces, in place, every Linear whose full name matches a rule with a ColumnParallelLinear /
+/// RowParallelLinear holding this member's shard (member `index` of `group`), sliced from the full
+/// (already initialized) Linear, so the sharded model computes exactly what the full one does.
+/// Throws std::invalid_argument if a rule matches nothing or a dimension is not divisible by
+/// group.size(). The new shards are allocated under the caller's current GPU and category; the
+/// replaced full Linear is released. The Linear's parent must implement LinearSlots (models/gpt.h).
+/// Nothing is replaced if any check fails. The model's child "head", when it is a Linear of
+/// its own (not tied to the embedding) whose vocabulary divides by group.size(), becomes a
+/// VocabParallelHead.
+///
+/// With `sequence_parallel` (Korthikanti et al. 2022), the column layers all-gather their
+/// input along the sequence (and reduce-scatter its gradient), the row layers reduce-scatter
+/// their output along it, and `model` is rebuilt with two parameter-less children:
+/// "sequence_scatter" after plan.sequence_after and "sequence_gather" before
+/// plan.sequence_before, so every other child in between runs on this member's part of the
+/// sequence (its length must divide by group.size()). Their replicated parameters then get
+/// partial gradients: see sequence_parallel_parameters.
+void parallelize_tensor(torch::nn::Sequential& model, const TensorParallelPlan& plan,
+                        Communicator& comm, const Group& group, int index,
+                        bool sequence_parallel = false);
+
+/// The parameters of a sequence-parallel model (or of a pipeline stage of one) whose gradient
+/// each member computes from its part of the sequence only: every parameter of the children
+/// other than plan.sequence_after and plan.sequence_before that is not a tensor-parallel shard
+/// (normalizations, row-parallel biases). Their gradients must be summed over the group
+/// (all_reduce_sequence_parallel_gradients) before the optimizer step.
+std::vector<torch::Tensor> sequence_parallel_parameters(const torch::nn::Sequential& model,
+                                                        const TensorParallelPlan& plan);
+
+/// sequence_parts() of the first column-parallel layer in `module` (1 when it has none).
+int64_t sequence_parts(const torch::nn::Module& module);
+
+/// Collective over `group`: the full (unsharded) parameters of a tensor-parallel model, in the
+/// order of the unsharded model's parameters(), all-gathered and concatenated along each shard's
+/// split dimension (replicated parameters returned as they are). Allocated under the caller's
+/// current GPU/category.
+std::vector<torch::Tensor> full_parameters(torch::nn::Sequential& model, Communicator& comm,
+                                           const Group& group);
+
+/// The same for the parameters' gradients (throws std::invalid_argument if one has none).
+std::vector<torch::Tensor> full_gradients(torch::nn::Sequential& model, Communicator& comm,
+                                          const Group& group);
+
+} // namespace meshsim

@@ -1,0 +1,254 @@
+// make_plan: the configuration's strategy, stepped on meta tensors. See plan.h.
+#include "plan/plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "cost/hardware.h"
+#include "memory/allocator.h"
+#include "memory/category.h"
+#include "memory/virtual_gpu.h"
+#include "mesh/device_mesh.h"
+#include "mesh/rank_runner.h"
+#include "models/resnet.h"
+#include "parallel/strategy.h"
+#include "config/strategy_options.h"
+
+namespace meshsim {
+namespace {
+
+// The ranks that differ: one per pipeline stage, data-parallel index 0 and tensor-parallel
+// index 0. The other members of a tp group hold shards of equal size (heads and the MLP split
+// evenly) and the same replicated layers, and the other replicas are copies: all are images.
+std::vector<int> executed_ranks(const ParallelDims& dims) {
+  std::vector<int> ranks;
+  for (int s = 0; s < dims.pp; ++s)
+    ranks.push_back(dims.rank({0, 0, s}));
+  return ranks;
+}
+
+// A replica's batch as the data loader hands it over, charged as activations: token ids
+// [B, T] and next-token targets [B, T], int64; or float32 images [B, 3, 224, 224] and int64
+// labels [B].
+Batch meta_batch(const TrainConfig& config) {
+  CategoryScope scope(MemoryCategory::Activations);
+  const auto options = torch::TensorOptions().dtype(torch::kLong).device(torch::kMeta);
+  Batch b;
+  if (!is_transformer(config.model)) {
+    b.inputs = torch::empty({config.batch_size, kImageChannels, kImageSize, kImageSize},
+                            options.dtype(torch::kFloat32));
+    b.targets = torch::empty({config.batch_size}, options);
+    return b;
+  }
+  b.inputs = torch::empty({config.batch_size, config.shape.seq_len}, options);
+  b.targets = torch::empty({config.batch_size, config.shape.seq_len}, options);
+  return b;
+}
+
+} // namespace
+
+std::vector<Recorder> replicate_replicas(const std::vector<Recorder>& executed,
+                                         const ParallelDims& dims) {
+  std::vector<Recorder> out(static_cast<size_t>(dims.world));
+  for (int d = 0; d < dims.dp; ++d) {
+    for (int t = 0; t < dims.tp; ++t) {
+      // A member's image in replica d at tp index t: the coordinates its group spans are kept
+      // (a dp group stays the dp group, a tp group the tp group), the others become (d, t).
+      auto rename = [&](const std::vector<int>& group, int rank) {
+        bool spans_dp = false, spans_tp = false;
+        for (int g : group) {
+          spans_dp = spans_dp || dims.coord(g).dp != dims.coord(group.front()).dp;
+          spans_tp = spans_tp || dims.coord(g).tp != dims.coord(group.front()).tp;
+        }
+        ParallelCoord c = dims.coord(rank);
+        if (!spans_dp)
+          c.dp = d;
+        if (!spans_tp)
+          c.tp = t;
+        return dims.rank(c);
+      };
+      for (int s = 0; s < dims.pp; ++s) {
+        const int original = dims.rank({0, 0, s});
+        Recorder copy = executed[static_cast<size_t>(original)];
+        for (CollectiveRecord& c : copy.collectives) {
+          const std::vector<int> group = c.group;
+          if (c.peer >= 0)
+            c.peer = rename({c.peer}, c.peer);
+          for (int& g : c.group)
+            g = rename(group, g);
+        }
+        out[static_cast<size_t>(dims.rank({d, t, s}))] = std::move(copy);
+      }
+    }
+  }
+  return out;
+}
+
+void check_plannable(const TrainConfig& config) {
+  if (!builds_on_meta(config.model))
+    throw std::invalid_argument(fmt::format(
+        "meshsim plan runs gpt, llama and resnet50, whose layers are built on the meta device; "
+        "{} is built on the host: train it instead",
+        config.model));
+  if (config.strategy != "ddp")
+    throw std::invalid_argument(fmt::format(
+        "meshsim plan runs --strategy ddp and its layouts (--tp --pp --zero), not {}",
+        config.strategy));
+}
+
+void check_plan_work(const TrainConfig& config, int64_t steps) {
+  if (!is_transformer(config.model))
+    return; // an image model's layers are fixed
+  const double layers = static_cast<double>(config.shape.layers);
+  const double per_stage = std::ceil(layers / (config.pp * config.virtual_stages)) * config.virtual_stages;
+  if (per_stage > kMaxPlannedBlocksPerStage)
+    throw std::invalid_argument(fmt::format(
+        "--layers {} puts {:.0f} transformer blocks on each of --pp {} stages; a plan builds at "
+        "most {} per stage (the largest published models have under 130 in all)",
+        config.shape.layers, per_stage, config.pp, kMaxPlannedBlocksPerStage));
+  // One GPU per stage runs (plan.h): together they pass every block once per micro-batch.
+  const double passes = layers * static_cast<double>(config.micro_batches) * static_cast<double>(steps);
+  if (passes > static_cast<double>(kMaxPlannedBlockPasses))
+    throw std::invalid_argument(fmt::format(
+        "a plan of --layers {} with {} micro-batches runs {:.3g} block passes, more than the {} "
+        "it will try; plan fewer micro-batches (--micro-batch-size, --global-batch-size) or layers",
+        config.shape.layers, config.micro_batches, passes, kMaxPlannedBlockPasses));
+}
+
+Plan make_plan(const TrainConfig& config, int64_t capacity_bytes, int64_t steps) {
+  check_plannable(config);
+  check_plan_work(config, steps);
+  Plan plan;
+  plan.dims = ParallelDims::make(config.gpus, config.tp, config.pp);
+  plan.steps = steps;
+  plan.samples_per_step = config.batch_size * plan.dims.dp;
+  // An image is one sample and no tokens; a plan's rates count it as one "token".
+  plan.tokens_per_step =
+      plan.samples_per_step * (is_transformer(config.model) ? config.shape.seq_len : 1);
+
+  MeshOptions mesh_options;
+  mesh_options.world_size = config.gpus;
+  mesh_options.capacity_bytes = capacity_bytes;
+  mesh_options.device = "meta";
+  mesh_options.comm_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(config.comm_timeout_s * 1000));
+  mesh_options.timeline = true; // kept for the executed ranks only, below
+  mesh_options.peak_windows = true;
+  DeviceMesh mesh(mesh_options);
+
+  StrategyOptions options = strategy_options(config);
+  options.device = torch::kMeta;
+  const std::vector<int> ranks = executed_ranks(plan.dims);
+  std::vector<int64_t> state(static_cast<size_t>(config.gpus), 0);
+  const std::vector<Recorder> recorders = run_ranks(
+      mesh,
+      [&](RankContext& ctx) {
+        auto strategy = make_strategy(config.strategy, ctx, options);
+        for (int64_t step = 1; step <= plan.steps; ++step) {
+          strategy->step(meta_batch(config), step);
+          state[static_cast<size_t>(ctx.rank)] =
+              std::max(state[static_cast<size_t>(ctx.rank)], model_state_bytes(ctx.gpu));
+        }
+        ctx.mesh.close_window(ctx.rank, "end");
+      },
+      ranks);
+
+  for (int r : ranks) {
+    PlannedRank p;
+    p.rank = r;
+    p.coord = plan.dims.coord(r);
+    p.stats = mesh.peak_stats(r);
+    p.windows = mesh.windows(r);
+    p.model_state_bytes = state[static_cast<size_t>(r)];
+    plan.ranks.push_back(p);
+  }
+  plan.recorders = recorders;
+  for (MemorySample& sample : mesh.timeline().samples()) {
+    std::vector<int64_t> executed;
+    for (int r : ranks)
+      executed.push_back(sample.bytes[static_cast<size_t>(r)]);
+    sample.bytes = std::move(executed);
+    plan.timeline.push_back(std::move(sample));
+  }
+  return plan;
+}
+
+void derive_rates(PlanFigures& f) {
+  f.peak_bytes = 0;
+  for (const StageFigures& s : f.stages)
+    f.peak_bytes = std::max(f.peak_bytes, s.peak_bytes);
+  f.fits = f.peak_bytes <= f.gpu_memory_bytes;
+  f.tokens_per_s_per_gpu = f.tflops_per_gpu = f.mfu = 0;
+  if (f.step_seconds <= 0 || f.world <= 0)
+    return;
+  const double per_gpu_second = 1.0 / (f.step_seconds * f.world);
+  f.tokens_per_s_per_gpu = static_cast<double>(f.tokens_per_step) * per_gpu_second;
+  f.tflops_per_gpu = f.flops * per_gpu_second / 1e12;
+  f.mfu = f.peak_flops > 0 ? f.model_flops * per_gpu_second / f.peak_flops : 0;
+}
+
+PlanFigures plan_figures(const Plan& plan, const Prediction& prediction,
+                         const ClusterSpec& cluster, const std::string& precision) {
+  PlanFigures f;
+  for (int s = 0; s < plan.dims.pp; ++s) {
+    std::vector<const PlannedRank*> members;
+    for (const auto& r : plan.ranks)
+      if (r.coord.pp == s)
+        members.push_back(&r);
+    const bool alike = std::all_of(members.begin(), members.end(), [&](const PlannedRank* r) {
+      return r->stats.peak_by_category == members.front()->stats.peak_by_category &&
+             r->model_state_bytes == members.front()->model_state_bytes;
+    });
+    for (const PlannedRank* r : members) {
+      StageFigures e;
+      e.stage = s;
+      e.tp_rank = alike ? -1 : r->coord.tp;
+      e.peak_bytes = r->stats.peak;
+      e.model_state_bytes = r->model_state_bytes;
+      e.peak_by_category = r->stats.peak_by_category;
+      e.windows = r->windows;
+      f.stages.push_back(e);
+      if (alike)
+        break;
+    }
+  }
+  f.world = plan.dims.world;
+  f.tokens_per_step = plan.tokens_per_step;
+  f.step_seconds = prediction.step_time_s;
+  f.flops = prediction.flops;
+  f.model_flops = prediction.model_flops;
+  f.peak_flops = cluster.gpu.peak_flops(parse_dtype(precision));
+  f.gpu_memory_bytes = static_cast<int64_t>(cluster.gpu.mem_bytes);
+  derive_rates(f);
+  return f;
+}
+
+PlanFigures plan_on(const TrainConfig& config, const ClusterSpec& cluster, Prediction* prediction,
+                    Plan* plan_out, const PredictOptions& target) {
+  Plan plan;
+  try {
+    plan = make_plan(config, kPlanCapacity);
+  } catch (const OutOfMemory& e) {
+    // No GPU holds kPlanCapacity: say what did not fit, not the sentinel it was held against.
+    std::string what = e.what();
+    what = what.substr(0, what.rfind("; capacity"));
+    throw OutOfMemory(fmt::format(
+        "this plan needs more than {} on one GPU, far more than any GPU has ({}); fits: no",
+        format_bytes(kPlanCapacity), what));
+  }
+  PredictOptions options = target;
+  options.dtype = parse_dtype(config.precision); // the math of the planned run
+  options.images = true; // the GPUs not executed are images of those that were
+  const Prediction p = predict(plan.recorders, plan.samples_per_step, cluster, options);
+  PlanFigures f = plan_figures(plan, p, cluster, config.precision);
+  if (prediction)
+    *prediction = p;
+  if (plan_out)
+    *plan_out = std::move(plan);
+  return f;
+}
+
+} // namespace meshsim

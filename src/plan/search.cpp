@@ -1,0 +1,372 @@
+// search_layouts and estimate_layout. See search.h.
+#include "plan/search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "memory/category.h"
+#include "models/presets.h"
+#include "parallel/pipeline/schedule.h"
+
+namespace meshsim {
+namespace {
+
+// `a` measured at ta and `b` at tb, carried on linearly to t (a when the points coincide).
+double line(double a, double b, double ta, double tb, double t) {
+  return tb == ta ? a : a + (b - a) * (t - ta) / (tb - ta);
+}
+
+int64_t line_bytes(int64_t a, int64_t b, double ta, double tb, double t) {
+  return std::llround(line(static_cast<double>(a), static_cast<double>(b), ta, tb, t));
+}
+
+// One entry per stage: the largest of a stage's tp ranks where they differ.
+std::vector<StageFigures> per_stage(const std::vector<StageFigures>& stages) {
+  std::vector<StageFigures> out;
+  for (const StageFigures& s : stages) {
+    if (!out.empty() && out.back().stage == s.stage) {
+      if (s.peak_bytes > out.back().peak_bytes)
+        out.back() = s;
+      out.back().tp_rank = -1;
+      continue;
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
+// Every extensive figure of `a` (measured at ta) and `b` (at tb) carried on to t. A stage's
+// peak is the largest of its windows' (the phases between memory samples), and which phase
+// peaks can change with the size (a phase that grows faster overtakes at more blocks), so
+// where both plans have the same windows each window's peaks are carried on and the largest
+// taken.
+PlanFigures extrapolate(const PlanFigures& a, const PlanFigures& b, double ta, double tb, double t) {
+  PlanFigures f = a;
+  std::vector<StageFigures> sa = a.stages, sb = b.stages;
+  if (sa.size() != sb.size()) // tp ranks alike at one size and not the other
+    sa = per_stage(sa), sb = per_stage(sb);
+  f.stages = sa;
+  for (size_t i = 0; i < sa.size(); ++i) {
+    StageFigures& s = f.stages[i];
+    s.model_state_bytes = line_bytes(sa[i].model_state_bytes, sb[i].model_state_bytes, ta, tb, t);
+    const auto& wa = sa[i].windows;
+    const auto& wb = sb[i].windows;
+    const bool windows = !wa.empty() && wa.size() == wb.size() &&
+                         std::equal(wa.begin(), wa.end(), wb.begin(), [](const auto& x, const auto& y) {
+                           return x.phase == y.phase;
+                         });
+    if (!windows) {
+      s.windows.clear();
+      s.peak_bytes = line_bytes(sa[i].peak_bytes, sb[i].peak_bytes, ta, tb, t);
+      for (size_t c = 0; c < s.peak_by_category.size(); ++c)
+        s.peak_by_category[c] =
+            line_bytes(sa[i].peak_by_category[c], sb[i].peak_by_category[c], ta, tb, t);
+      continue;
+    }
+    s.peak_bytes = 0;
+    s.peak_by_category.fill(0);
+    for (size_t w = 0; w < wa.size(); ++w) {
+      PeakWindow& out = s.windows[w];
+      out.stats.peak = line_bytes(wa[w].stats.peak, wb[w].stats.peak, ta, tb, t);
+      s.peak_bytes = std::max(s.peak_bytes, out.stats.peak);
+      for (size_t c = 0; c < s.peak_by_category.size(); ++c) {
+        out.stats.peak_by_category[c] = line_bytes(wa[w].stats.peak_by_category[c],
+                                                   wb[w].stats.peak_by_category[c], ta, tb, t);
+        s.peak_by_category[c] = std::max(s.peak_by_category[c], out.stats.peak_by_category[c]);
+      }
+    }
+  }
+  f.tokens_per_step = line_bytes(a.tokens_per_step, b.tokens_per_step, ta, tb, t);
+  f.step_seconds = line(a.step_seconds, b.step_seconds, ta, tb, t);
+  f.flops = line(a.flops, b.flops, ta, tb, t);
+  f.model_flops = line(a.model_flops, b.model_flops, ta, tb, t);
+  derive_rates(f);
+  return f;
+}
+
+// `config` with `blocks` transformer blocks per stage and `micro_batches` micro-batches of the
+// same size, validated.
+TrainConfig reduced(const TrainConfig& config, int64_t blocks, int micro_batches) {
+  TrainConfig c = config;
+  const int dp = config.gpus / (config.tp * config.pp);
+  const int64_t micro_batch_size = micro_batch_size_of(config);
+  c.shape.layers = blocks * config.pp;
+  c.micro_batch_size = micro_batch_size;
+  c.micro_batches = 0;
+  c.global_batch_size = micro_batch_size * dp * micro_batches;
+  validate(c);
+  return c;
+}
+
+std::string describe(const TrainConfig& c) {
+  return fmt::format("tp {} pp {} dp {} zero {} mbs {} recompute {}{}", c.tp, c.pp,
+                     c.gpus / (c.tp * c.pp), c.zero, micro_batch_size_of(c), c.recompute,
+                     c.sequence_parallel ? " sp" : "");
+}
+
+// Per stage: the most micro-batches it holds at once with `micro_batches` under the
+// configuration's schedule (one without a pipeline).
+std::vector<int> held_at_once(const TrainConfig& config, int micro_batches) {
+  if (config.pp == 1)
+    return {1};
+  return dry_run(make_schedule(config.schedule, config.pp, micro_batches, config.virtual_stages))
+      .peak_in_flight;
+}
+
+// `base` laid out as one candidate of the search (validate() still to run).
+TrainConfig candidate(const TrainConfig& base, int world, int tp, int pp, int zero, bool sp,
+                      int64_t micro_batch_size, const char* recompute) {
+  TrainConfig c = base;
+  c.gpus = world;
+  c.tp = tp;
+  c.pp = pp;
+  c.zero = zero;
+  c.micro_batch_size = micro_batch_size;
+  c.micro_batches = 0;
+  c.sequence_parallel = sp;
+  c.recompute = recompute;
+  c.schedule = "1f1b";
+  c.virtual_stages = 1; // the search plans plain 1F1B
+  return c;
+}
+
+// A (tp, pp) family while it is searched: what the search reports if nothing of it fits, and
+// the least memory any of its candidates needs.
+struct Family {
+  RejectedFamily report;
+  int64_t least_bytes = -1;
+  std::string least; // "<layout> peaks at X" or "... holds a model state of at least X"
+
+  void note(int64_t bytes, const TrainConfig& c, bool model_state_alone) {
+    if (least_bytes >= 0 && bytes >= least_bytes)
+      return;
+    least_bytes = bytes;
+    least = fmt::format("{} {} {}", describe(c),
+                        model_state_alone ? "holds a model state of at least" : "peaks at",
+                        format_bytes(bytes));
+  }
+  void refuse(const std::string& why) {
+    if (report.reason.empty())
+      report.reason = "does not divide: " + why;
+  }
+};
+
+std::vector<int> divisors(int n) {
+  std::vector<int> out;
+  for (int d = 1; d <= n; ++d)
+    if (n % d == 0)
+      out.push_back(d);
+  return out;
+}
+
+} // namespace
+
+PlanFigures estimate_layout(const TrainConfig& config, const ClusterSpec& cluster,
+                            int64_t stop_above, const PredictOptions& target) {
+  // Interleaved 1F1B (V chunks per stage) plans whole chunks of 1 and 2 blocks and a multiple
+  // of the pipeline's depth of micro-batches, as its schedule needs: P and 2P.
+  const int v = config.virtual_stages;
+  const int64_t blocks = config.shape.layers / config.pp; // validate: layers divide by pp (and V)
+  const int m = config.micro_batches;
+  const int m1 = v > 1 ? config.pp : 1, m2 = 2 * m1;
+  // Blocks: 1 and 2 per chunk (the embedding and head are the same in both).
+  const int64_t k1 = std::min<int64_t>(blocks, v), k2 = std::min<int64_t>(blocks, 2 * v);
+  auto at = [&](int64_t k, int micro) {
+    return plan_on(reduced(config, k, micro), cluster, nullptr, nullptr, target);
+  };
+  // `micro` micro-batches, carried on from k1 and k2 blocks per stage to all of them.
+  auto in_blocks = [&](int micro) {
+    const PlanFigures a = at(k1, micro);
+    return k2 == k1 ? a
+                    : extrapolate(a, at(k2, micro), static_cast<double>(k1),
+                                  static_cast<double>(k2), static_cast<double>(blocks));
+  };
+  // The fewest micro-batches: the least each stage can hold. Over `stop_above` already: done.
+  const PlanFigures one = in_blocks(m1);
+  if (m == m1 || one.peak_bytes > stop_above)
+    return one;
+  const PlanFigures two = in_blocks(m2);
+
+  // The step: each further micro-batch costs what those from m1 to m2 did (a full pipeline's
+  // steady state adds its slowest stage's forward and backward per micro-batch).
+  PlanFigures f = extrapolate(one, two, m1, m2, m);
+  // Memory: a stage holds the activations of the micro-batches it has forwarded and not yet
+  // backwarded, at most `held[s]` of them under the schedule; each costs what those from m1 to
+  // m2 did. The batch itself (token ids and targets, int64) grows with every micro-batch.
+  const int64_t batch_bytes = 2 * 8 * micro_batch_size_of(config) * config.shape.seq_len;
+  const std::vector<int> held = held_at_once(config, m), held_one = held_at_once(config, m1),
+                         held_two = held_at_once(config, m2);
+  const std::vector<StageFigures> s1 = per_stage(one.stages), s2 = per_stage(two.stages);
+  f.stages = s1;
+  for (size_t i = 0; i < s1.size(); ++i) {
+    const auto stage = static_cast<size_t>(s1[i].stage);
+    const int extra_two = held_two[stage] - held_one[stage], extra = held[stage] - held_one[stage];
+    auto carry = [&](int64_t a, int64_t b, bool batch) {
+      const int64_t measured_batch = batch ? batch_bytes * (m2 - m1) : 0;
+      const int64_t per_held = extra_two > 0 ? (b - a - measured_batch) / extra_two : 0;
+      return a + per_held * extra + (batch ? batch_bytes * (m - m1) : 0);
+    };
+    const size_t activations = static_cast<size_t>(MemoryCategory::Activations);
+    StageFigures& out = f.stages[i];
+    out.peak_bytes = carry(s1[i].peak_bytes, s2[i].peak_bytes, true);
+    for (size_t c = 0; c < out.peak_by_category.size(); ++c)
+      out.peak_by_category[c] =
+          carry(s1[i].peak_by_category[c], s2[i].peak_by_category[c], c == activations);
+  }
+  f.tokens_per_step = config.batch_size * (config.gpus / (config.tp * config.pp)) * config.shape.seq_len;
+  derive_rates(f);
+  return f;
+}
+
+int64_t model_state_floor(const TrainConfig& c) {
+  const int64_t psi = preset_parameter_count(c.model, c.shape);
+  const int dp = c.gpus / (c.tp * c.pp);
+  const double element = c.precision == "fp32" ? 4 : 2;
+  // The optimizer's fp32 state per parameter: Adam's two moments or SGD's momentum buffer,
+  // and the fp32 master weights of mixed precision.
+  const double state = (c.optimizer.name == "adam" ? 8 : c.optimizer.momentum != 0 ? 4 : 0) +
+                       (c.precision == "fp32" ? 0 : 4);
+  const double per_parameter = element / (c.zero >= 3 ? dp : 1) +
+                               element / (c.zero >= 2 ? dp : 1) +
+                               state / (c.zero >= 1 ? dp : 1);
+  return static_cast<int64_t>(static_cast<double>(psi) / (c.tp * c.pp) * per_parameter);
+}
+
+SearchResult search_layouts(const TrainConfig& base, const ClusterSpec& cluster,
+                            const SearchOptions& options) {
+  if (base.global_batch_size <= 0)
+    throw std::invalid_argument("meshsim plan --search needs --global-batch-size (the batch every "
+                                "layout must train on)");
+  const int world = cluster.world_size();
+  const auto memory = static_cast<int64_t>(cluster.gpu.mem_bytes);
+  SearchResult result;
+  std::vector<Layout> fitting;
+  std::vector<Family> families;
+
+  // The families, in order: (tp, pp) with tp a power of two within a node.
+  std::vector<std::pair<int, int>> shapes;
+  for (int tp = 1; tp <= cluster.gpus_per_node; tp *= 2)
+    if (world % tp == 0)
+      for (int pp : divisors(world / tp))
+        shapes.emplace_back(tp, pp);
+  for (const auto& [tp, pp] : shapes) {
+    Family& family = families.emplace_back();
+    family.report.family = fmt::format("tp {}, pp {}", tp, pp);
+    const std::vector<int> zeros = tp == 1 && pp == 1 ? std::vector<int>{3, 2, 1, 0}
+                                                      : std::vector<int>{1, 0};
+    const std::vector<bool> sps = tp > 1 ? std::vector<bool>{true, false} : std::vector<bool>{false};
+    if (base.shape.layers % pp != 0) { // Megatron's 1F1B needs equal stages too
+      const int count = static_cast<int>(zeros.size() * sps.size()) * 4 * 3;
+      result.candidates += count;
+      result.invalid += count;
+      family.report.candidates += count;
+      family.refuse(fmt::format("{} layers do not split into {} equal stages", base.shape.layers, pp));
+      continue;
+    }
+    // Most memory saved first (more ZeRO sharding, sequence parallel, the smallest
+    // micro-batch, full recompute): what does not fit there fits nowhere after it.
+    bool family_fits_somewhere = true;
+    for (int zero : zeros) {
+      for (bool sp : sps) {
+        double previous = 0; // tokens/s of the last micro-batch size that fit
+        bool sizes_done = false; // the larger sizes hold more or run slower: validated only
+        bool smallest = true;    // no size of this (zero, sp) planned yet
+        for (int64_t mbs : {1, 2, 4, 8}) {
+          result.candidates += 3;
+          family.report.candidates += 3;
+          TrainConfig least = candidate(base, world, tp, pp, zero, sp, mbs, "full");
+          try {
+            validate(least);
+            check_plan_work(least, kPlanSteps); // the best are planned in full below
+          } catch (const std::invalid_argument& e) {
+            result.invalid += 3;
+            family.refuse(e.what());
+            continue;
+          }
+          if (!family_fits_somewhere || sizes_done)
+            continue;
+          const bool most_saving = zero == zeros.front() && sp == sps.front() && smallest;
+          smallest = false;
+          // The model state alone, at the ZeRO paper's bytes per parameter, spread evenly:
+          // no layout of this family with this much sharding or less can fit.
+          const int64_t floor = model_state_floor(least);
+          if (floor > memory) {
+            family.note(floor, least, true);
+            family_fits_somewhere = !most_saving;
+            sizes_done = true; // larger micro-batches hold more
+            continue;
+          }
+          ++result.planned;
+          const PlanFigures f = estimate_layout(least, cluster, memory);
+          family.note(f.peak_bytes, least, false);
+          if (!f.fits) {
+            family_fits_somewhere = !most_saving;
+            sizes_done = true;
+            continue;
+          }
+          // Full recompute fits: the layout is the least recompute that fits (recomputing
+          // more never makes a step faster).
+          Layout chosen{least, f, false};
+          for (const char* level : {"none", "selective"}) {
+            TrainConfig c = candidate(base, world, tp, pp, zero, sp, mbs, level);
+            validate(c);
+            ++result.planned;
+            const PlanFigures g = estimate_layout(c, cluster, memory);
+            if (g.fits) {
+              chosen = {c, g, false};
+              break;
+            }
+          }
+          const double rate = chosen.figures.tokens_per_s_per_gpu;
+          fitting.push_back(std::move(chosen));
+          if (options.progress)
+            options.progress(result.planned, static_cast<int>(fitting.size()));
+          // A larger micro-batch holds more; once one is slower than the size before it (a
+          // longer pipeline bubble outweighing fewer, larger kernels), stop.
+          sizes_done = rate < previous;
+          previous = rate;
+        }
+      }
+    }
+  }
+  result.fitting = static_cast<int>(fitting.size());
+
+  auto faster = [](const Layout& a, const Layout& b) {
+    return a.figures.tokens_per_s_per_gpu > b.figures.tokens_per_s_per_gpu;
+  };
+  std::stable_sort(fitting.begin(), fitting.end(), faster);
+  // The best estimates, planned in full; one that no longer fits leaves the list.
+  for (size_t i = 0, confirmed = 0;
+       i < fitting.size() && confirmed < static_cast<size_t>(options.confirm);) {
+    Layout& l = fitting[i];
+    l.estimated_step_seconds = l.figures.step_seconds;
+    l.figures = plan_on(l.config, cluster);
+    l.confirmed = true;
+    ++confirmed;
+    if (!l.figures.fits)
+      fitting.erase(fitting.begin() + static_cast<std::ptrdiff_t>(i));
+    else
+      ++i;
+  }
+  std::stable_sort(fitting.begin(), fitting.end(), faster);
+  if (fitting.size() > static_cast<size_t>(options.top))
+    fitting.resize(static_cast<size_t>(options.top));
+  result.best = std::move(fitting);
+
+  for (Family& f : families) {
+    if (f.least_bytes < 0) { // every candidate refused
+      result.rejected.push_back(f.report);
+    } else if (f.least_bytes > memory) {
+      f.report.reason =
+          fmt::format("does not fit: at the least, {}, over {}", f.least, format_bytes(memory));
+      result.rejected.push_back(f.report);
+    }
+  }
+  return result;
+}
+
+} // namespace meshsim

@@ -1,0 +1,58 @@
+// Recomputation costs FLOPs: a backward runs again the forward work its layer recomputes, the
+// predicted step counts it (tflops_per_gpu), and MFU leaves it out (the model's FLOPs).
+#include <gtest/gtest.h>
+
+#include "cost/hardware.h"
+#include "plan/plan.h"
+
+using namespace meshsim;
+
+namespace {
+
+// The tiny GPT with `layers` blocks, one sequence of `seq` tokens per GPU, on `gpus` GPUs of
+// one node with ZeRO `zero`.
+PlanFigures planned(const char* recompute, int gpus = 1, int zero = 0) {
+  TrainConfig c;
+  c.model = "gpt";
+  c.data = "synthetic";
+  c.gpus = gpus;
+  c.zero = zero;
+  c.recompute = recompute;
+  c.batch_size = 1;
+  c.shape.layers = 3;
+  c.shape.seq_len = 128;
+  c.progress = false;
+  validate(c);
+  return plan_on(c, parse_cluster_spec(std::to_string(gpus) + "xa100-80"));
+}
+
+} // namespace
+
+// Selective recompute runs the attention core's QKᵀ and attention over V again: 4·b·s²·h per
+// block per GPU, the same FLOPs the forward counts for it.
+TEST(PlanFlops, SelectiveRecomputeAddsEachAttentionCoreOnce) {
+  for (int zero : {0, 3}) {
+    const int gpus = zero == 0 ? 1 : 2;
+    const PlanFigures none = planned("none", gpus, zero), selective = planned("selective", gpus, zero);
+    const double b = 1, s = 128, h = 64, layers = 3;
+    EXPECT_DOUBLE_EQ(selective.flops - none.flops, gpus * layers * 4 * b * s * s * h) << zero;
+    EXPECT_DOUBLE_EQ(selective.model_flops, none.model_flops) << zero;
+  }
+}
+
+// Full recompute runs every block's forward again: a block's forward is a third of its forward
+// and backward (backward = 2× forward for its matmuls and attention, 1× for the rest, so not
+// exactly a third), and the model's FLOPs do not change.
+TEST(PlanFlops, FullRecomputeAddsEveryBlocksForwardOnceAndMfuLeavesItOut) {
+  for (int zero : {0, 3}) {
+    const int gpus = zero == 0 ? 1 : 2;
+    const PlanFigures none = planned("none", gpus, zero), full = planned("full", gpus, zero);
+    EXPECT_DOUBLE_EQ(full.model_flops, none.model_flops) << zero;
+    const double recomputed = full.flops - none.flops;
+    EXPECT_GT(recomputed, 0.25 * none.flops) << zero; // the blocks are most of the model
+    EXPECT_LT(recomputed, none.flops / 3) << zero;
+    EXPECT_NEAR(full.mfu / full.tflops_per_gpu,
+                none.model_flops / full.flops / (full.peak_flops / 1e12), 1e-12)
+        << zero;
+  }
+}

@@ -1,0 +1,125 @@
+// plan --search: the estimate of a layout from plans with 1 and 2 blocks per stage and 1 and
+// 2 micro-batches, held against the full plan; and the search's ranking and rejections.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include "cost/hardware.h"
+#include "memory/category.h"
+#include "plan/plan.h"
+#include "plan/search.h"
+
+using namespace meshsim;
+
+// Outside the anonymous namespace: the tests derive from fixtures of it.
+struct SearchCase {
+  const char* name;
+  int gpus, tp, pp, zero;
+  int64_t micro_batch_size;
+  int micro_batches;
+  const char* recompute;
+  bool sequence_parallel;
+  const char* precision;
+};
+
+namespace {
+
+// Narayanan et al.'s 1.7B GPT (h 2304, 24 heads, s 2048, V 51200), 8 blocks deep, in the
+// layout of `l`, validated: real proportions (on the meta device its size costs nothing),
+// where the blocks, not fixed latencies, make the step.
+TrainConfig config_of(const SearchCase& l) {
+  TrainConfig c;
+  c.model = "gpt";
+  c.data = "synthetic";
+  c.preset = "gpt-1.7b";
+  ModelFlagsGiven given;
+  given.preset = true;
+  apply_preset(c, given);
+  c.shape.layers = 8;
+  c.shape.tie_head = false;
+  c.precision = l.precision;
+  c.gpus = l.gpus;
+  c.tp = l.tp;
+  c.pp = l.pp;
+  c.zero = l.zero;
+  c.micro_batch_size = l.micro_batch_size;
+  c.global_batch_size = l.micro_batch_size * l.micro_batches * (l.gpus / (l.tp * l.pp));
+  c.recompute = l.recompute;
+  c.sequence_parallel = l.sequence_parallel;
+  c.progress = false;
+  validate(c);
+  return c;
+}
+
+// The full plan of `l` and its estimate, on two nodes of A100s.
+struct Both {
+  PlanFigures full, estimate;
+};
+Both plan_and_estimate(const SearchCase& l) {
+  const TrainConfig c = config_of(l);
+  const ClusterSpec cluster = parse_cluster_spec(fmt::format("2x{}xa100-80", l.gpus / 2));
+  Both both{plan_on(c, cluster), estimate_layout(c, cluster)};
+  EXPECT_EQ(both.estimate.stages.size(), both.full.stages.size()) << l.name;
+  return both;
+}
+
+} // namespace
+
+class SearchEstimate : public ::testing::TestWithParam<SearchCase> {};
+class SearchEstimateApproximate : public ::testing::TestWithParam<SearchCase> {};
+
+TEST_P(SearchEstimate, EqualsTheFullPlan) {
+  const SearchCase l = GetParam();
+  const auto [full, estimate] = plan_and_estimate(l);
+  for (size_t i = 0; i < full.stages.size(); ++i) {
+    EXPECT_EQ(estimate.stages[i].peak_bytes, full.stages[i].peak_bytes) << l.name << " stage " << i;
+    EXPECT_EQ(estimate.stages[i].model_state_bytes, full.stages[i].model_state_bytes) << l.name;
+    for (int k = 0; k < kNumCategories; ++k)
+      EXPECT_EQ(estimate.stages[i].peak_by_category[k], full.stages[i].peak_by_category[k])
+          << l.name << " stage " << i << " " << category_name(static_cast<MemoryCategory>(k));
+  }
+  EXPECT_DOUBLE_EQ(estimate.flops, full.flops) << l.name;
+  EXPECT_DOUBLE_EQ(estimate.model_flops, full.model_flops) << l.name;
+  // The step is printed, not compared: the replay orders what the meta run's threads did by
+  // the moments they did it, so on a loaded machine two plans of one configuration predict
+  // steps up to a few percent apart (seen: 2.3 % with tests running beside it). On a quiet
+  // machine the estimate was within 0.15 % on every layout here; bench/plan.sh prints the
+  // estimate against the full plan for the search's best layouts.
+  std::cout << l.name << ": step " << estimate.step_seconds << " s estimated, " << full.step_seconds
+            << " s planned (" << 100 * (estimate.step_seconds / full.step_seconds - 1) << " %)\n";
+  EXPECT_EQ(estimate.tokens_per_step, full.tokens_per_step) << l.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, SearchEstimate,
+    ::testing::Values(SearchCase{"zero3", 4, 1, 1, 3, 1, 3, "full", false, "bf16"},
+                      SearchCase{"pp2_zero1", 4, 1, 2, 1, 1, 8, "none", false, "fp32"},
+                      SearchCase{"tp2_pp2_sp_selective", 8, 2, 2, 1, 1, 6, "selective", true, "bf16"},
+                      SearchCase{"tp2_dp2", 4, 2, 1, 0, 4, 2, "selective", false, "fp32"}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// Where the estimate is not exact, and why (docs/planning.md): DDP's gradient buckets group
+// parameters by a byte cap, so a model of 1 or 2 blocks buckets differently from one of 8
+// (its communication buffers are not linear in blocks); and a 4-stage 1F1B with full recompute
+// peaks in stage 0 in a phase that one and two micro-batches do not reach. The model state and
+// the FLOPs are still exact (linear in blocks); the peaks are printed.
+TEST_P(SearchEstimateApproximate, ModelStateAndFlopsAreExactThePeaksPrinted) {
+  const SearchCase l = GetParam();
+  const auto [full, estimate] = plan_and_estimate(l);
+  for (size_t i = 0; i < full.stages.size(); ++i) {
+    EXPECT_EQ(estimate.stages[i].model_state_bytes, full.stages[i].model_state_bytes) << l.name;
+    std::cout << l.name << " stage " << i << ": peak " << estimate.stages[i].peak_bytes
+              << " B estimated, " << full.stages[i].peak_bytes << " B planned ("
+              << 100.0 * (static_cast<double>(estimate.stages[i].peak_bytes) /
+                              static_cast<double>(full.stages[i].peak_bytes) -
+                          1)
+              << " %)\n";
+  }
+  EXPECT_DOUBLE_EQ(estimate.flops, full.flops) << l.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, SearchEstimateApproximate,
+    ::testing::Values(SearchCase{"dp4", 4, 1, 1, 0, 2, 4, "none", false, "fp32"},
+                      SearchCase{"pp4_full", 4, 1, 4, 0, 2, 8, "full", false, "bf16"}),
+    [](const auto& info) { return std::string(info.param.name); });

@@ -1,0 +1,118 @@
+// `meshsim validate`: the published rows, how errors against a range are measured, the FLOPs
+// formula the Megatron rows are counted with, and that calibration rows reproduce what they
+// were fitted on (the held-out errors are the model's accuracy: the docs' table, not a test).
+#include <cmath>
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "../cli/cli_harness.h"
+#include "plan/validation.h"
+
+namespace meshsim {
+namespace {
+
+TEST(Validation, ErrorsAreMeasuredFromTheNearerEndOfAPublishedRange) {
+  EXPECT_DOUBLE_EQ(published_error(210, 200, 235), 0);
+  EXPECT_DOUBLE_EQ(published_error(190, 200, 235), -0.05);
+  EXPECT_DOUBLE_EQ(published_error(258.5, 200, 235), 0.1);
+  EXPECT_DOUBLE_EQ(published_error(144, 160, 160), -0.1);
+}
+
+TEST(Validation, NarayanansFlopsAreTheirEquationThree) {
+  // 96·B·s·l·h²·(1 + s/(6h) + V/(16lh)) for the 1T row: B 3072, s 2048, l 128, h 25600, V 51200.
+  const double f = narayanan_flops(3072, 2048, 128, 25600, 51200);
+  const double expected = 96.0 * 3072 * 2048 * 128 * 25600.0 * 25600 *
+                          (1 + 2048.0 / (6 * 25600) + 51200.0 / (16 * 128 * 25600.0));
+  EXPECT_DOUBLE_EQ(f, expected);
+  // Four passes of 24·B·s·l·h² for the blocks' GEMMs: forward, recomputed forward, backward (2×).
+  EXPECT_NEAR(narayanan_flops(1, 1, 1, 1e6, 0) / (4 * 24 * 1e12), 1, 1e-6);
+}
+
+TEST(Validation, EveryRowTheIssueNamesIsThereAndSplitIntoCalibrationAndHeldOut) {
+  const std::vector<PublishedRow> rows = published_rows();
+  int nccl = 0, narayanan = 0, ddp = 0, calibration = 0;
+  std::set<std::string> names;
+  for (const PublishedRow& r : rows) {
+    EXPECT_TRUE(names.insert(r.name).second) << r.name;
+    EXPECT_LE(r.low, r.high) << r.name;
+    EXPECT_FALSE(r.source.empty()) << r.name;
+    nccl += r.group == "nccl-tests";
+    narayanan += r.group.rfind("Narayanan", 0) == 0;
+    ddp += r.group == "PyTorch DDP benchmark";
+    calibration += r.calibration();
+  }
+  EXPECT_EQ(nccl, 8);       // A100 x2, 3 nodes with 4 NICs, H100 ring, NVLS on 5-8 GPUs
+  EXPECT_EQ(narayanan, 10); // every row of Table 1
+  EXPECT_EQ(ddp, 4);        // ResNet-50 alone, and DDP on 1, 8 and 16 V100s
+  EXPECT_EQ(calibration, 5);
+  EXPECT_EQ(published_rows({"nccl"}).size(), 8u);
+  EXPECT_EQ(published_rows({"narayanan"}).size(), 10u);
+  EXPECT_EQ(published_rows({"pytorch"}).size(), 4u);
+}
+
+// A fitted constant reproduces its own row (up to the latency the fit leaves out); what it
+// predicts for the rows held out is reported, not asserted.
+TEST(Validation, CalibrationRowsReproduceWhatTheyWereFittedOn) {
+  const std::vector<PublishedRow> rows = published_rows({"nccl"});
+  const ValidationSummary s = validate_rows(rows);
+  ASSERT_EQ(s.rows.size(), rows.size());
+  EXPECT_EQ(s.failed, 0);
+  EXPECT_EQ(s.held_out, 6);
+  for (const RowResult& r : s.rows) {
+    EXPECT_TRUE(std::isfinite(r.predicted)) << r.row->name;
+    EXPECT_GT(r.predicted, 0) << r.row->name;
+    if (r.row->calibration()) {
+      EXPECT_LT(std::abs(r.error), 0.005) << r.row->name;
+    }
+  }
+}
+
+TEST(Validation, AMegatronRowIsPlannedWithItsPublishedLayout) {
+  const std::vector<PublishedRow> rows = published_rows({"narayanan"});
+  ASSERT_FALSE(rows.empty());
+  EXPECT_NE(rows.front().name.find("tp 1 pp 1 dp 32, mbs 16"), std::string::npos) << rows.front().name;
+  EXPECT_NE(rows[5].name.find("interleaved"), std::string::npos) << rows[5].name;
+  const double tflops = rows.front().predict(); // 1.7B on 32 A100s
+  EXPECT_GT(tflops, 0);
+  EXPECT_LT(tflops, 312); // under the fp16 peak
+}
+
+// The DDP benchmark's rows are plans of ResNet-50 with 32 images per V100: the one-GPU rows are
+// the same step (its all-reduces are over a group of one), and a DDP run over more GPUs can
+// only add to it.
+TEST(Validation, TheDdpRowsArePlansOfResNet50OnV100s) {
+  const std::vector<PublishedRow> rows = published_rows({"pytorch"});
+  ASSERT_EQ(rows.size(), 4u);
+  std::vector<double> s;
+  for (const PublishedRow& r : rows) {
+    EXPECT_EQ(r.unit, "s per iteration");
+    EXPECT_NE(r.name.find("ResNet-50, batch 32 per GPU"), std::string::npos) << r.name;
+    s.push_back(r.predict());
+  }
+  // 3 × 8.2 GFLOP × 32 images on a 15.7 TFLOP/s V100: no step is shorter than its FLOPs at peak.
+  EXPECT_GT(s[0], 3 * 8.2e9 * 32 / 15.7e12);
+  EXPECT_DOUBLE_EQ(s[0], s[1]);
+  EXPECT_GE(s[2], s[1]);
+  EXPECT_GE(s[3], s[2]);
+}
+
+TEST(CliValidate, PrintsEveryRowWithItsErrorAndRefusesBadFlagsInOneLine) {
+  const auto r = testing::run_meshsim_exactly("validate --only nccl --no-progress");
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (const char* text : {"nccl-tests #175", "calibration (NVLink efficiency)", "held out",
+                           "3 nodes x 8 A100", "NVLS", "mean |error|"})
+    EXPECT_NE(r.output.find(text), std::string::npos) << text << "\n" << r.output;
+  const auto json = testing::run_meshsim_exactly("validate --only nccl --json --no-progress");
+  ASSERT_EQ(json.code, 0) << json.output;
+  EXPECT_EQ(nlohmann::json::parse(json.output)["rows"].size(), 8u);
+  for (const char* bad : {"validate --only nothing", "validate --matmul-efficiency 2",
+                          "validate --gemm-half-us -3"}) {
+    const auto e = testing::run_meshsim_exactly(bad);
+    EXPECT_EQ(e.code, 2) << bad << ": " << e.output;
+    EXPECT_EQ(std::count(e.output.begin(), e.output.end(), '\n'), 1) << e.output;
+  }
+}
+
+} // namespace
+} // namespace meshsim
