@@ -13,6 +13,7 @@
 //            and its backward and freed after (zero_stage3.cpp)
 #include "parallel/data/zero.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -36,31 +37,79 @@ int64_t bytes_of(const std::vector<torch::Tensor>& params) {
   return n;
 }
 
-/// The parameters of each block (a child with parameters), in forward order.
-std::vector<std::vector<torch::Tensor>> blocks_of(const torch::nn::Sequential& model) {
-  std::vector<std::vector<torch::Tensor>> blocks;
+/// The parameters of each block (a child with parameters), in forward order, as indices into
+/// `params` (the model's parameters()).
+std::vector<std::vector<size_t>> blocks_of(const torch::nn::Sequential& model,
+                                           const std::vector<torch::Tensor>& params) {
+  std::unordered_map<const void*, size_t> index;
+  for (size_t i = 0; i < params.size(); ++i)
+    index.emplace(params[i].unsafeGetTensorImpl(), i);
+  std::vector<std::vector<size_t>> blocks;
   size_t count = 0;
   for (const auto& child : model->children()) {
-    auto params = child->parameters();
-    for (const auto& p : params)
+    std::vector<size_t> block;
+    for (const auto& p : child->parameters()) {
       if (!p.requires_grad())
         throw std::invalid_argument(
             "zero: frozen parameters (requires_grad false) are not supported");
-    count += params.size();
-    if (!params.empty())
-      blocks.push_back(std::move(params));
+      block.push_back(index.at(p.unsafeGetTensorImpl()));
+    }
+    count += block.size();
+    if (!block.empty())
+      blocks.push_back(std::move(block));
   }
-  if (count != model->parameters().size())
+  if (count != params.size())
     throw std::invalid_argument("zero: every parameter must belong to a child of the Sequential");
   if (blocks.empty())
     throw std::invalid_argument("zero: the model has no parameters");
   return blocks;
 }
 
+/// Which group each parameter is in; throws for a parameter in none or in two, and for a
+/// rank outside one of its groups.
+std::vector<size_t> group_of_each(const std::vector<ParamGroup>& groups, size_t params, int rank) {
+  if (groups.empty())
+    throw std::invalid_argument("zero: no parameter groups");
+  constexpr size_t kNone = static_cast<size_t>(-1);
+  std::vector<size_t> group_of(params, kNone);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (groups[g].group.index_of(rank) < 0)
+      throw std::invalid_argument(fmt::format("zero: rank {} is not in its {} group [{}]", rank,
+                                              groups[g].dim, groups[g].group.key()));
+    for (size_t i : groups[g].params) {
+      if (i >= params)
+        throw std::invalid_argument(fmt::format(
+            "zero: {} group names parameter {} of a model with {}", groups[g].dim, i, params));
+      if (group_of[i] != kNone)
+        throw std::invalid_argument(fmt::format("zero: parameter {} is in the {} and {} groups", i,
+                                                groups[group_of[i]].dim, groups[g].dim));
+      group_of[i] = g;
+    }
+  }
+  for (size_t i = 0; i < params; ++i)
+    if (group_of[i] == kNone)
+      throw std::invalid_argument(fmt::format("zero: parameter {} is in no parameter group", i));
+  return group_of;
+}
+
 } // namespace
+
+ParamGroup all_parameters(const torch::nn::Sequential& model, Group group, std::string dim) {
+  ParamGroup g;
+  g.dim = std::move(dim);
+  g.group = std::move(group);
+  for (size_t i = 0; i < model->parameters().size(); ++i)
+    g.params.push_back(i);
+  return g;
+}
 
 ZeroDataParallel::ZeroDataParallel(RankContext& ctx, torch::nn::Sequential model, Group dp,
                                    ZeroOptions options)
+    : ZeroDataParallel(ctx, model, std::vector<ParamGroup>{all_parameters(model, std::move(dp))},
+                       options) {}
+
+ZeroDataParallel::ZeroDataParallel(RankContext& ctx, torch::nn::Sequential model,
+                                   std::vector<ParamGroup> groups, ZeroOptions options)
     : state_(std::make_unique<State>(ctx)) {
   State& s = *state_;
   if (options.stage < 0 || options.stage > 3)
@@ -69,39 +118,17 @@ ZeroDataParallel::ZeroDataParallel(RankContext& ctx, torch::nn::Sequential model
   if (!(options.bucket_mb > 0))
     throw std::invalid_argument(
         fmt::format("zero: bucket size must be positive (got {} MiB)", options.bucket_mb));
-  s.index = dp.index_of(ctx.rank);
-  if (s.index < 0)
-    throw std::invalid_argument(
-        fmt::format("zero: rank {} is not in its dp group [{}]", ctx.rank, dp.key()));
-  s.dp = std::move(dp);
   s.options = options;
   s.model = model;
   s.params = model->parameters();
+  const std::vector<size_t> group_of = group_of_each(groups, s.params.size(), ctx.rank);
+  s.groups = std::move(groups);
 
   torch::NoGradGuard no_grad;
-  // Units in backward order (last block first), as DDP orders its buckets: stage 3 has one
-  // per block; stages 0-2 merge consecutive blocks up to the bucket size (a bigger block is
-  // a unit alone). Whole blocks only, so a unit's gradients all arrive before the next's.
-  const auto blocks = blocks_of(model);
-  const int shards = options.stage == 0 ? 1 : s.dp.size();
-  const auto cap = static_cast<int64_t>(options.bucket_mb * kMiB);
-  std::vector<torch::Tensor> current;
-  auto close = [&] {
-    if (current.empty())
-      return;
-    s.units.push_back(std::make_shared<FlatUnit>(make_flat_unit(std::move(current), shards)));
-    current.clear();
-  };
-  for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
-    if (options.stage == 3 || (!current.empty() && bytes_of(current) + bytes_of(*it) > cap))
-      close();
-    current.insert(current.end(), it->begin(), it->end());
-  }
-  close();
-
+  s.build_units(blocks_of(model, s.params), group_of);
   for (auto& unit : s.units) {
-    // Members start from dp.ranks[0]'s parameters, as DDP does.
-    s.ctx.comm.broadcast(unit->full, s.dp.ranks.front(), s.dp);
+    // Members start from their group's first rank's parameters, as DDP does.
+    s.ctx.comm.broadcast(unit->full, unit->group.ranks.front(), unit->group);
     for (auto& p : unit->params)
       p.mutable_grad() = torch::Tensor();
     s.set_up_gradients(*unit);
@@ -113,6 +140,49 @@ ZeroDataParallel::ZeroDataParallel(RankContext& ctx, torch::nn::Sequential model
   if (options.stage >= 2)
     s.install_gradient_hooks();
   s.wrapped = options.stage == 3 ? s.wrap_blocks() : model;
+}
+
+void ZeroDataParallel::State::build_units(const std::vector<std::vector<size_t>>& blocks,
+                                          const std::vector<size_t>& group_of) {
+  // Units in backward order (last block first), as DDP orders its buckets: stage 3 has one
+  // per block and group; stages 0-2 merge consecutive blocks' parameters of one group up to
+  // the bucket size (a bigger block is a unit alone). Whole blocks only, so a unit's
+  // gradients all arrive before the next's of its group.
+  const auto cap = static_cast<int64_t>(options.bucket_mb * kMiB);
+  std::vector<std::vector<torch::Tensor>> current(groups.size());
+  auto close = [&](size_t g) {
+    if (current[g].empty())
+      return;
+    const int shards = options.stage == 0 ? 1 : groups[g].group.size();
+    auto unit = std::make_shared<FlatUnit>(make_flat_unit(std::move(current[g]), shards));
+    unit->group = groups[g].group;
+    unit->member = unit->group.index_of(ctx.rank);
+    units.push_back(std::move(unit));
+    current[g].clear();
+  };
+  for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
+    std::vector<std::vector<torch::Tensor>> parts(groups.size());
+    for (size_t i : *it)
+      parts[group_of[i]].push_back(params[i]);
+    const size_t first = units.size();
+    for (size_t g = 0; g < groups.size(); ++g) {
+      if (parts[g].empty())
+        continue;
+      if (!current[g].empty() && bytes_of(current[g]) + bytes_of(parts[g]) > cap)
+        close(g);
+      current[g].insert(current[g].end(), parts[g].begin(), parts[g].end());
+      if (options.stage == 3)
+        close(g);
+    }
+    if (options.stage == 3) {
+      block_units.emplace_back();
+      for (size_t u = first; u < units.size(); ++u)
+        block_units.back().push_back(units[u].get());
+    }
+  }
+  for (size_t g = 0; g < groups.size(); ++g)
+    close(g);
+  std::reverse(block_units.begin(), block_units.end()); // forward order
 }
 
 ZeroDataParallel::~ZeroDataParallel() = default;
@@ -131,16 +201,16 @@ void ZeroDataParallel::State::set_up_gradients(FlatUnit& unit) {
       torch::Tensor& p = unit.params[i];
       p.mutable_grad() = unit.grad.narrow(0, unit.offsets[i], p.numel()).view(p.sizes());
     }
-    unit.shard = options.stage == 0 ? unit.full : shard_of(unit, unit.full, index);
-    unit.shard_grad = options.stage == 0 ? unit.grad : shard_of(unit, unit.grad, index);
+    unit.shard = options.stage == 0 ? unit.full : shard_of(unit, unit.full, unit.member);
+    unit.shard_grad = options.stage == 0 ? unit.grad : shard_of(unit, unit.grad, unit.member);
     break;
   }
   case 2:
-    unit.shard = shard_of(unit, unit.full, index);
+    unit.shard = shard_of(unit, unit.full, unit.member);
     break;
   case 3: {
     CategoryScope scope(MemoryCategory::Parameters);
-    unit.shard = shard_of(unit, unit.full, index).clone();
+    unit.shard = shard_of(unit, unit.full, unit.member).clone();
     release_full(unit);
     break;
   }
@@ -196,14 +266,15 @@ void ZeroDataParallel::State::reduce_scatter(FlatUnit& unit) {
   torch::NoGradGuard no_grad;
   if (options.stage == 2 && options.overlap) {
     wait_in_flight();
-    in_flight.part = reduce_scatter_output(unit.bucket, dp.size());
-    // Avg: each backward pass adds its dp-average, so micro-batches sum, then average.
-    in_flight.work = ctx.comm.reduce_scatter_async(unit.bucket, in_flight.part, ReduceOp::Avg, dp);
+    in_flight.part = reduce_scatter_output(unit.bucket, unit.group.size());
+    // Avg: each backward pass adds its group average, so micro-batches sum, then average.
+    in_flight.work =
+        ctx.comm.reduce_scatter_async(unit.bucket, in_flight.part, ReduceOp::Avg, unit.group);
     in_flight.unit = &unit;
     unit.pending = 0;
     return;
   }
-  torch::Tensor part = ctx.comm.reduce_scatter(unit.bucket, ReduceOp::Avg, dp);
+  torch::Tensor part = ctx.comm.reduce_scatter(unit.bucket, ReduceOp::Avg, unit.group);
   unit.shard_grad.add_(part);
   ctx.sample_memory(step, "reduce_scatter");
   part = torch::Tensor();
@@ -228,7 +299,7 @@ void ZeroDataParallel::State::wait_in_flight() {
 void ZeroDataParallel::State::gather(FlatUnit& unit) {
   if (unit.materialized)
     return;
-  gather_full(unit, ctx.comm, dp);
+  gather_full(unit, ctx.comm, unit.group);
   ctx.sample_memory(step, "all_gather");
 }
 
@@ -252,7 +323,7 @@ void ZeroDataParallel::finish_gradients(int64_t step) {
   s.step = step;
   if (s.options.stage <= 1) {
     for (auto& unit : s.units)
-      s.ctx.comm.all_reduce(unit->grad, ReduceOp::Avg, s.dp);
+      s.ctx.comm.all_reduce(unit->grad, ReduceOp::Avg, unit->group);
     s.ctx.sample_memory(step, "all_reduce");
     return;
   }
@@ -274,7 +345,7 @@ void ZeroDataParallel::step(int64_t step, bool grads_finite) {
   s.ctx.sample_memory(step, "optimizer");
   if (stepped && (s.options.stage == 1 || s.options.stage == 2)) {
     for (auto& unit : s.units)
-      all_gather_into_full(*unit, s.ctx.comm, s.dp);
+      all_gather_into_full(*unit, s.ctx.comm, unit->group);
     s.ctx.sample_memory(step, "all_gather");
   }
   s.step = step + 1;
@@ -286,7 +357,7 @@ std::vector<torch::Tensor> ZeroDataParallel::full_parameters() {
   std::unordered_map<const void*, torch::Tensor> copies;
   for (auto& unit : s.units) {
     const bool was_materialized = unit->materialized;
-    gather_full(*unit, s.ctx.comm, s.dp);
+    gather_full(*unit, s.ctx.comm, unit->group);
     for (const auto& p : unit->params)
       copies[p.unsafeGetTensorImpl()] = p.detach().clone();
     if (!was_materialized)
@@ -328,7 +399,7 @@ void ZeroDataParallel::load(torch::serialize::InputArchive& archive) {
   s.optimizer->load(archive);
   if (s.options.stage == 1 || s.options.stage == 2)  // the full parameters from the shards
     for (auto& unit : s.units)
-      all_gather_into_full(*unit, s.ctx.comm, s.dp);
+      all_gather_into_full(*unit, s.ctx.comm, unit->group);
 }
 
 int64_t ZeroDataParallel::flat_bytes() const {

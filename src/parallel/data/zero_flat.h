@@ -22,6 +22,8 @@ struct FlatUnit {
   int64_t numel = 0;                 // real elements (sum of the parameters)
   int64_t padded = 0;                // numel rounded up to a multiple of the shard count
   int64_t shard_numel = 0;           // padded / shards
+  Group group;                       // the ranks it is reduced and sharded over
+  int member = 0;                    // this rank's index in `group`: which shard it owns
 
   torch::Tensor full;       // [padded], charged to parameters
   torch::Tensor grad;       // stages 0-1: [padded] under gradients; params' .grad are views

@@ -1,7 +1,8 @@
-// ZeRO stage 3 / FSDP: each block with parameters is wrapped so that its flat unit is
-// all-gathered just before its forward and freed right after; a hook on the gradient of the
-// block's output gathers it again just before the block's backward runs, and the gradient
-// hooks (zero.cpp) reduce-scatter its gradients and free it once they have all arrived.
+// ZeRO stage 3 / FSDP: each block with parameters is wrapped so that its flat units (one per
+// parameter group it has parameters in) are all-gathered just before its forward and freed
+// right after; a hook on the gradient of the block's output gathers them again just before
+// the block's backward runs, and the gradient hooks (zero.cpp) reduce-scatter a unit's
+// gradients and free it once they have all arrived.
 //
 // Freeing swaps the storage's DataPtr for an empty one (zero_flat.cpp), so the parameter
 // tensors, and the references autograd saved to them (weights for the input gradient),
@@ -46,16 +47,22 @@ torch::nn::Sequential ZeroDataParallel::State::wrap_blocks() {
   torch::nn::Sequential wrapped;
   const auto names = model->named_children();
   size_t child = 0;
-  size_t block = 0; // blocks in forward order; units are in backward order
+  size_t block = 0; // blocks in forward order, each with a unit per parameter group
   for (const auto& any : *model) {
     const std::string& name = names[child++].key();
     if (any.ptr()->parameters().empty()) {
       wrapped->push_back(name, torch::nn::AnyModule(any));
       continue;
     }
-    FlatUnit* unit = units[units.size() - 1 - block++].get();
+    const std::vector<FlatUnit*> mine = block_units[block++];
     ZeroBlock wrapper(
-        any, [this, unit] { gather(*unit); }, [unit] { release_full(*unit); });
+        any,
+        [this, mine] {
+          for (FlatUnit* unit : mine) gather(*unit);
+        },
+        [mine] {
+          for (FlatUnit* unit : mine) release_full(*unit);
+        });
     wrapped->push_back(name, torch::nn::AnyModule(wrapper));
   }
   return wrapped;

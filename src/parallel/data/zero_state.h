@@ -20,13 +20,13 @@ struct ZeroDataParallel::State {
   explicit State(RankContext& context) : ctx(context) {}
 
   RankContext& ctx;
-  Group dp;
-  int index = 0; // this member's index in dp: which shard it owns
+  std::vector<ParamGroup> groups; // each unit's group is one of these
   ZeroOptions options;
   torch::nn::Sequential model;       // as given (its parameters are views into the units)
   torch::nn::Sequential wrapped;     // what module() returns: `model`, or stage 3's wrappers
   std::vector<torch::Tensor> params; // model->parameters() order
   std::vector<std::shared_ptr<FlatUnit>> units; // backward order: last block first
+  std::vector<std::vector<FlatUnit*>> block_units; // stage 3: each block's units, forward order
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators; // keep hooks alive
   std::unique_ptr<Optimizer> optimizer;
   int64_t step = 1; // the step the current backward belongs to (memory samples)
@@ -41,6 +41,10 @@ struct ZeroDataParallel::State {
   };
   InFlight in_flight;
 
+  /// Fills `units` (and, for stage 3, `block_units`) from the model's blocks (parameter
+  /// indices, forward order) and each parameter's group.
+  void build_units(const std::vector<std::vector<size_t>>& blocks,
+                   const std::vector<size_t>& group_of);
   void set_up_gradients(FlatUnit& unit);
   void install_gradient_hooks();
   /// Post-AccumulateGrad hook body: parameter `i` of `unit` has its gradient.
