@@ -8,15 +8,20 @@
 //   3. pipeline parallel: keep this rank's stage, a contiguous run of the model's children, or
 //      with V virtual stages its V chunks r, r+P, ... of the model cut into P·V (Megatron's
 //      interleaved placement), the pipeline then a ring;
-//   4. data parallel with ZeRO over the ranks that hold the same part (dp group): its flat
-//      buffers, allocated on this rank's GPU as `parameters`, take over the stage's
-//      parameters, so the GPU is charged once for what it keeps and never for the rest.
+//   4. data parallel with ZeRO over the ranks that hold the same part: every parameter is in
+//      one parameter group over the "dp_cp" group (= dp while cp = 1); its flat buffers,
+//      allocated on this rank's GPU as `parameters`, take over the stage's parameters, so the
+//      GPU is charged once for what it keeps and never for the rest.
 //
 // A step splits the replica's batch into micro-batches and runs them through the pipeline
 // schedule (or, with one stage, forward and backward in turn), then averages gradients over
-// the dp group and takes the optimizer step on this rank's part; under sequence parallelism,
+// the dp_cp group and takes the optimizer step on this rank's part; under sequence parallelism,
 // the gradients of the parameters that saw part of the sequence are then summed over the tp
 // group too (Megatron's all-reduce of the layernorm gradients). Layout: mesh/parallel_dims.h.
+//
+// The class holds the rank's parts and drives a step; the pieces of work (wiring the
+// pipeline, splitting the batch, one stage's micro-batches, evaluation through the chunks,
+// dealing the stages' parameters back into model order) are functions of their own below.
 #include <numeric>
 
 #include <fmt/format.h>
@@ -34,19 +39,189 @@
 #include "parallel/data/zero.h"
 
 namespace meshsim {
-namespace {
+namespace mesh_engine {
 
 // Tags of the point-to-point messages this file sends (far from the pipeline executor's).
 constexpr int kTagEvalActivations = 1 << 28;
 constexpr int kTagParameters = (1 << 28) + 1;
+
+// The rank's coordinate with another pipeline stage.
+int rank_at_stage(const ParallelDims& dims, ParallelCoord c, int stage) {
+  c.pp = stage;
+  return dims.rank(c);
+}
+
+/// The pipeline around this rank's stage: its chunks (as the module ZeRO runs holds them,
+/// chunk after chunk) and its neighbours; with virtual stages the last stage's chunk feeds the
+/// first stage's next chunk, a ring.
+PipelineStage wire_pipeline(torch::nn::Sequential module, const std::vector<size_t>& chunk_sizes,
+                            const ParallelDims& dims, const ParallelCoord& coord, int V) {
+  PipelineStage pipe;
+  pipe.module = module;
+  pipe.stage = coord.pp;
+  pipe.stages = dims.pp;
+  const int P = dims.pp;
+  if (V > 1) {
+    size_t begin = 0;
+    for (size_t n : chunk_sizes) {
+      std::vector<size_t> indices(n);
+      std::iota(indices.begin(), indices.end(), begin);
+      pipe.chunks.push_back(children_module(module, indices));
+      begin += n;
+    }
+  }
+  if (coord.pp > 0 || V > 1) pipe.prev_rank = rank_at_stage(dims, coord, (coord.pp + P - 1) % P);
+  if (coord.pp + 1 < P || V > 1) pipe.next_rank = rank_at_stage(dims, coord, (coord.pp + 1) % P);
+  return pipe;
+}
+
+/// This stage's actions of the schedule, after a dry run: never run one that would deadlock.
+std::vector<Action> stage_actions(const StrategyOptions& options, const ParallelDims& dims,
+                                  int stage, int micro_batches) {
+  const Schedule schedule =
+      make_schedule(options.schedule, dims.pp, micro_batches, options.virtual_stages);
+  const DryRun check = dry_run(schedule);
+  if (!check.ok)
+    throw std::logic_error(fmt::format("{} schedule: {}", options.schedule, check.error));
+  return schedule[static_cast<size_t>(stage)];
+}
+
+/// Exactly M micro-batches of the replica's batch (sizes differ by one at most; the trainer
+/// drops a last batch smaller than M), each weighted by its size in the loss. Opens the step's
+/// record: the cost model's step window starts at a rank's first compute region, which must
+/// come before a later stage's first recv.
+void split_micro_batches(RankContext& ctx, const Batch& batch, torch::Dtype dtype, int M,
+                         int64_t step, std::vector<torch::Tensor>& inputs,
+                         std::vector<torch::Tensor>& targets) {
+  const auto t = ctx.mark();
+  if (batch.size() > 0) {
+    inputs = model_inputs(batch.inputs, dtype).tensor_split(M);
+    targets = batch.targets.tensor_split(M);
+  }
+  ctx.record_compute("micro-batches", step, t);
+  LayerWork views;  // tensor_split() makes views: no work on a target
+  views.layer = "split";
+  views.op = "elementwise";
+  attach_work(ctx.recorder.compute.back(), {views});
+}
+
+/// One pipeline stage: forward and backward of each micro-batch in turn, gradients summed;
+/// every backward starts from the loss times `scale` (fp16). Returns the local mean loss.
+double accumulate_micro_batches(RankContext& ctx, torch::nn::Sequential model,
+                                const std::vector<torch::Tensor>& inputs,
+                                const std::vector<torch::Tensor>& targets, int64_t local_batch,
+                                int64_t step, double scale) {
+  model->train();
+  double loss_sum = 0;
+  for (size_t m = 0; m < inputs.size(); ++m) {
+    const double weight = static_cast<double>(inputs[m].size(0)) / static_cast<double>(local_batch);
+    auto t = ctx.mark();
+    std::vector<LayerWork> work;
+    torch::Tensor loss = loss_fn(forward_counting(model, inputs[m], work), targets[m]) * weight;
+    ctx.record_compute("forward", step, t);
+    attach_work(ctx.recorder.compute.back(), work);
+    ctx.sample_memory(step, fmt::format("F{}", m));
+    t = ctx.mark();
+    if (scale != 1.0) (loss * scale).backward();
+    else loss.backward();
+    ctx.record_compute("backward", step, t);
+    attach_work(ctx.recorder.compute.back(), backward_work(work));
+    loss_sum += loss_value(loss);
+    loss = torch::Tensor();
+    ctx.sample_memory(step, fmt::format("B{}", m));
+  }
+  return loss_sum;
+}
+
+/// The step's forwards and backwards: the pipeline schedule's actions, or with one stage the
+/// micro-batches in turn. fp16: every backward starts from the loss times `scale` (a power of
+/// two, so the loss reported is divided back exactly). Returns the local mean loss.
+double forward_backward(RankContext& ctx, PipelineStage& pipe, const std::vector<Action>& actions,
+                        const std::vector<torch::Tensor>& inputs,
+                        const std::vector<torch::Tensor>& targets, int64_t local_batch,
+                        int64_t step, double scale) {
+  if (pipe.stages == 1)
+    return accumulate_micro_batches(ctx, pipe.module, inputs, targets, local_batch, step, scale);
+  auto scaled_loss = [scale](const torch::Tensor& out, const torch::Tensor& target) {
+    return scale != 1.0 ? loss_fn(out, target) * scale : loss_fn(out, target);
+  };
+  return run_pipeline_step(ctx, pipe, actions, inputs, targets, scaled_loss, step) / scale;
+}
+
+/// The optimizer step on this rank's part, recorded as one compute region with its counted
+/// work (the ZeRO all-gathers fall inside it).
+void recorded_optimizer_step(RankContext& ctx, ZeroDataParallel& zero,
+                             const OptimizerOptions& optimizer, int64_t numel, int64_t step,
+                             bool finite) {
+  const auto t = ctx.mark();
+  zero.step(step, finite);
+  ctx.record_compute("optimizer", step, t);
+  attach_work(ctx.recorder.compute.back(),
+              {optimizer_work(numel, optimizer.name, optimizer.momentum != 0)});
+  ctx.sample_memory(step, "optimizer");
+}
+
+/// The mean over the world of the replicas' mean losses, weighted by their samples.
+double global_mean_loss(RankContext& ctx, const Group& world, double local_mean, int64_t samples) {
+  CategoryScope scope(MemoryCategory::Communication);
+  torch::Tensor stats = torch::tensor(
+      {local_mean * static_cast<double>(samples), static_cast<double>(samples)}, torch::kFloat64);
+  ctx.comm.all_reduce(stats, ReduceOp::Sum, world);
+  const auto* s = stats.data_ptr<double>();
+  return s[1] > 0 ? s[0] / s[1] : 0.0;
+}
+
+/// Runs `x` through this rank's chunks in turn (one without virtual stages); the messages
+/// between two ranks come in chunk order on both sides. Returns the last chunk's output.
+torch::Tensor forward_through_chunks(RankContext& ctx, const PipelineStage& pipe,
+                                     torch::nn::Sequential model, torch::Tensor x) {
+  const int V = pipe.virtual_stages(), chunks = pipe.stages * V;
+  torch::Tensor out;
+  for (int k = 0; k < V; ++k) {
+    const int c = pipe.stage + k * pipe.stages;  // the virtual stage
+    if (c > 0) x = ctx.comm.recv(pipe.prev_rank, kTagEvalActivations);
+    torch::nn::Sequential chunk = V == 1 ? model : pipe.chunks[static_cast<size_t>(k)];
+    out = chunk->forward(x);
+    if (c < chunks - 1) ctx.comm.send(out, pipe.next_rank, kTagEvalActivations);
+  }
+  return out;
+}
+
+/// Rank 0 (stage 0's first dp and tp member) receives every other stage's parameters from its
+/// counterpart and deals them out in model order: a stage's part is its chunks' parameters,
+/// chunk after chunk. The other stages' counterparts send theirs and get an empty list.
+std::vector<torch::Tensor> parameters_in_model_order(RankContext& ctx, const ParallelDims& dims,
+                                                     const ParallelCoord& coord,
+                                                     std::vector<torch::Tensor> mine,
+                                                     const std::vector<size_t>& chunk_parameters) {
+  if (coord.pp > 0) {  // stages send their part to rank 0, which holds stage 0
+    ctx.comm.send(torch::tensor({static_cast<int64_t>(mine.size())}), 0, kTagParameters);
+    for (const auto& p : mine) ctx.comm.send(p, 0, kTagParameters);
+    return {};
+  }
+  std::vector<std::vector<torch::Tensor>> parts(static_cast<size_t>(dims.pp));
+  parts[0] = std::move(mine);
+  for (int s = 1; s < dims.pp; ++s) {
+    const int src = dims.rank({0, 0, s});
+    const int64_t n = ctx.comm.recv(src, kTagParameters).item<int64_t>();
+    for (int64_t i = 0; i < n; ++i) parts[s].push_back(ctx.comm.recv(src, kTagParameters));
+  }
+  std::vector<torch::Tensor> all;
+  std::vector<size_t> taken(parts.size(), 0);
+  for (size_t c = 0; c < chunk_parameters.size(); ++c) {
+    const size_t s = c % parts.size();
+    for (size_t i = 0; i < chunk_parameters[c]; ++i) all.push_back(parts[s].at(taken[s]++));
+  }
+  return all;
+}
 
 class HybridStrategy final : public Strategy {
 public:
   HybridStrategy(RankContext& ctx, const StrategyOptions& options)
       : ctx_(ctx), options_(options),
         dims_(ParallelDims::make(ctx.world_size, options.tp, options.pp)),
-        coord_(dims_.coord(ctx.rank)), tp_(dims_.tp_group(ctx.rank)),
-        dp_(dims_.dp_group(ctx.rank)), world_(Group::world(ctx.world_size)),
+        coord_(dims_.coord(ctx.rank)), tp_(dims_.group(ctx.rank, "tp")),
+        world_(Group::world(ctx.world_size)),
         micro_batches_(options.schedule == "naive" && dims_.pp > 1 ? 1 : options.micro_batches) {
     if (options.sequence_parallel && options.zero >= 2) // its gradients leave .grad in backward
       throw std::invalid_argument("--sequence-parallel runs with --zero 0 or 1");
@@ -54,35 +229,15 @@ public:
     // The optimizer updates this rank's shard (ZeRO >= 1) or all of its part.
     optimizer_numel_ = count_parameters(*stage_);
     if (options.zero >= 1) optimizer_numel_ = (optimizer_numel_ + dims_.dp - 1) / dims_.dp;
+    // Every parameter is dense today: one group, reduced and sharded over dp × cp.
+    std::vector<ParamGroup> groups{all_parameters(stage_, dims_.group(ctx.rank, "dp_cp"), "dp_cp")};
     zero_ = std::make_unique<ZeroDataParallel>(
-        ctx, stage_, dp_, ZeroOptions{options.zero, options.bucket_mb, options.optimizer, options.overlap});
+        ctx, stage_, std::move(groups),
+        ZeroOptions{options.zero, options.bucket_mb, options.optimizer, options.overlap});
     if (options.sequence_parallel && dims_.tp > 1)
       sequence_params_ = sequence_parallel_parameters(stage_, tensor_parallel_plan(options.model));
-    pipe_.module = zero_->module();
-    pipe_.stage = coord_.pp;
-    pipe_.stages = dims_.pp;
-    const int V = options.virtual_stages, P = dims_.pp;
-    if (V > 1) {  // the chunks, as the module ZeRO runs holds them (chunk after chunk)
-      size_t begin = 0;
-      for (size_t n : chunk_sizes_) {
-        std::vector<size_t> indices(n);
-        std::iota(indices.begin(), indices.end(), begin);
-        pipe_.chunks.push_back(children_module(zero_->module(), indices));
-        begin += n;
-      }
-    }
-    // With virtual stages the last stage's chunk feeds the first stage's next chunk: a ring.
-    if (coord_.pp > 0 || V > 1)
-      pipe_.prev_rank = dims_.rank({coord_.dp, coord_.tp, (coord_.pp + P - 1) % P});
-    if (coord_.pp + 1 < P || V > 1)
-      pipe_.next_rank = dims_.rank({coord_.dp, coord_.tp, (coord_.pp + 1) % P});
-    if (dims_.pp > 1) {
-      const Schedule schedule = make_schedule(options.schedule, dims_.pp, micro_batches_, V);
-      const DryRun check = dry_run(schedule);  // never run a schedule that would deadlock
-      if (!check.ok)
-        throw std::logic_error(fmt::format("{} schedule: {}", options.schedule, check.error));
-      actions_ = schedule[coord_.pp];
-    }
+    pipe_ = wire_pipeline(zero_->module(), chunk_sizes_, dims_, coord_, options.virtual_stages);
+    if (dims_.pp > 1) actions_ = stage_actions(options, dims_, coord_.pp, micro_batches_);
     ctx.sample_memory(0, "model");
   }
 
@@ -92,32 +247,10 @@ public:
     double local_loss = 0;
     {
       CategoryScope scope(MemoryCategory::Activations);
-      // Splitting the batch opens the step's record: the cost model's step window starts at
-      // a rank's first compute region, which must come before a later stage's first recv.
-      const auto t = ctx_.mark();
-      if (batch.size() > 0) {
-        // Exactly M micro-batches (sizes differ by one at most; the trainer drops a last
-        // batch smaller than M), each weighted by its size in the loss.
-        inputs = model_inputs(batch.inputs, compute_dtype(options_)).tensor_split(micro_batches_);
-        targets = batch.targets.tensor_split(micro_batches_);
-      }
-      ctx_.record_compute("micro-batches", step_number, t);
-      LayerWork views;  // tensor_split() makes views: no work on a target
-      views.layer = "split";
-      views.op = "elementwise";
-      attach_work(ctx_.recorder.compute.back(), {views});
-      // fp16: every backward starts from the loss times the scale (a power of two, so the
-      // loss reported is divided back exactly).
-      const double scale = zero_->optimizer()->loss_scale();
-      if (dims_.pp > 1) {
-        auto scaled_loss = [scale](const torch::Tensor& out, const torch::Tensor& target) {
-          return scale != 1.0 ? loss_fn(out, target) * scale : loss_fn(out, target);
-        };
-        local_loss = run_pipeline_step(ctx_, pipe_, actions_, inputs, targets, scaled_loss,
-                                       step_number) / scale;
-      } else {
-        local_loss = accumulate(inputs, targets, batch.size(), step_number, scale);
-      }
+      split_micro_batches(ctx_, batch, compute_dtype(options_), micro_batches_, step_number,
+                          inputs, targets);
+      local_loss = forward_backward(ctx_, pipe_, actions_, inputs, targets, batch.size(),
+                                    step_number, zero_->optimizer()->loss_scale());
     }
     zero_->finish_gradients(step_number);
     // After the dp reductions, as Megatron does: the cost model takes the reductions right
@@ -126,14 +259,10 @@ public:
     ctx_.sample_memory(step_number, "gradients");
     // Every rank holds a different part (dp shards, tp and pp parts): all of them agree.
     const bool finite = gradients_finite(ctx_, *zero_->optimizer(), world_);
-    const auto t = ctx_.mark();
-    zero_->step(step_number, finite);
-    ctx_.record_compute("optimizer", step_number, t);
-    attach_work(ctx_.recorder.compute.back(),
-                {optimizer_work(optimizer_numel_, options_.optimizer.name,
-                                options_.optimizer.momentum != 0)});
-    ctx_.sample_memory(step_number, "optimizer");
-    return global_mean_loss(reports_loss() ? local_loss : 0.0, reports_loss() ? batch.size() : 0);
+    recorded_optimizer_step(ctx_, *zero_, options_.optimizer, optimizer_numel_, step_number,
+                            finite);
+    return global_mean_loss(ctx_, world_, reports_loss() ? local_loss : 0.0,
+                            reports_loss() ? batch.size() : 0);
   }
 
   DataShard data_shard(const RankContext&) const override { return {dims_.dp, coord_.dp}; }
@@ -141,16 +270,8 @@ public:
   std::pair<int64_t, int64_t> evaluate(const Batch& batch) override {
     auto model = zero_->module();
     model->eval();
-    torch::Tensor x = model_inputs(batch.inputs, compute_dtype(options_)), out;
-    // Through this rank's chunks in turn (one without virtual stages); the messages between
-    // two ranks come in chunk order on both sides.
-    const int V = pipe_.virtual_stages(), chunks = dims_.pp * V;
-    for (int k = 0; k < V; ++k) {
-      const int c = coord_.pp + k * dims_.pp;  // the virtual stage
-      if (c > 0) x = ctx_.comm.recv(pipe_.prev_rank, kTagEvalActivations);
-      out = (V == 1 ? model : pipe_.chunks[static_cast<size_t>(k)])->forward(x);
-      if (c < chunks - 1) ctx_.comm.send(out, pipe_.next_rank, kTagEvalActivations);
-    }
+    torch::Tensor out = forward_through_chunks(
+        ctx_, pipe_, model, model_inputs(batch.inputs, compute_dtype(options_)));
     model->train();
     if (!reports_loss()) return {0, 0};
     return {out.argmax(-1).eq(batch.targets).sum().item<int64_t>(), batch.targets.numel()};
@@ -160,26 +281,7 @@ public:
     std::vector<torch::Tensor> mine = zero_->full_parameters();  // whole over dp
     if (dims_.tp > 1) mine = meshsim::full_parameters(stage_, ctx_.comm, tp_);  // whole over tp
     if (coord_.dp != 0 || coord_.tp != 0) return {};
-    if (coord_.pp > 0) {  // stages send their part to rank 0, which holds stage 0
-      ctx_.comm.send(torch::tensor({static_cast<int64_t>(mine.size())}), 0, kTagParameters);
-      for (const auto& p : mine) ctx_.comm.send(p, 0, kTagParameters);
-      return {};
-    }
-    std::vector<std::vector<torch::Tensor>> parts(static_cast<size_t>(dims_.pp));
-    parts[0] = std::move(mine);
-    for (int s = 1; s < dims_.pp; ++s) {
-      const int src = dims_.rank({0, 0, s});
-      const int64_t n = ctx_.comm.recv(src, kTagParameters).item<int64_t>();
-      for (int64_t i = 0; i < n; ++i) parts[s].push_back(ctx_.comm.recv(src, kTagParameters));
-    }
-    // A stage's part is its chunks' parameters, chunk after chunk: deal them out in model order.
-    std::vector<torch::Tensor> all;
-    std::vector<size_t> taken(parts.size(), 0);
-    for (size_t c = 0; c < chunk_parameters_.size(); ++c) {
-      const size_t s = c % parts.size();
-      for (size_t i = 0; i < chunk_parameters_[c]; ++i) all.push_back(parts[s].at(taken[s]++));
-    }
-    return all;
+    return parameters_in_model_order(ctx_, dims_, coord_, std::move(mine), chunk_parameters_);
   }
 
   bool checkpoints_per_rank() const override { return true; }
@@ -222,50 +324,14 @@ private:
     return stage;
   }
 
-  // One pipeline stage: forward and backward of each micro-batch in turn, gradients summed.
-  double accumulate(const std::vector<torch::Tensor>& inputs,
-                    const std::vector<torch::Tensor>& targets, int64_t local_batch, int64_t step,
-                    double scale) {
-    auto model = zero_->module();
-    model->train();
-    double loss_sum = 0;
-    for (size_t m = 0; m < inputs.size(); ++m) {
-      const double weight = static_cast<double>(inputs[m].size(0)) / static_cast<double>(local_batch);
-      auto t = ctx_.mark();
-      std::vector<LayerWork> work;
-      torch::Tensor loss = loss_fn(forward_counting(model, inputs[m], work), targets[m]) * weight;
-      ctx_.record_compute("forward", step, t);
-      attach_work(ctx_.recorder.compute.back(), work);
-      ctx_.sample_memory(step, fmt::format("F{}", m));
-      t = ctx_.mark();
-      if (scale != 1.0) (loss * scale).backward();
-      else loss.backward();
-      ctx_.record_compute("backward", step, t);
-      attach_work(ctx_.recorder.compute.back(), backward_work(work));
-      loss_sum += loss_value(loss);
-      loss = torch::Tensor();
-      ctx_.sample_memory(step, fmt::format("B{}", m));
-    }
-    return loss_sum;
-  }
-
   // The last stage's first tensor-parallel member speaks for its replica.
   bool reports_loss() const { return coord_.pp == dims_.pp - 1 && coord_.tp == 0; }
-
-  double global_mean_loss(double local_mean, int64_t samples) {
-    CategoryScope scope(MemoryCategory::Communication);
-    torch::Tensor stats = torch::tensor(
-        {local_mean * static_cast<double>(samples), static_cast<double>(samples)}, torch::kFloat64);
-    ctx_.comm.all_reduce(stats, ReduceOp::Sum, world_);
-    const auto* s = stats.data_ptr<double>();
-    return s[1] > 0 ? s[0] / s[1] : 0.0;
-  }
 
   RankContext& ctx_;
   StrategyOptions options_;
   ParallelDims dims_;
   ParallelCoord coord_;
-  Group tp_, dp_, world_;
+  Group tp_, world_;
   int micro_batches_;
   int64_t optimizer_numel_ = 0;
   torch::nn::Sequential stage_;
@@ -277,10 +343,10 @@ private:
   std::vector<size_t> chunk_parameters_;  // parameter tensors of every chunk of the model
 };
 
-} // namespace
+} // namespace mesh_engine
 
 std::unique_ptr<Strategy> make_hybrid(RankContext& ctx, const StrategyOptions& options) {
-  return std::make_unique<HybridStrategy>(ctx, options);
+  return std::make_unique<mesh_engine::HybridStrategy>(ctx, options);
 }
 
 } // namespace meshsim
