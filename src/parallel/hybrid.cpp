@@ -228,9 +228,11 @@ public:
     stage_ = build_stage();
     // The optimizer updates this rank's shard (ZeRO >= 1) or all of its part.
     optimizer_numel_ = count_parameters(*stage_);
-    if (options.zero >= 1) optimizer_numel_ = (optimizer_numel_ + dims_.dp - 1) / dims_.dp;
+    const int shards = dims_.size("dp_cp");
+    if (options.zero >= 1) optimizer_numel_ = (optimizer_numel_ + shards - 1) / shards;
     // Every parameter is dense today: one group, reduced and sharded over dp × cp.
-    std::vector<ParamGroup> groups{all_parameters(stage_, dims_.group(ctx.rank, "dp_cp"), "dp_cp")};
+    std::vector<ParamGroup> groups{
+        all_parameters(stage_, dims_.group(ctx.rank, "dp_cp"), "dp_cp")};
     zero_ = std::make_unique<ZeroDataParallel>(
         ctx, stage_, std::move(groups),
         ZeroOptions{options.zero, options.bucket_mb, options.optimizer, options.overlap});

@@ -124,7 +124,8 @@ TEST(ZeroGroups, RejectsAParameterInNoGroupOrInTwo) {
     CategoryScope scope(MemoryCategory::Parameters);
     auto message = [&](std::vector<ParamGroup> groups) {
       try {
-        ZeroDataParallel(ctx, zero_groups_test::model_of(0), std::move(groups), ZeroOptions{1, 25, {}});
+        ZeroDataParallel(ctx, zero_groups_test::model_of(0), std::move(groups),
+                         ZeroOptions{1, 25, {}});
       } catch (const std::invalid_argument& e) {
         return std::string(e.what());
       }
@@ -136,6 +137,7 @@ TEST(ZeroGroups, RejectsAParameterInNoGroupOrInTwo) {
               "zero: parameter 1 is in the dp_cp and edp groups");
     EXPECT_EQ(message({{"dp_cp", one, {0, 1, 2, 3}}}),
               "zero: dp_cp group names parameter 3 of a model with 3");
-    EXPECT_EQ(message({{"edp", Group{{1}}, {0, 1, 2}}}), "zero: rank 0 is not in its edp group [1]");
+    EXPECT_EQ(message({{"edp", Group{{1}}, {0, 1, 2}}}),
+              "zero: rank 0 is not in its edp group [1]");
   });
 }

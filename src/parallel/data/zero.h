@@ -76,8 +76,8 @@ public:
   /// stages 1 and 2). `grads_finite` false (fp16 overflow, agreed by every member) skips it:
   /// nothing changes and nothing is gathered.
   void step(int64_t step, bool grads_finite = true);
-  /// Collective over the groups: the full parameters in module().parameters() order of the unwrapped
-  /// model (stage 3 gathers them); allocated under the caller's current GPU/category.
+  /// Collective over the groups: the full parameters in module().parameters() order of the
+  /// unwrapped model (stage 3 gathers them); allocated under the caller's current GPU/category.
   std::vector<torch::Tensor> full_parameters();
   Optimizer* optimizer();
   int stage() const;
