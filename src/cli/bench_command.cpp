@@ -1,8 +1,9 @@
 // `meshsim bench comm --cluster SPEC`: an nccl-tests-style table. For each size, the cost
 // model's time, algorithm and protocol, algorithm bandwidth and bus bandwidth on the target
 // cluster, the bus bandwidth the same model gives at the links' line rate, and, side by side,
-// the same collective measured on the in-process backend (rank threads on this machine). Sizes follow nccl-tests: all_reduce the buffer, all_gather the total output,
-// reduce_scatter the total input.
+// the same collective measured on the in-process backend (rank threads on this machine). Sizes
+// follow nccl-tests: all_reduce the buffer, all_gather the total output, reduce_scatter and
+// all_to_all (even splits) the total input. all_to_all has no algorithm: "p2p".
 #include <fmt/format.h>
 
 #include "cli/commands.h"
@@ -16,7 +17,8 @@ namespace meshsim {
 namespace {
 
 const CollectiveOp kOps[] = {CollectiveOp::AllReduce, CollectiveOp::AllGather,
-                             CollectiveOp::ReduceScatter};
+                             CollectiveOp::ReduceScatter, CollectiveOp::AllToAll};
+constexpr int kOpCount = sizeof(kOps) / sizeof(kOps[0]);
 
 std::vector<int64_t> sizes_of(const BenchCommArgs& a, int n) {
   std::vector<int64_t> sizes;
@@ -29,13 +31,13 @@ std::vector<int64_t> sizes_of(const BenchCommArgs& a, int n) {
 // Seconds per call of every (op, size), measured on `n` in-process ranks; rank 0's view
 // after a barrier, averaged over `iters` calls after one warm-up.
 std::vector<std::vector<double>> measure(int n, const std::vector<int64_t>& sizes, int iters) {
-  std::vector<std::vector<double>> seconds(3, std::vector<double>(sizes.size(), 0));
+  std::vector<std::vector<double>> seconds(kOpCount, std::vector<double>(sizes.size(), 0));
   MeshOptions mo;
   mo.world_size = n;
   DeviceMesh mesh(mo);
   run_ranks(mesh, [&](RankContext& ctx) {
     const Group world = Group::world(n);
-    for (int o = 0; o < 3; ++o)
+    for (int o = 0; o < kOpCount; ++o)
       for (size_t i = 0; i < sizes.size(); ++i) {
         const int64_t floats = sizes[i] / 4;
         torch::Tensor t = torch::ones({kOps[o] == CollectiveOp::AllGather ? floats / n : floats});
@@ -44,6 +46,8 @@ std::vector<std::vector<double>> measure(int n, const std::vector<int64_t>& size
             ctx.comm.all_reduce(t, ReduceOp::Sum, world);
           else if (kOps[o] == CollectiveOp::AllGather)
             ctx.comm.all_gather(t, world);
+          else if (kOps[o] == CollectiveOp::AllToAll)
+            ctx.comm.all_to_all(t, {}, {}, world);
           else
             ctx.comm.reduce_scatter(t, ReduceOp::Sum, world);
         };
@@ -107,7 +111,7 @@ int run_bench_comm(const BenchCommArgs& a) {
   const int n = cluster.world_size();
   const int local = a.gpus > 0 ? a.gpus : std::min(n, 8);
   const auto sizes = sizes_of(a, n * local);
-  std::vector<std::vector<double>> measured(3, std::vector<double>(sizes.size(), 0));
+  std::vector<std::vector<double>> measured(kOpCount, std::vector<double>(sizes.size(), 0));
   try {
     if (a.measure)
       measured = measure(local, sizes, a.iters);
@@ -123,7 +127,7 @@ int run_bench_comm(const BenchCommArgs& a) {
              "{:.1f}); \"line busbw\": the same model at line rate\n",
              cluster.intra.achieved() / 1e9, cluster.intra.bandwidth / 1e9,
              cluster.inter_per_gpu() / 1e9, line_rate.inter_per_gpu() / 1e9);
-  for (int o = 0; o < 3; ++o) {
+  for (int o = 0; o < kOpCount; ++o) {
     fmt::print("\n# {}\n", to_string(kOps[o]));
     fmt::print("{:>10} {:>12} {:>6} {:>6} {:>10} {:>10} {:>10}", "size", "model us", "algo",
                "proto", "algbw", "busbw", "line busbw");
@@ -137,7 +141,9 @@ int run_bench_comm(const BenchCommArgs& a) {
       const Bandwidths line = bandwidths(
           kOps[o], n, bytes, collective_cost(kOps[o], bytes, shape, line_rate, algorithm).time_s);
       fmt::print("{:>10} {:>12.2f} {:>6} {:>6} {:>10.2f} {:>10.2f} {:>10.2f}", human(sizes[i]),
-                 cost.time_s * 1e6, to_string(cost.algorithm), to_string(cost.protocol),
+                 cost.time_s * 1e6,
+                 kOps[o] == CollectiveOp::AllToAll ? "p2p" : to_string(cost.algorithm),
+                 to_string(cost.protocol),
                  model.algbw / 1e9, model.busbw / 1e9, line.busbw / 1e9);
       if (a.measure) {
         const Bandwidths local_bw = bandwidths(kOps[o], local, bytes, measured[o][i]);

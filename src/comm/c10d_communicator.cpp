@@ -142,27 +142,7 @@ public:
   // payload, under tags 2·tag and 2·tag + 1 of the world's group. Sends are buffered, as the
   // in-process backend's are: a copy is sent, and reaped once done.
   void send(const torch::Tensor& tensor, int dst, int tag) override {
-    peer(dst, "send");
-    const Group pair{{rank(), dst}};
-    const size_t at = begin_p2p("send", pair, tensor, dst, tag);
-    torch::Tensor payload, header;
-    {
-      CategoryScope scope(MemoryCategory::Communication);
-      payload = tensor.detach().clone(at::MemoryFormat::Contiguous);
-      header = make_header(payload);
-    }
-    reap_sends();
-    try {
-      // The header always through Gloo (it is on the host); the payload through the group of
-      // its device (NCCL for a card's tensor).
-      const Group world = Group::world(world_size());
-      std::vector<at::Tensor> h{header}, p{payload};
-      sends_.push_back({s_->group(world)->send(h, dst, 2 * tag), header});
-      sends_.push_back({s_->group(world, payload.is_cuda())->send(p, dst, 2 * tag + 1), payload});
-    } catch (const std::exception& e) {
-      fail(at, pair, e);
-    }
-    finish(at);
+    finish(post_send(tensor, dst, tag));
   }
 
   torch::Tensor recv(int src, int tag) override {
@@ -191,6 +171,71 @@ public:
     run(at, group, [&] { return s_->group(group)->barrier(); });
   }
 
+  torch::Tensor all_to_all(const torch::Tensor& input,
+                           const std::vector<int64_t>& output_split_sizes,
+                           const std::vector<int64_t>& input_split_sizes,
+                           const Group& group) override {
+    member(group, rank(), "rank");
+    const AllToAllSplits splits =
+        all_to_all_splits(input, output_split_sizes, input_split_sizes, group.size());
+    torch::Tensor in = input.contiguous();
+    torch::Tensor out = all_to_all_output(in, splits);
+    const size_t at = begin("all_to_all", group, in);
+    records_[at].peer_bytes = all_to_all_peer_bytes(in, splits);
+    if (group.size() == 1) { // nobody to wait for
+      if (splits.output[0] != splits.input[0])
+        throw std::invalid_argument(
+            fmt::format("all_to_all: rank {} sends itself {} rows but expects {}", rank(),
+                        splits.input[0], splits.output[0]));
+      out.copy_(in);
+      finish(at);
+      return out;
+    }
+    // Gloo's and NCCL's all_to_all_single: a peer's disagreeing split fails its transfer.
+    run(at, group, [&] {
+      std::vector<int64_t> out_rows = splits.output, in_rows = splits.input;
+      return s_->group(group, in.is_cuda())->alltoall_base(out, in, out_rows, in_rows);
+    });
+    return out;
+  }
+
+  std::unique_ptr<Work> isend(const torch::Tensor& tensor, int dst, int tag) override {
+    const size_t at = post_send(tensor, dst, tag);
+    // The Work waits for both transfers (a c10d Work is waited on once): they leave sends_,
+    // and its `after` keeps their buffers alive until then.
+    PendingSend payload = sends_.back(), header = sends_[sends_.size() - 2];
+    sends_.resize(sends_.size() - 2);
+    const Group pair{{rank(), dst}};
+    return std::make_unique<Pending>(
+        *this, at, pair, std::vector<c10::intrusive_ptr<c10d::Work>>{header.work, payload.work},
+        true, [buffers = std::vector<torch::Tensor>{header.buffer, payload.buffer}] {});
+  }
+
+  // The header and the payload are both posted at once: the payload straight into `output`.
+  std::unique_ptr<Work> irecv(torch::Tensor output, int src, int tag) override {
+    peer(src, "recv");
+    if (!output.is_contiguous())
+      throw std::invalid_argument("irecv: the tensor must be contiguous");
+    const Group pair{{src, rank()}};
+    const size_t at = begin_p2p("recv", pair, torch::Tensor(), src, tag);
+    torch::Tensor header = torch::empty({kHeaderSize}, torch::kLong);
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    try {
+      const Group world = Group::world(world_size());
+      std::vector<at::Tensor> h{header}, p{output};
+      works.push_back(s_->group(world)->recv(h, src, 2 * tag));
+      works.push_back(s_->group(world, output.is_cuda())->recv(p, src, 2 * tag + 1));
+    } catch (const std::exception& e) {
+      fail(at, pair, e);
+    }
+    return std::make_unique<Pending>(*this, at, pair, std::move(works), true,
+                                     [this, header, output, src, at] {
+                                       torch::Tensor shape = from_header(header, torch::kMeta);
+                                       check_irecv_fits(output, shape, src);
+                                       records_[at].bytes = output.numel() * output.element_size();
+                                     });
+  }
+
 private:
   static constexpr int64_t kHeaderSize = 11;  // dtype, on a card, rank, up to 8 sizes
 
@@ -199,18 +244,26 @@ private:
   class Pending final : public Work {
   public:
     Pending(C10dCommunicator& comm, size_t record, Group group,
-            c10::intrusive_ptr<c10d::Work> work, bool async, std::function<void()> after)
-        : comm_(comm), record_(record), group_(std::move(group)), work_(std::move(work)),
+            std::vector<c10::intrusive_ptr<c10d::Work>> works, bool async,
+            std::function<void()> after)
+        : comm_(comm), record_(record), group_(std::move(group)), works_(std::move(works)),
           async_(async), after_(std::move(after)) {}
+    Pending(C10dCommunicator& comm, size_t record, Group group,
+            c10::intrusive_ptr<c10d::Work> work, bool async, std::function<void()> after)
+        : Pending(comm, record, std::move(group),
+                  std::vector<c10::intrusive_ptr<c10d::Work>>{std::move(work)}, async,
+                  std::move(after)) {}
     // Never waited on (a rank unwinding from a failure): c10d's Work is released after a
     // wait of its own, so that the error a Gloo thread stored in it is seen to be complete
     // before it is freed here; the wait's own failure is dropped.
     ~Pending() override {
       if (done_)
         return;
-      try {
-        work_->wait(comm_.s_->options.timeout);
-      } catch (const std::exception&) {
+      for (auto& work : works_) {
+        try {
+          work->wait(comm_.s_->options.timeout);
+        } catch (const std::exception&) {
+        }
       }
     }
     void wait() override {
@@ -218,7 +271,8 @@ private:
         return;
       done_ = true;
       try {
-        work_->wait(comm_.s_->options.timeout);
+        for (auto& work : works_)
+          work->wait(comm_.s_->options.timeout);
       } catch (const std::exception& e) {
         comm_.fail(record_, group_, e);
       }
@@ -231,7 +285,7 @@ private:
     C10dCommunicator& comm_;
     size_t record_;
     Group group_;
-    c10::intrusive_ptr<c10d::Work> work_;
+    std::vector<c10::intrusive_ptr<c10d::Work>> works_;
     bool async_;
     std::function<void()> after_;
     bool done_ = false;
@@ -241,6 +295,31 @@ private:
     c10::intrusive_ptr<c10d::Work> work;
     torch::Tensor buffer;  // alive until sent
   };
+
+  // Starts send's two transfers (kept in sends_ until done); returns the record's index.
+  size_t post_send(const torch::Tensor& tensor, int dst, int tag) {
+    peer(dst, "send");
+    const Group pair{{rank(), dst}};
+    const size_t at = begin_p2p("send", pair, tensor, dst, tag);
+    torch::Tensor payload, header;
+    {
+      CategoryScope scope(MemoryCategory::Communication);
+      payload = tensor.detach().clone(at::MemoryFormat::Contiguous);
+      header = make_header(payload);
+    }
+    reap_sends();
+    try {
+      // The header always through Gloo (it is on the host); the payload through the group of
+      // its device (NCCL for a card's tensor).
+      const Group world = Group::world(world_size());
+      std::vector<at::Tensor> h{header}, p{payload};
+      sends_.push_back({s_->group(world)->send(h, dst, 2 * tag), header});
+      sends_.push_back({s_->group(world, payload.is_cuda())->send(p, dst, 2 * tag + 1), payload});
+    } catch (const std::exception& e) {
+      fail(at, pair, e);
+    }
+    return at;
+  }
 
   // Gloo's in-place sum (an average is a sum, divided afterwards) or max of `t` over `group`.
   c10::intrusive_ptr<c10d::Work> allreduce(const torch::Tensor& t, ReduceOp op,
@@ -363,11 +442,15 @@ private:
     return h;
   }
 
-  torch::Tensor from_header(const torch::Tensor& h) {
+  // The message's tensor, allocated; on `device` when given (kMeta: its shape alone).
+  torch::Tensor from_header(const torch::Tensor& h,
+                            c10::optional<c10::DeviceType> device = c10::nullopt) {
     const auto* p = h.data_ptr<int64_t>();
     std::vector<int64_t> sizes(p + 3, p + 3 + p[2]);
     auto options = torch::TensorOptions().dtype(static_cast<c10::ScalarType>(p[0]));
-    if (p[1] != 0)
+    if (device)
+      options = options.device(*device);
+    else if (p[1] != 0)
       options = options.device(torch::kCUDA);  // this process's card: the current device
     return torch::empty(sizes, options);
   }

@@ -7,7 +7,10 @@
 // The *_async calls start a collective and return its Work at once, as c10d's do: the
 // tensors belong to the backend until Work::wait() returns, and the caller computes
 // meanwhile (DDP's buckets, parallel/data/buckets.h). A backend runs a rank's collectives in the
-// order they were called, blocking or not.
+// order they were called, blocking or not; isend/irecv are the messages' asynchronous forms.
+//
+// all_to_all is all_to_all_single: rows of dim 0 go to the members in group order, each member
+// with its own split sizes (MoE's token exchange, context parallelism's head scatter).
 #pragma once
 
 #include <stdexcept>
@@ -37,6 +40,26 @@ torch::Tensor all_gather_output(const torch::Tensor& input, int members);
 /// reduce_scatter's output for `input` over `members` ranks, [numel / members], charged as
 /// communication; throws std::invalid_argument when the input does not split evenly.
 torch::Tensor reduce_scatter_output(const torch::Tensor& input, int members);
+
+/// all_to_all's split sizes in rows of dim 0, one per member in group order, resolved: an
+/// empty vector is an equal split of the input's rows (input) or of as many rows as the input
+/// has (output). std::invalid_argument in one line for a 0-d input, a count that is not
+/// `members`, a negative size, input sizes that do not add up to dim 0, or rows that do not
+/// split evenly.
+struct AllToAllSplits {
+  std::vector<int64_t> input;   // rows sent to each member
+  std::vector<int64_t> output;  // rows received from each member
+  int64_t row_numel = 1;        // elements per row (the product of the other dims)
+  int64_t output_rows() const;
+};
+AllToAllSplits all_to_all_splits(const torch::Tensor& input,
+                                 const std::vector<int64_t>& output_split_sizes,
+                                 const std::vector<int64_t>& input_split_sizes, int members);
+/// all_to_all's output, [splits.output_rows(), *input.sizes()[1:]], charged as communication.
+torch::Tensor all_to_all_output(const torch::Tensor& input, const AllToAllSplits& splits);
+/// Bytes sent to each member: what CollectiveRecord::peer_bytes keeps.
+std::vector<int64_t> all_to_all_peer_bytes(const torch::Tensor& input,
+                                           const AllToAllSplits& splits);
 
 /// A collective did not complete in time: some ranks never arrived.
 class CollectiveTimeout : public std::runtime_error {
@@ -96,6 +119,14 @@ public:
   /// Blocks until the matching send arrives; returns a tensor on the caller's GPU.
   virtual torch::Tensor recv(int src, int tag = 0) = 0;
   virtual void barrier(const Group& group) = 0;
+  /// Rows of `input` (dim 0) scattered to the members: input_split_sizes[j] rows to member j,
+  /// in order; returns output_split_sizes[j] rows from each member j, in member order (the
+  /// other dims as the input's). Empty sizes: equal splits (dim 0 divisible by group.size()).
+  /// Splits that do not add up, or that disagree with a peer's, are refused in one line.
+  virtual torch::Tensor all_to_all(const torch::Tensor& input,
+                                   const std::vector<int64_t>& output_split_sizes,
+                                   const std::vector<int64_t>& input_split_sizes,
+                                   const Group& group) = 0;
 
   /// Starts an in-place all-reduce of `tensor` (contiguous). The default runs it now.
   virtual std::unique_ptr<Work> all_reduce_async(torch::Tensor tensor, ReduceOp op,
@@ -112,6 +143,23 @@ public:
     return std::make_unique<CompletedWork>();
   }
 
+  /// Starts a send of `tensor`: the message is the backend's copy, so the tensor is the
+  /// caller's again at once; wait() returns once it is queued for (or delivered to) `dst`.
+  /// Recorded as send. The default sends now.
+  virtual std::unique_ptr<Work> isend(const torch::Tensor& tensor, int dst, int tag = 0) {
+    send(tensor, dst, tag);
+    return std::make_unique<CompletedWork>();
+  }
+  /// Starts receiving the message from `src` into `output` (contiguous), which must have the
+  /// message's dtype and number of elements; it is the backend's until wait(). Recorded as
+  /// recv. The default receives now.
+  virtual std::unique_ptr<Work> irecv(torch::Tensor output, int src, int tag = 0) {
+    torch::Tensor got = recv(src, tag);
+    check_irecv_fits(output, got, src);
+    output.copy_(got.view_as(output));
+    return std::make_unique<CompletedWork>();
+  }
+
   /// The calls made so far by this rank.
   virtual const std::vector<CollectiveRecord>& records() const = 0;
 
@@ -119,6 +167,10 @@ public:
   void all_reduce(torch::Tensor& t, ReduceOp op) { all_reduce(t, op, Group::world(world_size())); }
   void broadcast(torch::Tensor& t, int root) { broadcast(t, root, Group::world(world_size())); }
   void barrier() { barrier(Group::world(world_size())); }
+
+protected:
+  /// std::invalid_argument when the message `got` from `src` does not fit irecv's `output`.
+  static void check_irecv_fits(const torch::Tensor& output, const torch::Tensor& got, int src);
 };
 
 } // namespace meshsim

@@ -118,6 +118,57 @@ torch::Tensor RecordOnlyCommunicator::recv(int src, int tag) {
   return out;
 }
 
+torch::Tensor RecordOnlyCommunicator::all_to_all(const torch::Tensor& input,
+                                                 const std::vector<int64_t>& output_split_sizes,
+                                                 const std::vector<int64_t>& input_split_sizes,
+                                                 const Group& group) {
+  const AllToAllSplits splits =
+      all_to_all_splits(input, output_split_sizes, input_split_sizes, group.size());
+  torch::Tensor in = input.contiguous();
+  torch::Tensor out = all_to_all_output(in, splits);
+  record("all_to_all", group, in);
+  records_.back().peer_bytes = all_to_all_peer_bytes(in, splits);
+  return out;
+}
+
+// A message of the wrapped backend: its record, complete once the rank waits, replaces the
+// one taken when it started.
+class RecordOnlyCommunicator::MessageWork final : public Work {
+public:
+  MessageWork(RecordOnlyCommunicator& comm, std::unique_ptr<Work> inner, size_t record,
+              size_t p2p_record)
+      : comm_(comm), inner_(std::move(inner)), record_(record), p2p_record_(p2p_record) {}
+  void wait() override {
+    inner_->wait();
+    comm_.records_[record_] = comm_.p2p_->records()[p2p_record_];
+  }
+
+private:
+  RecordOnlyCommunicator& comm_;
+  std::unique_ptr<Work> inner_;
+  size_t record_;
+  size_t p2p_record_;
+};
+
+std::unique_ptr<Work> RecordOnlyCommunicator::isend(const torch::Tensor& tensor, int dst,
+                                                    int tag) {
+  std::unique_ptr<Work> work;
+  {
+    GpuGuard host(nullptr); // as send's: the message is not charged
+    work = p2p_->isend(tensor, dst, tag);
+  }
+  take_p2p_record();
+  return std::make_unique<MessageWork>(*this, std::move(work), records_.size() - 1,
+                                       p2p_->records().size() - 1);
+}
+
+std::unique_ptr<Work> RecordOnlyCommunicator::irecv(torch::Tensor output, int src, int tag) {
+  std::unique_ptr<Work> work = p2p_->irecv(std::move(output), src, tag);
+  take_p2p_record();
+  return std::make_unique<MessageWork>(*this, std::move(work), records_.size() - 1,
+                                       p2p_->records().size() - 1);
+}
+
 void RecordOnlyCommunicator::barrier(const Group& group) { record("barrier", group, {}); }
 
 } // namespace meshsim

@@ -43,12 +43,21 @@ public:
                                          const Group& group) override;
   std::unique_ptr<Work> reduce_scatter_async(const torch::Tensor& input, torch::Tensor output,
                                              ReduceOp op, const Group& group) override;
+  /// The output's shape from the splits, uninitialized; the record keeps the bytes per peer.
+  torch::Tensor all_to_all(const torch::Tensor& input,
+                           const std::vector<int64_t>& output_split_sizes,
+                           const std::vector<int64_t>& input_split_sizes,
+                           const Group& group) override;
   void send(const torch::Tensor& tensor, int dst, int tag = 0) override;
   torch::Tensor recv(int src, int tag = 0) override;
+  /// Through the wrapped backend's; the record is taken over when the rank waits.
+  std::unique_ptr<Work> isend(const torch::Tensor& tensor, int dst, int tag = 0) override;
+  std::unique_ptr<Work> irecv(torch::Tensor output, int src, int tag = 0) override;
   void barrier(const Group& group) override;
 
 private:
   class RecordedWork;
+  class MessageWork;
   void record(const char* op, const Group& group, const torch::Tensor& tensor);
   void take_p2p_record();
 

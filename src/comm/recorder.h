@@ -27,7 +27,8 @@ private:
 };
 
 struct CollectiveRecord {
-  std::string op;          // all_reduce, broadcast, all_gather, reduce_scatter, reduce, send, recv, barrier
+  std::string op;          // all_reduce, broadcast, all_gather, reduce_scatter, reduce, all_to_all,
+                           // send, recv, barrier
   std::vector<int> group;  // global ranks, in group order
   int64_t bytes = 0;       // payload per rank (the input tensor's size)
   int64_t seq = 0;         // sequence number within the group (per peer pair for send/recv)
@@ -41,6 +42,10 @@ struct CollectiveRecord {
   // It ran in [start_s, end_s] while the rank computed; the rank's program reaches it at
   // waited_s, where its charge counts are taken.
   double waited_s = -1;
+  // all_to_all: the bytes this rank sent to each member, in group order (its own share
+  // included; `bytes` is their sum); empty for every other op. Last, so that positional
+  // initializers of the fields above stay valid.
+  std::vector<int64_t> peer_bytes{};
 };
 
 /// The work of one layer inside a compute region, counted from shapes (models/layers/flops.h).

@@ -55,6 +55,8 @@ public:
     // on the others' buffers is done after its `done` event (device/physical_device.h).
     bool on_card = false;
     std::vector<DeviceEvent> ready, done;
+    // all_to_all: each member's split sizes, in rows (numel above is the elements per row).
+    std::vector<std::vector<int64_t>> in_splits, out_splits;
   };
 
   /// One member's arrival at a collective.
@@ -71,6 +73,8 @@ public:
     int root = -1;
     void* in = nullptr;
     void* out = nullptr;
+    std::vector<int64_t> in_splits{};   // all_to_all only
+    std::vector<int64_t> out_splits{};
   };
 
 private:

@@ -69,7 +69,8 @@ bool SimWorld::aborted() const {
 
 void SimWorld::rendezvous(const Arrival& a, DeviceEvent ready,
                           const std::function<void(Slot&, int)>& work) {
-  const auto& [rank, op, ranks, key, seq, index, numel, dtype, on_card, root, in, out] = a;
+  const auto& [rank, op, ranks, key, seq, index, numel, dtype, on_card, root, in, out, in_splits,
+               out_splits] = a;
   const int n = static_cast<int>(ranks.size());
   std::shared_ptr<Slot> slot;
   {
@@ -87,6 +88,8 @@ void SimWorld::rendezvous(const Arrival& a, DeviceEvent ready,
       entry->out.assign(n, nullptr);
       entry->present.assign(n, false);
       entry->on_card = on_card;
+      entry->in_splits.resize(n);
+      entry->out_splits.resize(n);
       if (on_card) {
         entry->ready.resize(n);
         entry->done.resize(n);
@@ -102,6 +105,8 @@ void SimWorld::rendezvous(const Arrival& a, DeviceEvent ready,
     slot->in[index] = in;
     slot->out[index] = out;
     slot->present[index] = true;
+    slot->in_splits[index] = in_splits;
+    slot->out_splits[index] = out_splits;
     if (on_card)
       slot->ready[index] = std::move(ready);
     if (++slot->arrived == n)

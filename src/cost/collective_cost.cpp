@@ -70,6 +70,20 @@ int kind_index(LinkKind kind) {
   return kind == LinkKind::NVLink ? 0 : kind == LinkKind::PCIe ? 1 : 2;
 }
 
+// all_to_all: the busiest member moves `intra` bytes over NVLink and `inter` through its NIC
+// (the heavier direction of each), both at once; one send/recv step's latency.
+double all_to_all_time(double intra, double inter, const GroupShape& s, const ClusterSpec& c,
+                       Protocol protocol) {
+  const double share = protocol_share(protocol);
+  const LinkKind hop = s.nodes > 1 ? LinkKind::Network : c.intra.kind;
+  if (c.intra.achieved() <= 0 || (s.nodes > 1 && c.inter_per_gpu() <= 0))
+    throw std::invalid_argument("collective: a link has no bandwidth");
+  double t = intra / (share * c.intra.achieved());
+  if (s.nodes > 1)
+    t = std::max(t, inter / (share * c.inter_per_gpu()));
+  return base_latency(Algorithm::Ring, protocol) + hop_latency(hop, Algorithm::Ring, protocol) + t;
+}
+
 bool nvls_possible(CollectiveOp op, const GroupShape& s, const ClusterSpec& c) {
   return (op == CollectiveOp::AllReduce || op == CollectiveOp::Barrier) && s.nodes == 1 &&
          c.intra.nvls_efficiency > 0;
@@ -114,6 +128,9 @@ double algorithm_time(CollectiveOp op, double bytes, const GroupShape& s, const 
   case CollectiveOp::Broadcast:
   case CollectiveOp::Reduce: // a chain pipelined in small chunks
     return time_of(ring_terms(n - 1, nodes - 1, bytes, s, c), base, intra_hop, inter_hop, share);
+  case CollectiveOp::AllToAll: // B/n to every peer: g-1 of them on its node, n-g elsewhere
+    return all_to_all_time((s.ranks_per_node - 1) / n * bytes, (n - s.ranks_per_node) / n * bytes,
+                           s, c, protocol);
   case CollectiveOp::SendRecv: {
     Terms t = ring_terms(1, 1, bytes, s, c);
     if (s.nodes > 1)
@@ -149,6 +166,8 @@ CollectiveOp parse_collective_op(const std::string& name) {
     return CollectiveOp::Broadcast;
   if (name == "reduce")
     return CollectiveOp::Reduce;
+  if (name == "all_to_all" || name == "alltoall")
+    return CollectiveOp::AllToAll;
   if (name == "send" || name == "recv" || name == "sendrecv")
     return CollectiveOp::SendRecv;
   if (name == "barrier")
@@ -168,6 +187,8 @@ const char* to_string(CollectiveOp op) {
     return "broadcast";
   case CollectiveOp::Reduce:
     return "reduce";
+  case CollectiveOp::AllToAll:
+    return "all_to_all";
   case CollectiveOp::SendRecv:
     return "sendrecv";
   case CollectiveOp::Barrier:
@@ -313,6 +334,49 @@ CollectiveCost collective_cost(CollectiveOp op, double bytes, const GroupShape& 
   return best;
 }
 
+CollectiveCost all_to_all_cost(const std::vector<std::vector<double>>& bytes,
+                               const std::vector<int>& global_ranks, const ClusterSpec& cluster) {
+  const GroupShape shape = group_shape(global_ranks, cluster);
+  const size_t n = global_ranks.size();
+  if (bytes.size() != n)
+    throw std::invalid_argument("all_to_all: " + std::to_string(bytes.size()) +
+                                " rows of bytes for a group of " + std::to_string(n));
+  for (size_t i = 0; i < n; ++i) {
+    if (bytes[i].size() != n)
+      throw std::invalid_argument("all_to_all: member " + std::to_string(i) + " has " +
+                                  std::to_string(bytes[i].size()) + " byte counts for a group of " +
+                                  std::to_string(n));
+    for (double b : bytes[i])
+      check_bytes(b);
+  }
+  // Each member's traffic on its node (NVLink) and off it (its NIC), the heavier direction.
+  double intra = 0, inter = 0;
+  for (size_t i = 0; i < n; ++i) {
+    double sent[2] = {0, 0}, received[2] = {0, 0}; // { intra, inter }
+    for (size_t j = 0; j < n; ++j) {
+      if (i == j)
+        continue;
+      const int off = cluster.node_of(global_ranks[i]) != cluster.node_of(global_ranks[j]);
+      sent[off] += bytes[i][j];
+      received[off] += bytes[j][i];
+    }
+    intra = std::max({intra, sent[0], received[0]});
+    inter = std::max({inter, sent[1], received[1]});
+  }
+  CollectiveCost best{std::numeric_limits<double>::infinity(), Algorithm::Ring, Protocol::Simple,
+                      shape.nodes > 1};
+  if (n == 1)
+    return {0, Algorithm::Ring, Protocol::Simple, false};
+  for (Protocol p : kProtocols) {
+    const double t = all_to_all_time(intra, inter, shape, cluster, p);
+    if (t < best.time_s) {
+      best.time_s = t;
+      best.protocol = p;
+    }
+  }
+  return best;
+}
+
 ClusterSpec at_line_rate(ClusterSpec cluster) {
   cluster.intra.efficiency = 1;
   cluster.inter.efficiency = 1;
@@ -330,6 +394,7 @@ double bus_bandwidth_factor(CollectiveOp op, int n) {
     return 2.0 * (n - 1) / n;
   case CollectiveOp::AllGather:
   case CollectiveOp::ReduceScatter:
+  case CollectiveOp::AllToAll:
     return static_cast<double>(n - 1) / n;
   case CollectiveOp::Broadcast:
   case CollectiveOp::Reduce:

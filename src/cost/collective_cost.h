@@ -10,7 +10,13 @@
 //
 // Byte convention (the nccl-tests one): all_reduce/broadcast/reduce: the buffer size;
 // all_gather: the total OUTPUT size (n shards); reduce_scatter: the total INPUT size (n
-// shards); send/recv: the message size.
+// shards); all_to_all: each rank's INPUT size (its share for itself included; even splits);
+// send/recv: the message size.
+//
+// all_to_all is NCCL's grouped send/recv to every peer at once: no ring, each rank's bytes go
+// straight to their destination, on NVLink inside a node and through ONE NIC per GPU across
+// nodes (a GPU's peers are reached through its own rail; NCCL cannot spread one all-to-all over
+// several NICs, nccl-tests #267). Uneven splits: all_to_all_cost(), set by the busiest rank.
 #pragma once
 
 #include <string>
@@ -26,12 +32,13 @@ enum class CollectiveOp {
   ReduceScatter,
   Broadcast,
   Reduce,
+  AllToAll,
   SendRecv,
   Barrier
 };
 
 /// Accepts the recorder's names: all_reduce, all_gather, reduce_scatter, broadcast, reduce,
-/// send, recv, sendrecv, barrier.
+/// all_to_all, send, recv, sendrecv, barrier.
 CollectiveOp parse_collective_op(const std::string& name);
 const char* to_string(CollectiveOp op);
 
@@ -85,12 +92,24 @@ CollectiveCost collective_cost(CollectiveOp op, double bytes, const GroupShape& 
 CollectiveCost collective_cost(CollectiveOp op, double bytes, const GroupShape& shape,
                                const ClusterSpec& cluster, Algorithm algorithm, Protocol protocol);
 
+/// all_to_all with per-pair bytes: bytes[i][j] is what group member i sends member j (group
+/// order; the diagonal stays local). Each member sends and receives at once over full-duplex
+/// links: its time is the longer of its NVLink traffic (to or from peers on its node) at the
+/// intra link's achieved rate and its network traffic at one NIC's share (inter_per_gpu),
+/// whichever direction is heavier; the busiest member sets the collective's time, plus one
+/// send/recv step's latency (the network's hop when the group spans nodes). With every row an
+/// even split of B on a group with the same number of members per node, this is
+/// collective_cost(AllToAll, B, ...). std::invalid_argument for a matrix that is not
+/// group-sized and square, or a negative entry.
+CollectiveCost all_to_all_cost(const std::vector<std::vector<double>>& bytes,
+                               const std::vector<int>& global_ranks, const ClusterSpec& cluster);
+
 /// The same cluster with every link at its line rate (efficiency 1): what `bench comm` prints
 /// beside the achieved model.
 ClusterSpec at_line_rate(ClusterSpec cluster);
 
-/// nccl-tests bus-bandwidth factor: 2(n-1)/n all_reduce, (n-1)/n all_gather/reduce_scatter,
-/// 1 broadcast/reduce/sendrecv.
+/// nccl-tests bus-bandwidth factor: 2(n-1)/n all_reduce, (n-1)/n all_gather/reduce_scatter/
+/// all_to_all, 1 broadcast/reduce/sendrecv.
 double bus_bandwidth_factor(CollectiveOp op, int n);
 
 struct Bandwidths {

@@ -45,6 +45,8 @@ std::vector<Recorder> timeline_of(const Program& program, const ReplayResult& re
       c.op = task_name(task.id);
       c.group = task.group;
       c.bytes = static_cast<int64_t>(task.bytes);
+      for (double b : task.peer_bytes)
+        c.peer_bytes.push_back(static_cast<int64_t>(b));
       if (task.op == CollectiveOp::SendRecv)
         c.peer = task.group[0] == static_cast<int>(r) ? task.group[1] : task.group[0];
       c.start_s = timing.start_s;
@@ -224,6 +226,8 @@ json records_to_json(const std::vector<Recorder>& ranks, int64_t samples_per_ste
                   {"end_charges", c.end_charges}};
       if (c.waited_s >= 0)
         rec["waited_s"] = c.waited_s;
+      if (!c.peer_bytes.empty())
+        rec["peer_bytes"] = c.peer_bytes;
       collectives.push_back(std::move(rec));
     }
     out_ranks.push_back({{"compute", compute}, {"collectives", collectives}});
@@ -291,6 +295,11 @@ void check_records(const std::vector<Recorder>& ranks, int64_t samples_per_step,
       for (const int g : c.group)
         if (g < 0 || g >= world) impossible(at, fmt::format("names rank {} of {}", g, world));
       if (c.peer < -1 || c.peer >= world) impossible(at, fmt::format("names peer {} of {}", c.peer, world));
+      if (!c.peer_bytes.empty() && c.peer_bytes.size() != c.group.size())
+        impossible(at, fmt::format("has {} peer byte counts for a group of {}",
+                                   c.peer_bytes.size(), c.group.size()));
+      for (const int64_t b : c.peer_bytes)
+        if (b < 0) impossible(at, fmt::format("sends a peer {} bytes", b));
       if (c.waited_s != -1.0 && !(std::isfinite(c.waited_s) &&
                                   std::fabs(c.waited_s) <= kMaxRecordedSeconds))
         impossible(at, fmt::format("was waited for at {} s", c.waited_s));
@@ -366,6 +375,12 @@ std::vector<Recorder> records_from_json(const json& doc, int64_t* samples_per_st
         c.start_charges = optional_integer<int64_t>(j, "start_charges", -1);
         c.end_charges = optional_integer<int64_t>(j, "end_charges", -1);
         c.waited_s = j.value("waited_s", -1.0); // absent for blocking calls
+        if (const auto pb = j.find("peer_bytes"); pb != j.end()) { // all_to_all only
+          if (!pb->is_array())
+            throw DataError("records.json: \"peer_bytes\" is not a list");
+          for (const json& b : *pb)
+            c.peer_bytes.push_back(integer<int64_t>(b, "peer_bytes"));
+        }
         r.collectives.push_back(std::move(c));
       }
       ranks.push_back(std::move(r));

@@ -70,7 +70,9 @@ void validate_collective(const std::string& key, const std::vector<size_t>& memb
   for (size_t t : members) {
     const Task& task = *flat[t].task;
     const int rank = flat[t].rank;
-    if (task.op != first.op || task.group != first.group || task.bytes != first.bytes)
+    // An all_to_all's members each send their own split (Task::peer_bytes).
+    const bool same_bytes = task.op == CollectiveOp::AllToAll || task.bytes == first.bytes;
+    if (task.op != first.op || task.group != first.group || !same_bytes)
       throw std::invalid_argument("replay: collective \"" + key + "\": task \"" + task.id +
                                   "\" disagrees with \"" + first.id + "\" on op, group or bytes");
     if (std::find(task.group.begin(), task.group.end(), rank) == task.group.end())
@@ -92,6 +94,39 @@ void validate_collective(const std::string& key, const std::vector<size_t>& memb
     throw std::invalid_argument("replay: collective \"" + key + "\" on group " +
                                 group_text(first.group) + " has " + std::to_string(seen.size()) +
                                 " of its " + std::to_string(first.group.size()) + " members");
+}
+
+// all_to_all's time from every member's split: a member with no instance (an image) sends as
+// the first present one does, rotated to its own place.
+double all_to_all_duration(const std::vector<size_t>& members, const std::vector<TaskRef>& flat,
+                           const ClusterSpec& cluster) {
+  const std::vector<int>& group = flat[members.front()].task->group;
+  const size_t n = group.size();
+  std::vector<std::vector<double>> bytes(n);
+  std::vector<bool> known(n, false);
+  for (size_t t : members) {
+    const Task& task = *flat[t].task;
+    const size_t i = static_cast<size_t>(
+        std::find(group.begin(), group.end(), flat[t].rank) - group.begin());
+    bytes[i] = task.peer_bytes;
+    if (bytes[i].empty())
+      bytes[i].assign(n, task.bytes / static_cast<double>(n));
+    if (bytes[i].size() != n)
+      throw std::invalid_argument("replay: all_to_all task \"" + task.id + "\" has " +
+                                  std::to_string(bytes[i].size()) +
+                                  " peer byte counts for a group of " + std::to_string(n));
+    known[i] = true;
+  }
+  size_t first = 0;
+  while (!known[first])
+    ++first;
+  for (size_t i = 0; i < n; ++i)
+    if (!known[i]) {
+      bytes[i].resize(n);
+      for (size_t j = 0; j < n; ++j)
+        bytes[i][j] = bytes[first][(j + n - i + first) % n];
+    }
+  return all_to_all_cost(bytes, group, cluster).time_s;
 }
 
 } // namespace
@@ -196,6 +231,8 @@ ReplayResult replay(const Program& program, const ClusterSpec& cluster,
       node.duration_s = given;
     else if (first.kind == TaskKind::Compute)
       node.duration_s = roofline(first.work, cluster.gpu, options.efficiency).time_s;
+    else if (first.op == CollectiveOp::AllToAll)
+      node.duration_s = all_to_all_duration(node.tasks, flat, cluster);
     else
       node.duration_s = collective_cost(first.op, first.bytes, group_shape(first.group, cluster),
                                         cluster, options.algorithm)

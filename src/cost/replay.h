@@ -33,6 +33,10 @@ struct Task {
   CollectiveOp op = CollectiveOp::AllReduce;
   std::vector<int> group; // global ranks; send/recv: {sender, receiver}
   double bytes = 0;       // collective_cost.h convention (all_gather: total output size)
+  /// all_to_all: the bytes this rank sends each member, in group order (empty: an even
+  /// split of `bytes`). Members' instances may differ here; the busiest sets the time
+  /// (all_to_all_cost).
+  std::vector<double> peer_bytes{};
   /// Instances with the same key on different ranks are one collective. Empty: derived as
   /// op + group + "k-th such call on this rank", which is NCCL's matching rule (members call
   /// a group's collectives in the same order).
@@ -57,7 +61,8 @@ struct ReplayOptions {
   /// A rank with no tasks is an image of ranks that have them (a plan executes one rank per
   /// symmetry class): a collective is complete with its present members' instances, since
   /// the images arrive at the same moments, and its cost is still that of the whole group.
-  /// The bubble fraction then covers the present ranks only.
+  /// The bubble fraction then covers the present ranks only. An absent member of an
+  /// all_to_all sends as its first present member does, shifted to its own place in the group.
   bool absent_ranks_are_images = false;
 };
 

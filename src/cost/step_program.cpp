@@ -175,6 +175,8 @@ public:
       group = {c.peer, rank_};
     std::vector<std::string> d = after ? std::vector<std::string>{*after} : deps();
     out_.push_back(Task::comm(id, parse_collective_op(c.op), group, bytes, d, key));
+    for (int64_t b : c.peer_bytes) // all_to_all: each member's share
+      out_.back().peer_bytes.push_back(static_cast<double>(b));
     if (c.op != "send")
       last_ = id; // a send is buffered: nothing waits for it
   }

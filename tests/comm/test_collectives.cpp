@@ -1,9 +1,26 @@
 // Collectives with exactly known results (nccl-tests style: rank r contributes r+1), on the
 // whole world and on partial groups, plus timeouts and mismatches.
+//
+// all_to_all with uneven splits and isend/irecv (namespace all_to_all_test below): member i of
+// a group sends member j rows(i, j) rows of two columns, row k holding 1000 i + 100 j + 10 k +
+// column, so every received row says who sent it and where it belongs. The same program runs
+// on the in-process backend, on the plan backend (records only) and over c10d/Gloo in real
+// processes (this test binary started again, once per rank, on a disabled worker test).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
 
+#include "comm/c10d_backend.h"
 #include "comm/communicator.h"
 #include "mesh/device_mesh.h"
 #include "mesh/rank_runner.h"
@@ -183,3 +200,204 @@ TEST(CommFailures, FailingRankReleasesWaitersAtOnce) {
   }
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
 }
+
+namespace meshsim::all_to_all_test {
+
+// Zero for some pairs (a member may send a peer, or itself, nothing).
+int64_t rows(int i, int j) { return (3 * i + 2 * j + 1) % 4; }
+
+// The rows member i sends member j.
+torch::Tensor chunk(int i, int j) {
+  auto k = torch::arange(rows(i, j), torch::kFloat32).unsqueeze(1) * 10;
+  auto c = torch::arange(2, torch::kFloat32).unsqueeze(0);
+  return (k + c + float(1000 * i + 100 * j)).contiguous();
+}
+
+void require(bool ok, const std::string& what) {
+  if (!ok)
+    throw std::runtime_error(what);
+}
+
+// The groups of sizes 2, 3 and 4 in a world of 4, in an order that is not the ranks'.
+const std::vector<Group> kGroups{Group{{2, 0}}, Group{{1, 3, 0}}, Group{{3, 1, 2, 0}}};
+
+// Every exchange a rank of a 4-rank world takes part in, checked exactly; throws on a wrong
+// value. The same program for every backend.
+void exchange_and_check(Communicator& comm) {
+  const int rank = comm.rank();
+  for (const Group& g : kGroups) {
+    const int me = g.index_of(rank);
+    if (me < 0)
+      continue;
+    const int n = g.size();
+    std::vector<torch::Tensor> mine, expected;
+    std::vector<int64_t> in_splits, out_splits;
+    for (int j = 0; j < n; ++j) {
+      mine.push_back(chunk(me, j));
+      expected.push_back(chunk(j, me));
+      in_splits.push_back(rows(me, j));
+      out_splits.push_back(rows(j, me));
+    }
+    const torch::Tensor out = comm.all_to_all(torch::cat(mine), out_splits, in_splits, g);
+    require(torch::equal(out, torch::cat(expected)),
+            fmt::format("all_to_all on [{}], rank {}: wrong rows", g.key(), rank));
+    const CollectiveRecord& rec = comm.records().back();
+    require(rec.op == "all_to_all" && rec.group == g.ranks, "all_to_all not recorded");
+    for (int j = 0; j < n; ++j)
+      require(rec.peer_bytes.at(j) == rows(me, j) * 2 * 4,
+              fmt::format("all_to_all on [{}], rank {}: peer_bytes[{}] is {}", g.key(), rank, j,
+                          rec.peer_bytes.at(j)));
+  }
+  // Equal splits (empty sizes) over the world: member r gets rows 3r..3r+2 of everyone's.
+  const Group world = Group::world(4);
+  auto in = torch::arange(12, torch::kFloat64) + 100.0 * rank;
+  auto out = comm.all_to_all(in, {}, {}, world);
+  std::vector<torch::Tensor> want;
+  for (int j = 0; j < 4; ++j)
+    want.push_back(torch::arange(3 * rank, 3 * rank + 3, torch::kFloat64) + 100.0 * j);
+  require(torch::equal(out, torch::cat(want)), fmt::format("equal splits, rank {}", rank));
+  // A group of one: a copy.
+  auto alone = comm.all_to_all(in, {}, {}, Group{{rank}});
+  require(torch::equal(alone, in) && !alone.is_same(in), "a group of one returns a copy");
+  // Messages around the ring, both ends asynchronous.
+  const int next = (rank + 1) % 4, prev = (rank + 3) % 4;
+  auto sent = comm.isend(torch::full({5}, float(rank + 1)), next, 3);
+  auto got = torch::zeros({5});
+  auto receiving = comm.irecv(got, prev, 3);
+  receiving->wait();
+  sent->wait();
+  require(torch::equal(got, torch::full({5}, float(prev + 1))),
+          fmt::format("irecv on rank {}: wrong message", rank));
+  comm.barrier(world);
+}
+
+// A TCP port nobody listens on now (the kernel's choice; free again once closed).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+MeshOptions options(int world, const std::string& device = "cpu") {
+  MeshOptions o;
+  o.world_size = world;
+  o.capacity_bytes = int64_t{1} << 30;
+  o.comm_timeout = std::chrono::milliseconds(20000);
+  o.device = device;
+  return o;
+}
+
+TEST(CommAllToAll, UnevenSplitsExactAtGroupSizesTwoThreeFour) {
+  DeviceMesh mesh(options(4));
+  run_ranks(mesh, [&](RankContext& ctx) { exchange_and_check(ctx.comm); });
+}
+
+TEST(CommAllToAll, MismatchedSplitsAreRefused) {
+  DeviceMesh mesh(options(2));
+  const Group world = Group::world(2);
+  run_ranks(mesh, [&](RankContext& ctx) {
+    auto t = torch::ones({5, 2});
+    EXPECT_THROW(ctx.comm.all_to_all(t, {}, {2, 2}, world), std::invalid_argument); // 4 of 5
+    EXPECT_THROW(ctx.comm.all_to_all(t, {}, {}, world), std::invalid_argument);     // 5 rows / 2
+    EXPECT_THROW(ctx.comm.all_to_all(t, {1, 1}, {5}, world), std::invalid_argument); // 1 size
+    EXPECT_THROW(ctx.comm.all_to_all(torch::ones({}), {}, {}, world), std::invalid_argument);
+  });
+  // Rank 0 expects 2 rows from rank 1, which sends it 1: named by both.
+  DeviceMesh other(options(2));
+  try {
+    run_ranks(other, [&](RankContext& ctx) {
+      auto t = torch::ones({4});
+      const std::vector<int64_t> out = ctx.rank == 0 ? std::vector<int64_t>{2, 2}
+                                                     : std::vector<int64_t>{2, 1};
+      const std::vector<int64_t> in = ctx.rank == 0 ? std::vector<int64_t>{2, 2}
+                                                    : std::vector<int64_t>{1, 3};
+      ctx.comm.all_to_all(t, out, in, Group::world(2));
+    });
+    FAIL() << "expected a mismatch";
+  } catch (const CollectiveMismatch& e) {
+    EXPECT_NE(std::string(e.what()).find("member 1 sends member 0 1 rows"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(CommAllToAll, IrecvRefusesAMessageThatDoesNotFit) {
+  DeviceMesh mesh(options(2));
+  run_ranks(mesh, [&](RankContext& ctx) {
+    if (ctx.rank == 0) {
+      ctx.comm.isend(torch::ones({3}), 1)->wait();
+    } else {
+      auto out = torch::zeros({4});
+      auto work = ctx.comm.irecv(out, 0);
+      EXPECT_THROW(work->wait(), std::invalid_argument);
+    }
+  });
+}
+
+TEST(CommAllToAll, PlansRecordEveryPeersBytes) {
+  DeviceMesh mesh(options(4, "meta"));
+  auto recorders = run_ranks(mesh, [&](RankContext& ctx) {
+    auto t = torch::empty({6, 8}, torch::TensorOptions().device(torch::kMeta));
+    auto out = ctx.comm.all_to_all(t, {3, 3, 0, 1}, {1, 2, 3, 0}, Group::world(4));
+    EXPECT_EQ(out.sizes(), (std::vector<int64_t>{7, 8}));
+  });
+  const CollectiveRecord& rec = recorders[2].collectives.at(0);
+  EXPECT_EQ(rec.op, "all_to_all");
+  EXPECT_EQ(rec.bytes, 6 * 8 * 4);
+  EXPECT_EQ(rec.peer_bytes, (std::vector<int64_t>{32, 64, 96, 0})); // rows x 8 floats
+}
+
+// One process's rank, started by the test below with its rank in the environment.
+TEST(CommAllToAllC10dWorker, DISABLED_OneRank) {
+  const char* rank = std::getenv("MESHSIM_A2A_RANK");
+  const char* port = std::getenv("MESHSIM_A2A_PORT");
+  ASSERT_TRUE(rank && port) << "started by CommAllToAll.C10dGlooExactInProcesses";
+  C10dOptions o;
+  o.rank = std::atoi(rank);
+  o.world_size = 4;
+  o.master_port = std::atoi(port);
+  o.timeout = std::chrono::milliseconds(60000);
+  RunClock clock;
+  C10dWorld world(o, clock);
+  auto comm = world.make_communicator();
+  exchange_and_check(*comm);
+  world.store_barrier("a2a-done");
+}
+
+TEST(CommAllToAll, C10dGlooExactInProcesses) {
+  if (!c10d_available())
+    GTEST_SKIP() << "this build has no c10d backend (its LibTorch has no Gloo headers)";
+  const auto dir = std::filesystem::temp_directory_path() /
+                   fmt::format("meshsim-a2a-{}", ::getpid());
+  std::filesystem::create_directories(dir);
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  const int port = free_port();
+  std::ofstream script(dir / "run.sh");
+  script << "pids=''\n";
+  for (int r = 0; r < 4; ++r)
+    script << fmt::format("MESHSIM_A2A_RANK={} MESHSIM_A2A_PORT={} '{}' "
+                          "--gtest_also_run_disabled_tests "
+                          "--gtest_filter=CommAllToAllC10dWorker.DISABLED_OneRank > '{}/{}.log' "
+                          "2>&1 &\npids=\"$pids $!\"\n",
+                          r, port, self, dir.string(), r);
+  script << "rc=0\nfor p in $pids; do wait $p || rc=1; done\nexit $rc\n";
+  script.close();
+  const int status = std::system(("bash '" + (dir / "run.sh").string() + "'").c_str());
+  std::string logs;
+  for (int r = 0; r < 4; ++r) {
+    std::ifstream in(dir / fmt::format("{}.log", r));
+    std::stringstream text;
+    text << in.rdbuf();
+    logs += fmt::format("--- rank {} ---\n{}\n", r, text.str());
+    EXPECT_NE(text.str().find("[  PASSED  ] 1 test"), std::string::npos) << "rank " << r;
+  }
+  EXPECT_EQ(status, 0) << logs;
+  std::filesystem::remove_all(dir);
+}
+
+} // namespace meshsim::all_to_all_test

@@ -1,6 +1,10 @@
 // Tests for the collective model (cost/collective_cost.h): every op against its formula,
 // written out here from the documented constants (docs/cost-model.md), at two sizes and three
 // group sizes; NVLS; NIC sharing; protocol choice; and the line-rate view of `bench comm`.
+//
+// all_to_all (namespace all_to_all_cost_test below): its formula within a node and across
+// nodes (one NIC per GPU), uneven splits set by the busiest rank, replay of hand-built and of
+// recorded all_to_alls, and records.json keeping each peer's bytes.
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -8,8 +12,13 @@
 
 #include <gtest/gtest.h>
 
+#include "comm/communicator.h"
 #include "cost/collective_cost.h"
 #include "cost/hardware.h"
+#include "cost/predict.h"
+#include "cost/replay.h"
+#include "mesh/device_mesh.h"
+#include "mesh/rank_runner.h"
 
 namespace meshsim {
 namespace {
@@ -216,3 +225,178 @@ TEST(CostCollective, ForcingAnAlgorithmThatCannotRunTheOpIsAnError) {
 
 } // namespace
 } // namespace meshsim
+
+namespace meshsim::all_to_all_cost_test {
+
+constexpr double kUs = 1e-6;
+// NCCL's ring constants { LL, LL128, Simple }: a send/recv step's latency.
+constexpr double kBase[3] = {6.6, 14.0, 8.4};
+constexpr double kNvlinkHop[3] = {0.6, 1.9, 3.4};
+constexpr double kNetHop[3] = {2.7, 4.0, 14.0};
+constexpr double kShare[3] = {0.5, 120.0 / 128, 1.0};
+constexpr Protocol kProtocols[3] = {Protocol::LL, Protocol::LL128, Protocol::Simple};
+// Achieved rates: NVLink 25 GB/s per link per direction x 232.54/300; NDR 400 Gb/s per NIC x
+// 4096/4122 (InfiniBand's packet share).
+constexpr double kNvlink3 = 12 * 25e9 * 232.54 / 300;
+constexpr double kNvlink4 = 18 * 25e9 * 232.54 / 300;
+constexpr double kNdr = 400e9 / 8 * 4096 / (4096 + 26);
+
+// The fastest protocol of: latency of one step + the busiest bytes on each link, concurrently.
+double expected(double intra_bytes, double inter_bytes, double intra_bw, double nic_bw,
+                bool spans_nodes) {
+  double best = 1e30;
+  for (int p = 0; p < 3; ++p) {
+    double t = intra_bytes / (kShare[p] * intra_bw);
+    if (spans_nodes)
+      t = std::max(t, inter_bytes / (kShare[p] * nic_bw));
+    best = std::min(best, (kBase[p] + (spans_nodes ? kNetHop[p] : kNvlinkHop[p])) * kUs + t);
+  }
+  return best;
+}
+
+TEST(CostAllToAll, WithinANodeMatchesItsFormula) {
+  const ClusterSpec c = parse_cluster_spec("8xa100-80");
+  for (double bytes : {65536.0, 268435456.0})
+    for (int n : {2, 4, 8})
+      for (int p = 0; p < 3; ++p) {
+        const double want = (kBase[p] + kNvlinkHop[p]) * kUs + (n - 1.0) / n * bytes /
+                                                                   (kShare[p] * kNvlink3);
+        EXPECT_NEAR(collective_cost(CollectiveOp::AllToAll, bytes, GroupShape::within_node(n), c,
+                                    Algorithm::Auto, kProtocols[p])
+                        .time_s,
+                    want, 1e-15)
+            << n << " GPUs, " << bytes << " B";
+      }
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor(CollectiveOp::AllToAll, 8), 7.0 / 8);
+  EXPECT_EQ(parse_collective_op("all_to_all"), CollectiveOp::AllToAll);
+  EXPECT_EQ(parse_collective_op("alltoall"), CollectiveOp::AllToAll);
+  EXPECT_STREQ(to_string(CollectiveOp::AllToAll), "all_to_all");
+}
+
+TEST(CostAllToAll, AcrossNodesOneNicPerGpu) {
+  // 2 nodes of 8 H100: 7/16 of the buffer on NVLink, 8/16 through the GPU's own NIC.
+  const ClusterSpec c = parse_cluster_spec("2x8xh100");
+  const GroupShape s = GroupShape::across(2, 8);
+  for (double bytes : {1048576.0, 1073741824.0})
+    EXPECT_NEAR(collective_cost(CollectiveOp::AllToAll, bytes, s, c).time_s,
+                expected(7.0 / 16 * bytes, 8.0 / 16 * bytes, kNvlink4, kNdr, true), 1e-15);
+  // Four NICs shared by eight GPUs: each GPU gets half of one, and never more than one (an
+  // all_gather's ring drives all of the node's NICs at once).
+  const ClusterSpec shared = parse_cluster_spec("2x8xh100", "", "4xndr");
+  const double gib = 1073741824.0;
+  EXPECT_NEAR(collective_cost(CollectiveOp::AllToAll, gib, s, shared).time_s,
+              expected(7.0 / 16 * gib, 8.0 / 16 * gib, kNvlink4, kNdr / 2, true), 1e-15);
+  const double gather = collective_cost(CollectiveOp::AllGather, gib, s, c).time_s;
+  EXPECT_GT(collective_cost(CollectiveOp::AllToAll, gib, s, c).time_s, gather);
+}
+
+TEST(CostAllToAll, UnevenSplitsAreSetByTheBusiestRank) {
+  const ClusterSpec c = parse_cluster_spec("8xa100-80");
+  // Member 2 receives 3 + 5 + 1 MB from the others, more than anyone sends or receives.
+  const double mb = 1e6;
+  const std::vector<std::vector<double>> m{{9 * mb, 1 * mb, 3 * mb, 0},
+                                           {2 * mb, 0, 5 * mb, 1 * mb},
+                                           {1 * mb, 1 * mb, 7 * mb, 1 * mb},
+                                           {0, 2 * mb, 1 * mb, 0}};
+  const CollectiveCost cost = all_to_all_cost(m, {0, 1, 2, 3}, c);
+  EXPECT_NEAR(cost.time_s, expected(9 * mb, 0, kNvlink3, 0, false), 1e-15);
+  EXPECT_FALSE(cost.hierarchical);
+  // Even rows: the even formula.
+  const std::vector<std::vector<double>> even(4, std::vector<double>(4, 2 * mb));
+  EXPECT_DOUBLE_EQ(all_to_all_cost(even, {0, 1, 2, 3}, c).time_s,
+                   collective_cost(CollectiveOp::AllToAll, 8 * mb, GroupShape::within_node(4), c)
+                       .time_s);
+  // Across nodes: ranks 0, 1 on node 0 and 8, 9 on node 1 of 2x8xh100; rank 0 sends 6 MB to
+  // node 1 and 1 MB to rank 1: the NIC's 6 MB set the time.
+  const ClusterSpec two = parse_cluster_spec("2x8xh100");
+  const std::vector<std::vector<double>> x{
+      {0, 1 * mb, 3 * mb, 3 * mb}, {1 * mb, 0, 0, 0}, {0, 0, 0, 0}, {0, 0, 0, 0}};
+  EXPECT_NEAR(all_to_all_cost(x, {0, 1, 8, 9}, two).time_s,
+              expected(1 * mb, 6 * mb, kNvlink4, kNdr, true), 1e-15);
+  EXPECT_THROW(all_to_all_cost({{0, 1}, {1}}, {0, 1}, c), std::invalid_argument);
+  EXPECT_THROW(all_to_all_cost({{0, -1}, {1, 0}}, {0, 1}, c), std::invalid_argument);
+}
+
+TEST(CostAllToAll, ReplayTimesEachMembersSplit) {
+  const ClusterSpec c = parse_cluster_spec("8xa100-80");
+  const std::vector<std::vector<double>> m{{0, 4e6, 1e6}, {1e6, 0, 1e6}, {2e6, 1e6, 0}};
+  Program program;
+  program.ranks.resize(3);
+  for (int r = 0; r < 3; ++r) {
+    Task t = Task::comm("a2a" + std::to_string(r), CollectiveOp::AllToAll, {0, 1, 2}, 5e6);
+    t.peer_bytes = m[static_cast<size_t>(r)];
+    program.ranks[static_cast<size_t>(r)].push_back(t);
+  }
+  const ReplayResult result = replay(program, c);
+  // Rank 1 receives 4 + 1 MB: the busiest.
+  EXPECT_NEAR(result.makespan_s, expected(5e6, 0, kNvlink3, 0, false), 1e-15);
+  // A plan's absent ranks send as the first present one, shifted to their place.
+  Program images;
+  images.ranks.resize(3);
+  images.ranks[0] = {program.ranks[0][0]};
+  ReplayOptions o;
+  o.absent_ranks_are_images = true;
+  const std::vector<std::vector<double>> rotated{{0, 4e6, 1e6}, {1e6, 0, 4e6}, {4e6, 1e6, 0}};
+  EXPECT_DOUBLE_EQ(replay(images, c, o).makespan_s, all_to_all_cost(rotated, {0, 1, 2}, c).time_s);
+}
+
+TEST(CostAllToAll, RecordedAllToAllReplaysToItsFormula) {
+  MeshOptions mo;
+  mo.world_size = 4;
+  mo.capacity_bytes = int64_t{1} << 30;
+  DeviceMesh mesh(mo);
+  // Rank r sends (r + j) % 3 rows of 1024 floats to member j.
+  auto recorders = run_ranks(mesh, [&](RankContext& ctx) {
+    std::vector<int64_t> in, out;
+    for (int j = 0; j < 4; ++j) {
+      in.push_back((ctx.rank + j) % 3);
+      out.push_back((j + ctx.rank) % 3);
+    }
+    int64_t rows = 0;
+    for (int64_t r : in)
+      rows += r;
+    ctx.comm.all_to_all(torch::ones({rows, 1024}), out, in, Group::world(4));
+  });
+  std::vector<Recorder> ranks(4);
+  for (int r = 0; r < 4; ++r) {
+    ComputeRecord before, after;
+    before.name = after.name = "forward";
+    before.step = 0;
+    after.step = 1;
+    const CollectiveRecord& rec = recorders[static_cast<size_t>(r)].collectives.at(0);
+    before.start_s = rec.start_s - 1e-3;
+    before.end_s = rec.start_s;
+    after.start_s = after.end_s = rec.end_s + 1e-3;
+    ranks[static_cast<size_t>(r)].compute = {before, after};
+    ranks[static_cast<size_t>(r)].collectives = {rec};
+  }
+  // records.json keeps each peer's bytes.
+  int64_t samples = 0;
+  const auto back = records_from_json(records_to_json(ranks, 1), &samples);
+  ASSERT_EQ(back[1].collectives.at(0).peer_bytes, (std::vector<int64_t>{4096, 8192, 0, 4096}));
+  const ClusterSpec c = parse_cluster_spec("4xa100-80");
+  PredictOptions o;
+  o.measured_compute = true;
+  const Program program = build_step_program(back, 0, c.gpu, o);
+  const ReplayResult result = replay(program, c);
+  double a2a = -1;
+  for (const TaskTiming& t : result.tasks)
+    if (t.id.find("all_to_all") != std::string::npos)
+      a2a = t.end_s - t.start_s;
+  // Rank r keeps (2r) % 3 rows of its own: rank 2 sends (and receives) 2 + 0 + 2 rows to (from)
+  // the others, 16384 bytes each way, the most.
+  EXPECT_NEAR(a2a, expected(4 * 4096, 0, kNvlink3, 0, false), 1e-15);
+}
+
+TEST(CostAllToAll, OldRecordsWithoutPeerBytesStayReadable) {
+  std::vector<Recorder> ranks(2);
+  for (Recorder& r : ranks)
+    r.collectives.push_back({"all_reduce", {0, 1}, 64, 0, -1, 0.0, 0.1});
+  nlohmann::json doc = records_to_json(ranks, 1);
+  EXPECT_FALSE(doc["ranks"][0]["collectives"][0].contains("peer_bytes"));
+  EXPECT_TRUE(records_from_json(doc, nullptr)[0].collectives[0].peer_bytes.empty());
+  doc["ranks"][0]["collectives"][0]["peer_bytes"] = {1, 2, 3};
+  EXPECT_THROW(records_from_json(doc, nullptr), std::exception);
+}
+
+} // namespace meshsim::all_to_all_cost_test
