@@ -1,8 +1,7 @@
-// The Llama's modules, its build and init, and its parameter count.
+// The Llama's embedding and block (from the layers' slots), its build and init, and its
+// parameter count.
 #include "models/llama.h"
 
-#include <cmath>
-#include <limits>
 #include <stdexcept>
 #include <unordered_set>
 
@@ -14,15 +13,6 @@ namespace {
 namespace nn = torch::nn;
 
 constexpr double kRmsNormEps = 1e-5;
-
-bool low_precision(torch::ScalarType t) {
-  return t == torch::kBFloat16 || t == torch::kHalf;
-}
-
-torch::Tensor rotate_half(const torch::Tensor& x) {
-  const int64_t half = x.size(-1) / 2;
-  return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-}
 
 } // namespace
 
@@ -39,129 +29,18 @@ torch::Tensor LlamaEmbeddingImpl::forward(const torch::Tensor& tokens) {
   return nn::functional::embedding(tokens, wte);
 }
 
-RmsNormImpl::RmsNormImpl(int64_t width, double eps, const torch::TensorOptions& t) : eps_(eps) {
-  torch::Tensor w = torch::empty({width}, t);
-  if (!w.is_meta())
-    w.fill_(1.0);
-  weight = register_parameter("weight", w);
-}
+LlamaBlockImpl::LlamaBlockImpl(const TransformerShape& o, const torch::TensorOptions& t,
+                               int64_t layer)
+    : PreNormBlockImpl(BlockParts{
+          "attn_norm", "mlp_norm", nn::AnyModule(RmsNorm(o.hidden, kRmsNormEps, t)),
+          nn::AnyModule(RmsNorm(o.hidden, kRmsNormEps, t)),
+          Attention(
+              AttentionOptions{o.hidden, o.heads, llama_kv_heads(o), false, "o", o.rope_theta}, t),
+          llama_feed_forward(o, layer, t)}) {}
 
-torch::Tensor RmsNormImpl::forward(const torch::Tensor& x) {
-  const torch::Tensor h = low_precision(x.scalar_type()) ? x.to(torch::kFloat32) : x;
-  const torch::Tensor normed = h * torch::rsqrt(h.pow(2).mean({-1}, /*keepdim=*/true) + eps_);
-  return weight * normed.to(x.scalar_type());
-}
-
-torch::Tensor apply_rotary(const torch::Tensor& x, double theta) {
-  const int64_t t = x.size(-2), d = x.size(-1);
-  // The angles in float32 at least (bf16 would round the positions themselves), then in x's
-  // dtype, as Hugging Face's Llama casts cos and sin.
-  const auto compute =
-      x.options().dtype(low_precision(x.scalar_type()) ? torch::kFloat32 : x.scalar_type());
-  const torch::Tensor inv_freq =
-      1.0 / torch::pow(theta, torch::arange(0, d, 2, compute) / static_cast<double>(d));
-  const torch::Tensor angles = torch::outer(torch::arange(t, compute), inv_freq); // [T, d/2]
-  const torch::Tensor emb = torch::cat({angles, angles}, -1);                     // [T, d]
-  const torch::Tensor cos = emb.cos().to(x.scalar_type()), sin = emb.sin().to(x.scalar_type());
-  return x * cos + rotate_half(x) * sin;
-}
-
-LlamaAttentionImpl::LlamaAttentionImpl(int64_t hidden, int64_t heads, int64_t kv_heads,
-                                       double rope_theta, const torch::TensorOptions& t)
-    : head_dim_(hidden / heads), rope_theta_(rope_theta) {
-  const int64_t kv = kv_heads * head_dim_;
-  q_ = nn::AnyModule(register_module("q", make_linear(hidden, heads * head_dim_, false, t)));
-  k_ = nn::AnyModule(register_module("k", make_linear(hidden, kv, false, t)));
-  v_ = nn::AnyModule(register_module("v", make_linear(hidden, kv, false, t)));
-  o_ = nn::AnyModule(register_module("o", make_linear(heads * head_dim_, hidden, false, t)));
-}
-
-torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x) {
-  torch::Tensor q = q_.forward(x), k = k_.forward(x), v = v_.forward(x);
-  // The whole sequence from q: under sequence parallelism x holds only part of it.
-  const int64_t b = q.size(0), t = q.size(1), q_features = q.size(2), kv_features = k.size(2);
-  // This member's heads when q, k, v are shards: whole heads, the same share of each kind.
-  const int64_t heads = q_features / head_dim_, kv_heads = kv_features / head_dim_;
-  if (q_features % head_dim_ != 0 || kv_features % head_dim_ != 0 || kv_heads == 0 ||
-      heads % kv_heads != 0)
-    throw std::invalid_argument("llama attention: q has " + std::to_string(q_features) + " and k " +
-                                std::to_string(kv_features) +
-                                " features, not whole groups of heads of " +
-                                std::to_string(head_dim_));
-  auto split = [&](const torch::Tensor& y, int64_t n) {
-    return y.view({b, t, n, head_dim_}).transpose(1, 2); // [B, n, T, head_dim]
-  };
-  q = apply_rotary(split(q, heads), rope_theta_);
-  k = apply_rotary(split(k, kv_heads), rope_theta_);
-  v = split(v, kv_heads);
-  if (kv_heads != heads) { // kv head j serves query heads j·group .. (j+1)·group - 1
-    const int64_t group = heads / kv_heads;
-    const auto repeat = [&](const torch::Tensor& y) {
-      return y.unsqueeze(2)
-          .expand({b, kv_heads, group, t, head_dim_})
-          .reshape({b, heads, t, head_dim_});
-    };
-    k = repeat(k);
-    v = repeat(v);
-  }
-  torch::Tensor y = attention(q, k, v).transpose(1, 2).contiguous().view({b, t, q_features});
-  return o_.forward(y);
-}
-
-int64_t LlamaAttentionImpl::shard_granularity(const std::string&) const {
-  return head_dim_;
-}
-
-nn::AnyModule& LlamaAttentionImpl::slot(const std::string& name) {
-  if (name == "q")
-    return q_;
-  if (name == "k")
-    return k_;
-  if (name == "v")
-    return v_;
-  if (name == "o")
-    return o_;
-  throw std::invalid_argument("llama attention has no linear '" + name + "' (q, k, v, o)");
-}
-
-void LlamaAttentionImpl::replace_linear(const std::string& name, nn::AnyModule module) {
-  nn::AnyModule& holder = slot(name);
-  replace_module(name, module.ptr());
-  holder = std::move(module);
-}
-
-SwiGluMlpImpl::SwiGluMlpImpl(int64_t hidden, int64_t ffn, const torch::TensorOptions& t) {
-  gate_ = nn::AnyModule(register_module("gate", make_linear(hidden, ffn, false, t)));
-  up_ = nn::AnyModule(register_module("up", make_linear(hidden, ffn, false, t)));
-  down_ = nn::AnyModule(register_module("down", make_linear(ffn, hidden, false, t)));
-}
-
-torch::Tensor SwiGluMlpImpl::forward(const torch::Tensor& x) {
-  return down_.forward(nn::functional::silu(gate_.forward(x)) * up_.forward(x));
-}
-
-void SwiGluMlpImpl::replace_linear(const std::string& name, nn::AnyModule module) {
-  nn::AnyModule* holder = name == "gate"   ? &gate_
-                          : name == "up"   ? &up_
-                          : name == "down" ? &down_
-                                           : nullptr;
-  if (!holder)
-    throw std::invalid_argument("mlp has no linear '" + name + "' (gate, up, down)");
-  replace_module(name, module.ptr());
-  *holder = std::move(module);
-}
-
-LlamaBlockImpl::LlamaBlockImpl(const TransformerShape& o, const torch::TensorOptions& t) {
-  attn_norm_ = register_module("attn_norm", RmsNorm(o.hidden, kRmsNormEps, t));
-  attn_ = register_module("attn",
-                          LlamaAttention(o.hidden, o.heads, llama_kv_heads(o), o.rope_theta, t));
-  mlp_norm_ = register_module("mlp_norm", RmsNorm(o.hidden, kRmsNormEps, t));
-  mlp_ = register_module("mlp", SwiGluMlp(o.hidden, llama_ffn_hidden(o), t));
-}
-
-torch::Tensor LlamaBlockImpl::forward_plain(const torch::Tensor& x) {
-  torch::Tensor h = x + attn_->forward(attn_norm_->forward(x));
-  return h + mlp_->forward(mlp_norm_->forward(h));
+std::shared_ptr<FeedForward> llama_feed_forward(const TransformerShape& o, int64_t,
+                                                const torch::TensorOptions& t) {
+  return SwiGluMlp(o.hidden, llama_ffn_hidden(o), t).ptr();
 }
 
 int64_t llama_ffn_hidden(const TransformerShape& o) {
@@ -193,7 +72,7 @@ torch::nn::Sequential build_llama(const TransformerShape& o, uint64_t seed,
   nn::Sequential model;
   model->push_back("embed", LlamaEmbedding(o.vocab, o.hidden, o.seq_len, t));
   for (int64_t l = 0; l < o.layers; ++l)
-    model->push_back("block" + std::to_string(l), LlamaBlock(o, t));
+    model->push_back("block" + std::to_string(l), LlamaBlock(o, t, l));
   model->push_back("norm_f", RmsNorm(o.hidden, kRmsNormEps, t));
   model->push_back("head", make_linear(o.hidden, o.vocab, false, t));
   if (t.device().is_meta())

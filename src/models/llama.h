@@ -1,16 +1,19 @@
 // llama: a Llama-family decoder (Touvron et al. 2023; Meta's and Hugging Face's layout):
 // RMSNorm before attention and MLP, rotary position embeddings, grouped-query attention,
 // a SwiGLU MLP, no biases, an untied head and no position embedding. Like the GPT it is a
-// Sequential of embed, block0..block{L-1}, norm_f, head, so a pipeline cuts it between
-// children, activation checkpointing is a switch on each block or attention core, and tensor
-// parallelism replaces q, k, v, o, gate, up, down by name (LinearSlots).
+// Sequential of embed, block0..block{L-1}, norm_f, head assembled from models/layers/; its
+// parallel plan (llama_plan.cpp) says where a pipeline cuts it and which of q, k, v, o, gate,
+// up, down tensor parallelism replaces (LinearSlots); activation checkpointing is a switch on
+// each block or attention core.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include <torch/torch.h>
 
 #include "models/gpt.h"
+#include "models/layers/norms.h"
 #include "models/models.h"
 
 namespace meshsim {
@@ -29,73 +32,20 @@ private:
 };
 TORCH_MODULE(LlamaEmbedding);
 
-/// RMSNorm: x / sqrt(mean(x^2) + eps) * weight over the last dimension, weight only. bf16
-/// and fp16 inputs are normalized in float32 and cast back, as Llama's reference does.
-class RmsNormImpl : public torch::nn::Module {
+/// The Llama block: RMSNorm attn_norm, attention attn (q, k, v, o without biases, grouped
+/// kv heads, rotary q and k, the eager causal core), RMSNorm mlp_norm, feed-forward mlp
+/// (llama_feed_forward for its layer).
+class LlamaBlockImpl : public PreNormBlockImpl {
 public:
-  RmsNormImpl(int64_t width, double eps, const torch::TensorOptions& tensors = {});
-  torch::Tensor forward(const torch::Tensor& x);
-  torch::Tensor weight;
-
-private:
-  double eps_;
-};
-TORCH_MODULE(RmsNorm);
-
-/// Rotary position embedding of x [B, heads, T, head_dim] for positions 0..T-1, rotating
-/// the two halves of each head (rotate_half, as Hugging Face's and Meta's Llama do):
-/// x·cos + rotate_half(x)·sin with angle position · theta^(-2i/head_dim).
-torch::Tensor apply_rotary(const torch::Tensor& x, double theta);
-
-/// Causal grouped-query attention over q [H -> heads·d], k and v [H -> kv_heads·d] and
-/// o [heads·d -> H], no biases. Each kv head serves heads/kv_heads consecutive query heads.
-/// The heads it runs are read from q's and k's output features, so a column shard of whole
-/// heads (heads/tp query and kv_heads/tp kv heads) runs unchanged.
-class LlamaAttentionImpl : public torch::nn::Module,
-                           public LinearSlots,
-                           public CheckpointedAttention,
-                           public AttentionHeads {
-public:
-  LlamaAttentionImpl(int64_t hidden, int64_t heads, int64_t kv_heads, double rope_theta,
-                     const torch::TensorOptions& tensors = {});
-  torch::Tensor forward(const torch::Tensor& x);
-  void replace_linear(const std::string& name, torch::nn::AnyModule module) override;
-  int64_t shard_granularity(const std::string& name) const override;
-  int64_t head_dim() const override { return head_dim_; }
-
-private:
-  torch::nn::AnyModule& slot(const std::string& name);
-  int64_t head_dim_;
-  double rope_theta_;
-  torch::nn::AnyModule q_, k_, v_, o_;
-};
-TORCH_MODULE(LlamaAttention);
-
-/// SwiGLU: down(silu(gate(x)) · up(x)); gate, up: H -> F, down: F -> H, no biases.
-class SwiGluMlpImpl : public torch::nn::Module, public LinearSlots {
-public:
-  SwiGluMlpImpl(int64_t hidden, int64_t ffn, const torch::TensorOptions& tensors = {});
-  torch::Tensor forward(const torch::Tensor& x);
-  void replace_linear(const std::string& name, torch::nn::AnyModule module) override;
-
-private:
-  torch::nn::AnyModule gate_, up_, down_;
-};
-TORCH_MODULE(SwiGluMlp);
-
-/// x + attn(attn_norm(x)), then x + mlp(mlp_norm(x)); optionally checkpointed.
-class LlamaBlockImpl : public torch::nn::Module, public CheckpointedBlock {
-public:
-  LlamaBlockImpl(const TransformerShape& options, const torch::TensorOptions& tensors = {});
-  torch::Tensor forward(const torch::Tensor& x) { return checkpointed(x); }
-  torch::Tensor forward_plain(const torch::Tensor& x) override;
-
-private:
-  RmsNorm attn_norm_{nullptr}, mlp_norm_{nullptr};
-  LlamaAttention attn_{nullptr};
-  SwiGluMlp mlp_{nullptr};
+  LlamaBlockImpl(const TransformerShape& options, const torch::TensorOptions& tensors = {},
+                 int64_t layer = 0);
 };
 TORCH_MODULE(LlamaBlock);
+
+/// The feed-forward of layer `layer`: SwiGluMlp (gate, up: H -> F, down: F -> H) in every
+/// layer today, F = llama_ffn_hidden(options). Where a per-layer choice (an MoE) goes.
+std::shared_ptr<FeedForward> llama_feed_forward(const TransformerShape& options, int64_t layer,
+                                                const torch::TensorOptions& tensors = {});
 
 /// The MLP's width: options.ffn_hidden, or Meta's rule for 0: 256 · ceil((8H/3) / 256),
 /// two thirds of GPT's 4H (SwiGLU has three matrices, not two) rounded up to a multiple of 256.
@@ -112,6 +62,11 @@ int64_t llama_kv_heads(const TransformerShape& options);
 /// dividing heads, an odd head_dim, a tied head).
 torch::nn::Sequential build_llama(const TransformerShape& options, uint64_t seed,
                                   const torch::TensorOptions& tensors = {});
+
+/// The Llama's parallel plan for `options` (llama_plan.cpp): per block attn.q, attn.k, attn.v,
+/// mlp.gate, mlp.up column-parallel and attn.o, mlp.down row-parallel; the head over the
+/// vocabulary; each block a pipeline unit and its attn an attention.
+ParallelPlan llama_parallel_plan(const TransformerShape& options);
 
 /// Parameters of the Llama for `options`, with d = H/heads, K = kv heads, F = the MLP width:
 /// V·H (embed) + L·(2H² + 2H·K·d + 3H·F + 2H) + H (norm_f) + V·H (head).

@@ -237,7 +237,7 @@ public:
         ctx, stage_, std::move(groups),
         ZeroOptions{options.zero, options.bucket_mb, options.optimizer, options.overlap});
     if (options.sequence_parallel && dims_.tp > 1)
-      sequence_params_ = sequence_parallel_parameters(stage_, tensor_parallel_plan(options.model));
+      sequence_params_ = sequence_parallel_parameters(stage_, parallel_plan(options.model, options.shape));
     pipe_ = wire_pipeline(zero_->module(), chunk_sizes_, dims_, coord_, options.virtual_stages);
     if (dims_.pp > 1) actions_ = stage_actions(options, dims_, coord_.pp, micro_batches_);
     ctx.sample_memory(0, "model");
@@ -307,14 +307,18 @@ private:
       GpuGuard host(nullptr);  // each GPU is charged only for the part it keeps
       full = build_model(options_.model, model_options);
       if (dims_.tp > 1)
-        parallelize_tensor(full, tensor_parallel_plan(options_.model), ctx_.comm, tp_, coord_.tp,
+        parallelize_tensor(full, parallel_plan(options_.model, options_.shape), ctx_.comm, tp_, coord_.tp,
                            options_.sequence_parallel);
       // Parameter tensors of every chunk, in model order, for full_parameters(); and the
       // children of this rank's chunks, which form its stage.
       const int chunks = dims_.pp * options_.virtual_stages;
+      // The model's own cut points (its plan); cnn, lenet and resnet50 have none.
+      const ParallelPlan plan = is_transformer(options_.model)
+                                    ? parallel_plan(options_.model, options_.shape)
+                                    : ParallelPlan{};
       std::vector<size_t> mine;
       for (int c = 0; c < chunks; ++c) {
-        const std::vector<size_t> indices = stage_children(full, chunks, c);
+        const std::vector<size_t> indices = stage_children(full, plan, chunks, c);
         chunk_parameters_.push_back(children_module(full, indices)->parameters().size());
         if (c % dims_.pp != coord_.pp) continue;
         chunk_sizes_.push_back(indices.size());

@@ -174,7 +174,7 @@ TEST(MetaModels, TensorParallelSlicesAMetaGpt) {
     mo.shape = o;
     mo.device = torch::kMeta;
     auto model = build_model("gpt", mo);
-    parallelize_tensor(model, gpt_tensor_parallel_plan(), ctx.comm, Group::world(2), ctx.rank);
+    parallelize_tensor(model, gpt_parallel_plan(o), ctx.comm, Group::world(2), ctx.rank);
     for (const auto& p : model->parameters())
       EXPECT_TRUE(p.is_meta());
     const auto params = model->named_parameters();

@@ -137,13 +137,13 @@ TEST(LlamaTensorParallel, PlanShardsWholeHeadsAndRefusesSplitKvHeads) {
     mo.shape = llama_sgd().shape; // heads 4, kv heads 2, head_dim 8
     auto model = build_model("llama", mo);
     // 4 members would split 2 kv heads: refused before anything changes.
-    EXPECT_THROW(parallelize_tensor(model, tensor_parallel_plan("llama"), ctx.comm, Group::world(4),
+    EXPECT_THROW(parallelize_tensor(model, parallel_plan("llama", mo.shape), ctx.comm, Group::world(4),
                                     ctx.rank),
                  std::invalid_argument);
     EXPECT_EQ(model->named_parameters()["block0.attn.k.weight"].size(0), 16);
     if (ctx.rank >= 2)
       return;
-    parallelize_tensor(model, tensor_parallel_plan("llama"), ctx.comm, Group{{0, 1}}, ctx.rank);
+    parallelize_tensor(model, parallel_plan("llama", mo.shape), ctx.comm, Group{{0, 1}}, ctx.rank);
     const auto p = model->named_parameters();
     EXPECT_EQ(p["block0.attn.q.weight"].sizes(), (std::vector<int64_t>{16, 32})); // 2 heads
     EXPECT_EQ(p["block0.attn.k.weight"].sizes(), (std::vector<int64_t>{8, 32}));  // 1 kv head
@@ -153,5 +153,5 @@ TEST(LlamaTensorParallel, PlanShardsWholeHeadsAndRefusesSplitKvHeads) {
     EXPECT_EQ(p["block0.mlp.up.weight"].sizes(), (std::vector<int64_t>{32, 32}));
     EXPECT_EQ(p["block0.mlp.down.weight"].sizes(), (std::vector<int64_t>{32, 32}));
   });
-  EXPECT_THROW(tensor_parallel_plan("cnn"), std::invalid_argument);
+  EXPECT_THROW(parallel_plan("cnn", TransformerShape{}), std::invalid_argument);
 }

@@ -146,7 +146,7 @@ TEST(SequenceParallelModels, LogitsAndGradientsEqualTheUnshardedModel) {
       std::vector<size_t> partial(tp);
       run_ranks(mesh, [&](RankContext& ctx) {
         const Group all = Group::world(tp);
-        const TensorParallelPlan plan = tensor_parallel_plan(model_name);
+        const ParallelPlan plan = parallel_plan(model_name, small_shape());
         nn::Sequential model;
         {
           CategoryScope params(MemoryCategory::Parameters);
@@ -196,7 +196,7 @@ TEST(SequenceParallelModels, RefusesAModelWithoutTheChildrenToSplitBetween) {
   DeviceMesh mesh = make_mesh(1);
   run_ranks(mesh, [&](RankContext& ctx) {
     auto model = build_model("gpt", ModelOptions{0, 0, small_shape()});
-    TensorParallelPlan plan = gpt_tensor_parallel_plan();
+    ParallelPlan plan = gpt_parallel_plan(small_shape());
     plan.sequence_before = "lm_head";
     EXPECT_THROW(parallelize_tensor(model, plan, ctx.comm, Group::world(1), 0, true),
                  std::invalid_argument);

@@ -89,21 +89,21 @@ nn::Sequential sharded_gpt(RankContext& ctx, Recompute recompute,
   nn::Sequential model;
   CategoryScope params(MemoryCategory::Parameters);
   model = build_model("gpt", ModelOptions{kTpSeed, 0, small_tp_gpt(), dtype});
-  parallelize_tensor(model, gpt_tensor_parallel_plan(), ctx.comm, Group::world(ctx.world_size),
+  parallelize_tensor(model, gpt_parallel_plan(small_tp_gpt()), ctx.comm, Group::world(ctx.world_size),
                      ctx.rank);
   set_recompute(model, recompute);
   return model;
 }
 
-struct Reference {
+struct TpReference {
   torch::Tensor logits;
   double loss = 0;
   std::vector<torch::Tensor> grads;
 };
 
-Reference unsharded_step(const Dataset& b) {
+TpReference unsharded_step(const Dataset& b) {
   auto model = build_model("gpt", ModelOptions{kTpSeed, 0, small_tp_gpt()});
-  Reference r;
+  TpReference r;
   r.logits = model->forward(b.images);
   torch::Tensor loss = loss_fn(r.logits, b.labels);
   loss.backward();
@@ -185,7 +185,7 @@ TEST(TensorParallelMappings, PatternsAndBadPlans) {
                                     Group::world(1), 0),
                  std::invalid_argument);
     // 4 heads cannot be split over 8 members (q has 32 features = 4 heads of 8).
-    EXPECT_THROW(parallelize_tensor(model, gpt_tensor_parallel_plan(), ctx.comm, eight, 0),
+    EXPECT_THROW(parallelize_tensor(model, gpt_parallel_plan(small_tp_gpt()), ctx.comm, eight, 0),
                  std::invalid_argument);
     EXPECT_THROW(parallelize_tensor(model, {{{"head", ParallelStyle::Column}}}, ctx.comm,
                                     Group::world(1), 0),
@@ -198,7 +198,7 @@ TEST(TensorParallelMappings, PatternsAndBadPlans) {
 TEST(TensorParallelGpt, LogitsAndGradientsEqualTheUnshardedModel) {
   const Dataset data = synthetic_text(16, 0, 16, 64, 5).train;
   const Dataset b = batch(data, 0);
-  const Reference ref = unsharded_step(b);
+  const TpReference ref = unsharded_step(b);
   for (int tp : {2, 4}) {
     DeviceMesh mesh = tp_mesh(tp);
     std::vector<torch::Tensor> logits(tp), ln_grad(tp), wte_grad(tp);

@@ -88,17 +88,20 @@ bool has_bias(const torch::nn::Module& m) {
 // the sequence for them); attention modules add their score matmuls over `seq` × `parts`.
 void count_composite(const torch::nn::Module& m, double rows, double width, double batch,
                      double seq, double eb, double parts, LayerWork& total) {
-  if (has_child(m, "q") && has_child(m, "k") && has_child(m, "v")) {
-    // The heads this module computes: all of them, or a tensor-parallel share, as q's
-    // output features say.
-    double d = width;
-    for (const auto& item : m.named_children())
-      if (item.key() == "q")
-        if (const auto w = linear_weight(*item.value()); w.defined()) d = static_cast<double>(w.size(0));
+  const auto* heads = dynamic_cast<const AttentionHeads*>(&m);
+  if (heads || (has_child(m, "q") && has_child(m, "k") && has_child(m, "v"))) {
+    // The heads this module computes: all of them, or a tensor-parallel share, as its
+    // queries' features say (a plain module with children q, k, v: q's output features).
+    double d = heads && heads->query_features() > 0 ? static_cast<double>(heads->query_features())
+                                                    : width;
+    if (!heads || heads->query_features() <= 0)
+      for (const auto& item : m.named_children())
+        if (item.key() == "q")
+          if (const auto w = linear_weight(*item.value()); w.defined()) d = static_cast<double>(w.size(0));
     const double whole = seq * parts;
     // QK^T and AV as one fused kernel: q, k, v read, the output written.
     add_gemm(total, 4 * batch * whole * whole * d, 4 * rows * parts * d * eb);
-    if (const auto* heads = dynamic_cast<const AttentionHeads*>(&m); heads && heads->head_dim() > 0)
+    if (heads && heads->head_dim() > 0)
       total.score_bytes += kScorePassesForward * batch * (d / static_cast<double>(heads->head_dim())) *
                            whole * whole * eb;
     total.attention_flops += 4 * batch * whole * whole * d;

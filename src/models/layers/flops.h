@@ -8,7 +8,8 @@
 //    weight + bias + output.
 //  - Conv2d: 2·N·Cout·Hout·Wout·(Cin/groups)·kh·kw (+ the bias per output element); bytes
 //    as Linear.
-//  - attention (a module with children q, k, v): QK^T and AV, 4·B·S²·D FLOPs, bytes of
+//  - attention (a module implementing AttentionHeads, or one with children q, k, v): QK^T
+//    and AV, 4·B·S²·D FLOPs, bytes of
 //    q, k, v and the output once (a fused kernel: the S×S scores never reach memory).
 //  - LayerNorm/BatchNorm/GroupNorm: 5 FLOPs per element; ReLU 1, GELU 8, dropout 2,
 //    softmax 5, pooling kh·kw per output element; bytes = input + output (+ parameters).
@@ -38,12 +39,16 @@
 
 namespace meshsim {
 
-/// Implemented by attention modules: the width of one head, so that the counts know the
-/// [B, heads, T, T] score matrices an attention core without a fused kernel writes.
+/// Implemented by attention modules (models/layers/attention.h), which is how the counts find
+/// attention: the width of one head, so that they know the [B, heads, T, T] score matrices an
+/// attention core without a fused kernel writes, and the features of the queries this module
+/// computes (all heads, or a tensor-parallel share of them).
 class AttentionHeads {
 public:
   virtual ~AttentionHeads() = default;
   virtual int64_t head_dim() const = 0;
+  /// heads · head_dim of the queries this module computes; 0: read them from a child "q".
+  virtual int64_t query_features() const { return 0; }
 };
 
 /// Implemented by composite modules whose leaves see tensors of different shapes (a ResNet

@@ -7,29 +7,67 @@
 #include <stdexcept>
 #include <string>
 
-#include "models/layers/flops.h"
 #include "memory/allocator.h"
+#include "models/layers/flops.h"
 #include "parallel/replica.h"
 
 namespace meshsim {
 namespace {
 
 // Where each unit starts (child indices, ascending); unit i ends where unit i+1 starts.
-std::vector<size_t> unit_starts(const torch::nn::Sequential& model) {
+// Without declared units: the children named "block*", else the children with parameters.
+std::vector<size_t> unit_starts(const torch::nn::Sequential& model,
+                                const std::vector<std::string>& units) {
   const auto children = model->named_children();
-  std::vector<size_t> blocks, with_params;
-  for (size_t i = 0; i < children.size(); ++i) {
-    if (children[i].key().rfind("block", 0) == 0)
-      blocks.push_back(i);
-    if (!children[i].value()->parameters().empty())
-      with_params.push_back(i);
+  std::vector<size_t> starts;
+  if (!units.empty()) {
+    size_t next = 0; // the declared units, found in order
+    for (const std::string& unit : units) {
+      while (next < children.size() && children[next].key() != unit)
+        ++next;
+      if (next == children.size())
+        throw std::invalid_argument("pipeline: the model has no child '" + unit +
+                                    "' (in its plan's order) to start a unit at");
+      starts.push_back(next++);
+    }
+  } else {
+    std::vector<size_t> blocks, with_params;
+    for (size_t i = 0; i < children.size(); ++i) {
+      if (children[i].key().rfind("block", 0) == 0)
+        blocks.push_back(i);
+      if (!children[i].value()->parameters().empty())
+        with_params.push_back(i);
+    }
+    // Transformer blocks are the natural cut points: embed joins the first block and the
+    // final norm and head the last, so the stages stay near equal.
+    starts = blocks.empty() ? with_params : blocks;
   }
-  // Transformer blocks are the natural cut points: embed joins the first block and the
-  // final norm and head the last, so the stages stay near equal.
-  std::vector<size_t> starts = blocks.empty() ? with_params : blocks;
   if (!starts.empty())
     starts[0] = 0; // leading children join the first unit
   return starts;
+}
+
+std::vector<size_t> stage_children_at(const torch::nn::Sequential& model,
+                                      const std::vector<std::string>& units, int stages,
+                                      int stage) {
+  if (stages < 1 || stage < 0 || stage >= stages)
+    throw std::invalid_argument("pipeline stage " + std::to_string(stage) + " is not in [0, " +
+                                std::to_string(stages) + ")");
+  const std::vector<size_t> starts = unit_starts(model, units);
+  const int count = static_cast<int>(starts.size());
+  if (count < stages)
+    throw std::invalid_argument("cannot cut the model into " + std::to_string(stages) +
+                                " pipeline stages: it has only " + std::to_string(count) +
+                                " units (layers with parameters, or transformer blocks)");
+  const int base = count / stages, extra = count % stages;
+  const int first_unit = stage * base + std::min(stage, extra);
+  const int end_unit = first_unit + base + (stage < extra ? 1 : 0);
+  const size_t begin = starts[first_unit];
+  const size_t end = end_unit < count ? starts[end_unit] : model->size();
+  std::vector<size_t> out;
+  for (size_t i = begin; i < end; ++i)
+    out.push_back(i);
+  return out;
 }
 
 // Messages of micro-batch m into local chunk k: activations on even tags, gradients on odd.
@@ -66,8 +104,12 @@ void check_stage(const PipelineStage& stage, const std::vector<Action>& actions)
 
 } // namespace
 
+int pipeline_units(const torch::nn::Sequential& model, const ParallelPlan& plan) {
+  return static_cast<int>(unit_starts(model, plan.pipeline_units).size());
+}
+
 int pipeline_units(const torch::nn::Sequential& model) {
-  return static_cast<int>(unit_starts(model).size());
+  return static_cast<int>(unit_starts(model, {}).size());
 }
 
 int pipeline_activation_tag(int micro_batch, int chunk, int virtual_stages) {
@@ -77,25 +119,13 @@ int pipeline_grad_tag(int micro_batch, int chunk, int virtual_stages) {
   return pipeline_activation_tag(micro_batch, chunk, virtual_stages) + 1;
 }
 
+std::vector<size_t> stage_children(const torch::nn::Sequential& model, const ParallelPlan& plan,
+                                   int stages, int stage) {
+  return stage_children_at(model, plan.pipeline_units, stages, stage);
+}
+
 std::vector<size_t> stage_children(const torch::nn::Sequential& model, int stages, int stage) {
-  if (stages < 1 || stage < 0 || stage >= stages)
-    throw std::invalid_argument("pipeline stage " + std::to_string(stage) + " is not in [0, " +
-                                std::to_string(stages) + ")");
-  const std::vector<size_t> starts = unit_starts(model);
-  const int units = static_cast<int>(starts.size());
-  if (units < stages)
-    throw std::invalid_argument("cannot cut the model into " + std::to_string(stages) +
-                                " pipeline stages: it has only " + std::to_string(units) +
-                                " units (layers with parameters, or transformer blocks)");
-  const int base = units / stages, extra = units % stages;
-  const int first_unit = stage * base + std::min(stage, extra);
-  const int end_unit = first_unit + base + (stage < extra ? 1 : 0);
-  const size_t begin = starts[first_unit];
-  const size_t end = end_unit < units ? starts[end_unit] : model->size();
-  std::vector<size_t> out;
-  for (size_t i = begin; i < end; ++i)
-    out.push_back(i);
-  return out;
+  return stage_children_at(model, {}, stages, stage);
 }
 
 torch::nn::Sequential stage_module(const torch::nn::Sequential& model, int stages, int stage) {

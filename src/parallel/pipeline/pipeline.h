@@ -1,4 +1,5 @@
-// Pipeline parallelism: where a Sequential model is cut into stages, and the one executor
+// Pipeline parallelism: where a Sequential model is cut into stages (at the units its parallel
+// plan declares), and the one executor
 // that runs any schedule (parallel/pipeline/schedule.h) for one rank's stage, passing activations
 // forward and their gradients backward with point-to-point send/recv.
 #pragma once
@@ -9,18 +10,25 @@
 #include <torch/torch.h>
 
 #include "mesh/rank_runner.h"
+#include "models/parallel_plan.h"
 #include "parallel/pipeline/schedule.h"
 
 namespace meshsim {
 
-/// Indices of the children of `model` that form pipeline stage `stage` of `stages`.
-/// Units: if the model has children named "block*" (GPT: embed, block0..blockL-1, ln_f, head)
-/// the units are the blocks, the children before the first block joining the first unit and
-/// those after the last joining the last; otherwise a unit is a child with parameters plus
-/// the parameter-less children after it (leading parameter-less children join the first).
-/// Units are split into `stages` contiguous groups as evenly as possible, earlier stages
-/// taking the extra one. Throws std::invalid_argument with a one-line message when there are
-/// fewer units than stages (or when stage is not in [0, stages)).
+/// Indices of the children of `model` that form pipeline stage `stage` of `stages`, cut at
+/// the model's declared units (plan.pipeline_units, models/parallel_plan.h): each unit starts
+/// at its child, the children before the first joining the first unit and those after the
+/// last joining the last. Units are split into `stages` contiguous groups as evenly as
+/// possible, earlier stages taking the extra one. Throws std::invalid_argument with a one-line
+/// message when there are fewer units than stages, when a unit names no child (or not in
+/// order), or when stage is not in [0, stages).
+std::vector<size_t> stage_children(const torch::nn::Sequential& model, const ParallelPlan& plan,
+                                   int stages, int stage);
+
+/// The same for a model without a plan: if it has children named "block*" the units are
+/// those, otherwise a unit is a child with parameters plus the parameter-less children after
+/// it (leading parameter-less children join the first). An empty plan.pipeline_units does the
+/// same.
 std::vector<size_t> stage_children(const torch::nn::Sequential& model, int stages, int stage);
 
 /// A new Sequential sharing those child modules (same names).
@@ -31,6 +39,7 @@ torch::nn::Sequential children_module(const torch::nn::Sequential& model,
                                       const std::vector<size_t>& indices);
 
 /// The number of units (see stage_children): the most stages the model can be cut into.
+int pipeline_units(const torch::nn::Sequential& model, const ParallelPlan& plan);
 int pipeline_units(const torch::nn::Sequential& model);
 
 struct PipelineStage {

@@ -6,7 +6,8 @@
 #include <stdexcept>
 #include <unordered_map>
 
-#include "models/gpt.h"
+#include "models/layers/slots.h"
+#include "models/models.h"
 #include "parallel/autograd_group.h"
 #include "parallel/tensor/sequence_parallel.h"
 
@@ -179,56 +180,6 @@ torch::Tensor VocabParallelHeadImpl::forward(const torch::Tensor& x) {
   return gather_from_region(mine, comm_, group_, index_);
 }
 
-TensorParallelPlan gpt_tensor_parallel_plan() {
-  return TensorParallelPlan{{{"*.attn.q", ParallelStyle::Column},
-                             {"*.attn.k", ParallelStyle::Column},
-                             {"*.attn.v", ParallelStyle::Column},
-                             {"*.attn.out", ParallelStyle::Row},
-                             {"*.mlp.fc", ParallelStyle::Column},
-                             {"*.mlp.proj", ParallelStyle::Row}}};
-}
-
-TensorParallelPlan llama_tensor_parallel_plan() {
-  return TensorParallelPlan{{{"*.attn.q", ParallelStyle::Column},
-                             {"*.attn.k", ParallelStyle::Column},
-                             {"*.attn.v", ParallelStyle::Column},
-                             {"*.attn.o", ParallelStyle::Row},
-                             {"*.mlp.gate", ParallelStyle::Column},
-                             {"*.mlp.up", ParallelStyle::Column},
-                             {"*.mlp.down", ParallelStyle::Row}}};
-}
-
-TensorParallelPlan tensor_parallel_plan(const std::string& model) {
-  if (model == "gpt")
-    return gpt_tensor_parallel_plan();
-  if (model == "llama")
-    return llama_tensor_parallel_plan();
-  throw std::invalid_argument("tensor parallel: model '" + model +
-                              "' has no plan (gpt and llama have)");
-}
-
-bool pattern_matches(const std::string& pattern, const std::string& name) {
-  // Iterative glob: remember the last '*' and retry from one character further on mismatch.
-  size_t p = 0, n = 0, star = std::string::npos, resume = 0;
-  while (n < name.size()) {
-    if (p < pattern.size() && pattern[p] == '*') {
-      star = p++;
-      resume = n;
-    } else if (p < pattern.size() && pattern[p] == name[n]) {
-      ++p;
-      ++n;
-    } else if (star != std::string::npos) {
-      p = star + 1;
-      n = ++resume;
-    } else {
-      return false;
-    }
-  }
-  while (p < pattern.size() && pattern[p] == '*')
-    ++p;
-  return p == pattern.size();
-}
-
 namespace {
 
 struct Match {
@@ -238,11 +189,11 @@ struct Match {
   LinearSlots* holder;
 };
 
-std::vector<Match> find_matches(nn::Sequential& model, const TensorParallelPlan& plan, int parts) {
+std::vector<Match> find_matches(nn::Sequential& model, const ParallelPlan& plan, int parts) {
   const auto modules = model->named_modules();
   std::vector<Match> matches;
   std::set<std::string> taken; // a Linear matched by two rules follows the first
-  for (const auto& [pattern, style] : plan.rules) {
+  for (const auto& [pattern, style] : plan.linears) {
     bool found = false;
     for (const auto& item : modules) {
       auto linear = std::dynamic_pointer_cast<nn::LinearImpl>(item.value());
@@ -313,7 +264,7 @@ std::vector<torch::Tensor> gather_full(nn::Sequential& model, Communicator& comm
 
 // Sequence parallelism needs the children the sequence is split after and gathered before,
 // in that order.
-void check_sequence_region(const nn::Sequential& model, const TensorParallelPlan& plan) {
+void check_sequence_region(const nn::Sequential& model, const ParallelPlan& plan) {
   const auto children = model->named_children();
   int after = -1, before = -1;
   for (size_t i = 0; i < children.size(); ++i) {
@@ -330,7 +281,7 @@ void check_sequence_region(const nn::Sequential& model, const TensorParallelPlan
 
 // `model` with a SequenceScatter after plan.sequence_after and a SequenceGather before
 // plan.sequence_before (the same child modules otherwise, under the same names).
-nn::Sequential with_sequence_region(const nn::Sequential& model, const TensorParallelPlan& plan,
+nn::Sequential with_sequence_region(const nn::Sequential& model, const ParallelPlan& plan,
                                     Communicator& comm, const Group& group) {
   const auto children = model->named_children();
   nn::Sequential out;
@@ -346,18 +297,18 @@ nn::Sequential with_sequence_region(const nn::Sequential& model, const TensorPar
   return out;
 }
 
-// `model` with its child "head", when that is a Linear without bias whose vocabulary divides
+// `model` with its child `head`, when that is a Linear without bias whose vocabulary divides
 // by the group, replaced by this member's rows of it (a tied head, which shares the
 // embedding's weight, stays whole).
-nn::Sequential with_vocab_parallel_head(const nn::Sequential& model, Communicator& comm,
-                                        const Group& group, int index) {
+nn::Sequential with_vocab_parallel_head(const nn::Sequential& model, const std::string& head,
+                                        Communicator& comm, const Group& group, int index) {
   const int n = group.size();
   const auto children = model->named_children();
   nn::Sequential out;
   size_t i = 0;
   for (const auto& any : *model) {
     const std::string& name = children[i++].key();
-    const auto* linear = name == "head" ? any.ptr()->as<nn::LinearImpl>() : nullptr;
+    const auto* linear = !head.empty() && name == head ? any.ptr()->as<nn::LinearImpl>() : nullptr;
     if (!linear || linear->bias.defined() || linear->weight.size(0) % n != 0) {
       out->push_back(name, any);
       continue;
@@ -372,7 +323,7 @@ nn::Sequential with_vocab_parallel_head(const nn::Sequential& model, Communicato
 
 } // namespace
 
-void parallelize_tensor(nn::Sequential& model, const TensorParallelPlan& plan, Communicator& comm,
+void parallelize_tensor(nn::Sequential& model, const ParallelPlan& plan, Communicator& comm,
                         const Group& group, int index, bool sequence_parallel) {
   const int n = group.size();
   if (n < 1 || index < 0 || index >= n)
@@ -413,13 +364,13 @@ void parallelize_tensor(nn::Sequential& model, const TensorParallelPlan& plan, C
     }
   }
   if (n > 1)
-    model = with_vocab_parallel_head(model, comm, group, index);
+    model = with_vocab_parallel_head(model, plan.vocab_head, comm, group, index);
   if (sequence_parallel)
     model = with_sequence_region(model, plan, comm, group);
 }
 
 std::vector<torch::Tensor> sequence_parallel_parameters(const nn::Sequential& model,
-                                                        const TensorParallelPlan& plan) {
+                                                        const ParallelPlan& plan) {
   std::vector<torch::Tensor> out;
   for (const auto& child : model->named_children()) {
     if (child.key() == plan.sequence_after || child.key() == plan.sequence_before)

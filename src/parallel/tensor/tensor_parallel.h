@@ -1,6 +1,7 @@
 // Tensor parallelism, Megatron style: two paired autograd functions (copy_to_region,
-// reduce_from_region), column- and row-parallel Linears built on them, and a plan that says
-// which Linear of an unmodified model becomes which; optionally with sequence parallelism
+// reduce_from_region), column- and row-parallel Linears built on them, and the function that
+// applies a model's plan (models/parallel_plan.h: which Linear of an unmodified model becomes
+// which, where the vocabulary-parallel head is); optionally with sequence parallelism
 // (parallel/tensor/sequence_parallel.h). See docs/tensor-parallel.md.
 #pragma once
 
@@ -12,6 +13,7 @@
 #include <torch/torch.h>
 
 #include "comm/communicator.h"
+#include "models/parallel_plan.h"
 
 namespace meshsim {
 
@@ -25,30 +27,6 @@ torch::Tensor reduce_from_region(const torch::Tensor& x, Communicator& comm, con
 /// order, backward keeps member `index`'s slice of the gradient. `x` itself on a group of one.
 torch::Tensor gather_from_region(const torch::Tensor& x, Communicator& comm, const Group& group,
                                  int index);
-
-enum class ParallelStyle { Column, Row };
-struct TensorParallelPlan {
-  std::vector<std::pair<std::string, ParallelStyle>> rules; // '*' wildcards over full names
-  /// Sequence parallelism: the children of the model (a Sequential) after which the sequence
-  /// is split over the group and before which it is gathered whole again. Everything between
-  /// them runs on this member's part of the sequence outside the column/row layers.
-  std::string sequence_after = "embed", sequence_before = "head";
-};
-
-/// q, k, v and mlp.fc column-parallel; attn.out and mlp.proj row-parallel.
-TensorParallelPlan gpt_tensor_parallel_plan();
-
-/// Llama: attn.q, attn.k, attn.v, mlp.gate, mlp.up column-parallel; attn.o and mlp.down
-/// row-parallel. Attention shards whole heads, so each member keeps heads/tp query heads and
-/// kv_heads/tp kv heads, exactly the ones its query heads read (both must divide by tp).
-TensorParallelPlan llama_tensor_parallel_plan();
-
-/// The plan for --model `model` (gpt or llama). Throws std::invalid_argument for a model
-/// without one.
-TensorParallelPlan tensor_parallel_plan(const std::string& model);
-
-/// True when `name` matches `pattern`, where '*' matches any run of characters (dots too).
-bool pattern_matches(const std::string& pattern, const std::string& name);
 
 /// Column-parallel layers under one parent that read the same input (q, k, v) share one
 /// copy_to_region, so the input's gradient is all-reduced once, as with Megatron's fused QKV.
@@ -107,15 +85,16 @@ private:
 };
 TORCH_MODULE(VocabParallelHead);
 
-/// Replaces, in place, every Linear whose full name matches a rule with a ColumnParallelLinear /
-/// RowParallelLinear holding this member's shard (member `index` of `group`), sliced from the full
-/// (already initialized) Linear, so the sharded model computes exactly what the full one does.
-/// Throws std::invalid_argument if a rule matches nothing or a dimension is not divisible by
-/// group.size(). The new shards are allocated under the caller's current GPU and category; the
-/// replaced full Linear is released. The Linear's parent must implement LinearSlots (models/gpt.h).
-/// Nothing is replaced if any check fails. The model's child "head", when it is a Linear of
-/// its own (not tied to the embedding) whose vocabulary divides by group.size(), becomes a
-/// VocabParallelHead.
+/// Replaces, in place, every Linear whose full name matches an entry of plan.linears with a
+/// ColumnParallelLinear / RowParallelLinear holding this member's shard (member `index` of
+/// `group`), sliced from the full (already initialized) Linear, so the sharded model computes
+/// exactly what the full one does. Throws std::invalid_argument if an entry matches nothing or
+/// a dimension is not divisible by group.size(). The new shards are allocated under the
+/// caller's current GPU and category; the replaced full Linear is released. The Linear's
+/// parent must implement LinearSlots (models/layers/slots.h). Nothing is replaced if any check
+/// fails. The model's child plan.vocab_head, when it is a
+/// Linear of its own (not tied to the embedding) whose vocabulary divides by group.size(),
+/// becomes a VocabParallelHead.
 ///
 /// With `sequence_parallel` (Korthikanti et al. 2022), the column layers all-gather their
 /// input along the sequence (and reduce-scatter its gradient), the row layers reduce-scatter
@@ -124,9 +103,8 @@ TORCH_MODULE(VocabParallelHead);
 /// plan.sequence_before, so every other child in between runs on this member's part of the
 /// sequence (its length must divide by group.size()). Their replicated parameters then get
 /// partial gradients: see sequence_parallel_parameters.
-void parallelize_tensor(torch::nn::Sequential& model, const TensorParallelPlan& plan,
-                        Communicator& comm, const Group& group, int index,
-                        bool sequence_parallel = false);
+void parallelize_tensor(torch::nn::Sequential& model, const ParallelPlan& plan, Communicator& comm,
+                        const Group& group, int index, bool sequence_parallel = false);
 
 /// The parameters of a sequence-parallel model (or of a pipeline stage of one) whose gradient
 /// each member computes from its part of the sequence only: every parameter of the children
@@ -134,7 +112,7 @@ void parallelize_tensor(torch::nn::Sequential& model, const TensorParallelPlan& 
 /// (normalizations, row-parallel biases). Their gradients must be summed over the group
 /// (all_reduce_sequence_parallel_gradients) before the optimizer step.
 std::vector<torch::Tensor> sequence_parallel_parameters(const torch::nn::Sequential& model,
-                                                        const TensorParallelPlan& plan);
+                                                        const ParallelPlan& plan);
 
 /// sequence_parts() of the first column-parallel layer in `module` (1 when it has none).
 int64_t sequence_parts(const torch::nn::Module& module);

@@ -1,0 +1,107 @@
+// Attention from its projections and its core.
+#include "models/layers/attention.h"
+
+#include <stdexcept>
+
+#include "models/device_layers.h"
+#include "models/layers/eager_core.h"
+#include "models/layers/rotary.h"
+
+namespace meshsim {
+
+namespace nn = torch::nn;
+
+AttentionImpl::AttentionImpl(const AttentionOptions& o, const torch::TensorOptions& t,
+                             std::shared_ptr<const AttentionCore> core)
+    : options_(o), head_dim_(o.hidden / o.heads),
+      core_(core ? std::move(core) : std::make_shared<EagerCausalCore>()) {
+  const int64_t kv = (o.kv_heads > 0 ? o.kv_heads : o.heads) * head_dim_;
+  const int64_t inner = o.heads * head_dim_;
+  q_ = nn::AnyModule(register_module("q", make_linear(o.hidden, inner, o.bias, t)));
+  k_ = nn::AnyModule(register_module("k", make_linear(o.hidden, kv, o.bias, t)));
+  v_ = nn::AnyModule(register_module("v", make_linear(o.hidden, kv, o.bias, t)));
+  out_ = nn::AnyModule(register_module(o.out_name, make_linear(inner, o.hidden, o.bias, t)));
+}
+
+torch::Tensor sequence_positions(int64_t length, const torch::Tensor& like) {
+  return torch::arange(length, like.options().dtype(torch::kLong));
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& positions) {
+  torch::Tensor q = q_.forward(x), k = k_.forward(x), v = v_.forward(x);
+  // The whole sequence from q: under sequence parallelism x holds only part of it.
+  const int64_t b = q.size(0), t = q.size(1), q_features = q.size(2), kv_features = k.size(2);
+  // This member's heads when q, k, v are shards: whole heads, the same share of each kind.
+  const int64_t heads = q_features / head_dim_, kv_heads = kv_features / head_dim_;
+  if (q_features % head_dim_ != 0 || kv_features % head_dim_ != 0 || kv_heads == 0 ||
+      heads % kv_heads != 0)
+    throw std::invalid_argument(
+        "attention: q has " + std::to_string(q_features) + " and k " + std::to_string(kv_features) +
+        " features, not whole groups of heads of " + std::to_string(head_dim_));
+  const torch::Tensor at = positions.defined() ? positions : sequence_positions(t, q);
+  auto split = [&](const torch::Tensor& y, int64_t n) {
+    return y.view({b, t, n, head_dim_}).transpose(1, 2); // [B, n, T, head_dim]
+  };
+  q = split(q, heads);
+  k = split(k, kv_heads);
+  v = split(v, kv_heads);
+  if (options_.rope_theta > 0) {
+    q = apply_rotary(q, at, options_.rope_theta);
+    k = apply_rotary(k, at, options_.rope_theta);
+  }
+  if (kv_heads != heads) { // kv head j serves query heads j·group .. (j+1)·group - 1
+    const int64_t group = heads / kv_heads;
+    const auto repeat = [&](const torch::Tensor& y) {
+      return y.unsqueeze(2)
+          .expand({b, kv_heads, group, t, head_dim_})
+          .reshape({b, heads, t, head_dim_});
+    };
+    k = repeat(k);
+    v = repeat(v);
+  }
+  torch::Tensor y = run_core(q, k, v, at).transpose(1, 2).contiguous().view({b, t, q_features});
+  return out_.forward(y);
+}
+
+torch::Tensor AttentionImpl::run_core(const torch::Tensor& q, const torch::Tensor& k,
+                                      const torch::Tensor& v,
+                                      const torch::Tensor& positions) const {
+  if (!recompute_core)
+    return core_->forward(q, k, v, positions);
+  // Selective recomputation: backward keeps q, k, v, not what the core saves. The core
+  // outlives the graph (the model owns it through this module).
+  const AttentionCore* core = core_.get();
+  return checkpoint(
+      [core](const std::vector<torch::Tensor>& in) {
+        return core->forward(in[0], in[1], in[2], in[3]);
+      },
+      {q, k, v, positions});
+}
+
+int64_t AttentionImpl::query_features() const {
+  for (const auto& p : q_.ptr()->named_parameters(/*recurse=*/false))
+    if (p.key() == "weight")
+      return p.value().size(0);
+  return options_.heads * head_dim_;
+}
+
+nn::AnyModule& AttentionImpl::slot(const std::string& name) {
+  if (name == "q")
+    return q_;
+  if (name == "k")
+    return k_;
+  if (name == "v")
+    return v_;
+  if (name == options_.out_name)
+    return out_;
+  throw std::invalid_argument("attention has no linear '" + name + "' (q, k, v, " +
+                              options_.out_name + ")");
+}
+
+void AttentionImpl::replace_linear(const std::string& name, nn::AnyModule module) {
+  nn::AnyModule& holder = slot(name);
+  replace_module(name, module.ptr());
+  holder = std::move(module);
+}
+
+} // namespace meshsim

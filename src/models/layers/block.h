@@ -1,0 +1,39 @@
+// A pre-norm transformer block assembled from slots: x + attn(norm1(x)), then
+// x + mlp(norm2(x)), optionally checkpointed. The model picks each slot per layer: the
+// normalization (LayerNorm, RMSNorm), the attention (its projections and core) and the
+// feed-forward (dense today; a mixture of experts in some layers tomorrow).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "models/layers/attention.h"
+#include "models/layers/mlp.h"
+#include "models/layers/recompute.h"
+
+namespace meshsim {
+
+/// The parts of one block, registered in this order (their parameters' order): norm1,
+/// attention "attn", norm2, feed-forward "mlp".
+struct BlockParts {
+  std::string norm1_name, norm2_name;
+  torch::nn::AnyModule norm1, norm2;
+  Attention attention{nullptr};
+  std::shared_ptr<FeedForward> feed_forward;
+};
+
+class PreNormBlockImpl : public torch::nn::Module, public CheckpointedBlock {
+public:
+  explicit PreNormBlockImpl(BlockParts parts);
+  torch::Tensor forward(const torch::Tensor& x) { return checkpointed(x); }
+  torch::Tensor forward_plain(const torch::Tensor& x) override;
+
+private:
+  torch::nn::AnyModule norm1_, norm2_;
+  Attention attn_{nullptr};
+  std::shared_ptr<FeedForward> mlp_;
+};
+
+} // namespace meshsim

@@ -1,0 +1,49 @@
+// GPT's MLP and Llama's SwiGLU.
+#include "models/layers/mlp.h"
+
+#include <stdexcept>
+
+#include "models/device_layers.h"
+
+namespace meshsim {
+
+namespace nn = torch::nn;
+
+GptMlpImpl::GptMlpImpl(int64_t hidden, int64_t ffn, const torch::TensorOptions& t) {
+  fc_ = nn::AnyModule(register_module("fc", make_linear(hidden, ffn, true, t)));
+  proj_ = nn::AnyModule(register_module("proj", make_linear(ffn, hidden, true, t)));
+}
+
+torch::Tensor GptMlpImpl::forward(const torch::Tensor& x) {
+  return proj_.forward(nn::functional::gelu(fc_.forward(x)));
+}
+
+void GptMlpImpl::replace_linear(const std::string& name, nn::AnyModule module) {
+  if (name != "fc" && name != "proj")
+    throw std::invalid_argument("mlp has no linear '" + name + "' (fc, proj)");
+  replace_module(name, module.ptr());
+  (name == "fc" ? fc_ : proj_) = std::move(module);
+}
+
+SwiGluMlpImpl::SwiGluMlpImpl(int64_t hidden, int64_t ffn, const torch::TensorOptions& t) {
+  gate_ = nn::AnyModule(register_module("gate", make_linear(hidden, ffn, false, t)));
+  up_ = nn::AnyModule(register_module("up", make_linear(hidden, ffn, false, t)));
+  down_ = nn::AnyModule(register_module("down", make_linear(ffn, hidden, false, t)));
+}
+
+torch::Tensor SwiGluMlpImpl::forward(const torch::Tensor& x) {
+  return down_.forward(nn::functional::silu(gate_.forward(x)) * up_.forward(x));
+}
+
+void SwiGluMlpImpl::replace_linear(const std::string& name, nn::AnyModule module) {
+  nn::AnyModule* holder = name == "gate"   ? &gate_
+                          : name == "up"   ? &up_
+                          : name == "down" ? &down_
+                                           : nullptr;
+  if (!holder)
+    throw std::invalid_argument("mlp has no linear '" + name + "' (gate, up, down)");
+  replace_module(name, module.ptr());
+  *holder = std::move(module);
+}
+
+} // namespace meshsim

@@ -1,0 +1,50 @@
+// Activation recomputation: reentrant checkpointing of a function of tensors, and the two
+// places a transformer switches it on (a whole block, or the attention core).
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "models/models.h"
+
+namespace meshsim {
+
+/// A function of tensors that a checkpoint runs in forward and again in backward.
+using Recomputable = std::function<torch::Tensor(const std::vector<torch::Tensor>& inputs)>;
+
+/// fn(inputs), keeping only `inputs` for backward, which runs fn again with a graph and
+/// backpropagates through it (reentrant activation checkpointing, torch.utils.checkpoint with
+/// use_reentrant=True). Gradients reach the inputs and any parameters fn uses. Runs fn plainly
+/// when no graph is being recorded or no input needs a gradient.
+torch::Tensor checkpoint(const Recomputable& fn, const std::vector<torch::Tensor>& inputs);
+
+/// A transformer block that activation checkpointing can switch on (set_recompute). With
+/// `recompute` on, forward() keeps only the block's input and runs forward_plain() again in
+/// backward (torch.utils.checkpoint, reentrant).
+class CheckpointedBlock {
+public:
+  virtual ~CheckpointedBlock() = default;
+  /// The block itself, never checkpointed (what the checkpoint recomputes).
+  virtual torch::Tensor forward_plain(const torch::Tensor& x) = 0;
+  /// forward_plain(x), checkpointed when `recompute` is on and a graph is being recorded.
+  torch::Tensor checkpointed(const torch::Tensor& x);
+  bool recompute = false;
+};
+
+/// An attention module whose core selective recomputation can checkpoint (set_recompute):
+/// with `recompute_core` on, backward keeps the core's inputs (q, k, v, positions) instead of
+/// what the core saves (the [B, heads, T, T] softmax of the eager core).
+class CheckpointedAttention {
+public:
+  virtual ~CheckpointedAttention() = default;
+  bool recompute_core = false;
+};
+
+/// Sets what every transformer block of `model` recomputes in backward (--recompute): Full
+/// checkpoints every CheckpointedBlock, Selective every attention core
+/// (CheckpointedAttention), None neither.
+void set_recompute(torch::nn::Sequential& model, Recompute recompute);
+
+} // namespace meshsim

@@ -1,0 +1,15 @@
+// Rotary position embedding (Su et al. 2021) at explicit positions, so that a rank holding
+// non-contiguous chunks of the sequence (context parallelism) rotates each token by its own
+// position rather than by its index in the chunk.
+#pragma once
+
+#include <torch/torch.h>
+
+namespace meshsim {
+
+/// Rotary position embedding of x [B, heads, T, head_dim] for the tokens at `positions`
+/// (int64 [T]), rotating the two halves of each head (rotate_half, as Hugging Face's and
+/// Meta's Llama do): x·cos + rotate_half(x)·sin with angle position · theta^(-2i/head_dim).
+torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& positions, double theta);
+
+} // namespace meshsim
