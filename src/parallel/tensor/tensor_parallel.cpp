@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "models/family.h"
 #include "models/gpt.h"
 #include "parallel/autograd_group.h"
 #include "parallel/tensor/sequence_parallel.h"
@@ -199,9 +200,11 @@ TensorParallelPlan llama_tensor_parallel_plan() {
 }
 
 TensorParallelPlan tensor_parallel_plan(const std::string& model) {
-  if (model == "gpt")
+  const ModelFamily* family = find_model_family(model);
+  const TensorSplit split = family ? family->tensor_split : TensorSplit::None;
+  if (split == TensorSplit::GptBlocks)
     return gpt_tensor_parallel_plan();
-  if (model == "llama")
+  if (split == TensorSplit::LlamaBlocks)
     return llama_tensor_parallel_plan();
   throw std::invalid_argument("tensor parallel: model '" + model +
                               "' has no plan (gpt and llama have)");
