@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "models/family.h"
 #include "models/presets.h"
 
 namespace meshsim {
@@ -47,8 +48,8 @@ nlohmann::json preset_json(const ModelPreset& p) {
                       {"tie_head", s.tie_head},
                       {"parameters", preset_parameter_count(p.family, s)},
                       {"source", p.source}};
-  // Only llama has rotary embeddings; gpt's positions are learned.
-  if (p.family == "llama")
+  // Only a family with rotary embeddings (llama) has a theta; gpt's positions are learned.
+  if (model_family(p.family).rotary)
     j["rope_theta"] = s.rope_theta;
   return j;
 }

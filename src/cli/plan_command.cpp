@@ -7,6 +7,7 @@
 #include "cli/integer_flag.h"
 #include "cost/predict.h"
 #include "memory/category.h"
+#include "models/family.h"
 #include "models/models.h"
 #include "models/presets.h"
 #include "base/atomic_file.h"
@@ -18,8 +19,10 @@ namespace meshsim {
 namespace {
 
 int64_t parameter_count(const TrainConfig& c) {
-  if (is_transformer(c.model))
-    return preset_parameter_count(c.model, c.shape);
+  // Closed form where the family has one: a real-size preset is never built.
+  const ModelFamily& family = model_family(c.model);
+  if (family.parameter_count)
+    return family.parameter_count(c.shape);
   ModelOptions shapes;
   shapes.device = torch::kMeta;
   return count_parameters(*build_model(c.model, shapes));
@@ -89,7 +92,8 @@ void print_plan(const nlohmann::json& doc, const TrainConfig& c) {
                bytes(cat["communication"]), bytes(cat["other"]));
   }
   // An image model's "tokens" are its images (one each).
-  const bool images = !is_transformer(doc["model"].get<std::string>());
+  const ModelFamily* family = find_model_family(doc["model"].get<std::string>());
+  const bool images = !(family && family->transformer);
   fmt::print("predicted step {:.3f} s, {:.0f} {}/s per GPU, {:.1f} TFLOP/s per GPU, MFU {:.1f}%\n",
              doc["step_seconds"].get<double>(), doc["tokens_per_s_per_gpu"].get<double>(),
              images ? "images" : "tokens",
@@ -142,7 +146,7 @@ int run_plan(TrainConfig config, const PlanArgs& args) {
     config.data = "synthetic"; // a plan reads no data
     config.device = "meta";    // and computes nothing: fp16 plans too, which CPUs cannot train
     check_plannable(config);
-    if (args.search && !is_transformer(config.model)) {
+    if (args.search && !model_family(config.model).transformer) {
       fmt::print(stderr, "meshsim: plan --search lays out transformers (gpt, llama); plan {} "
                          "one layout at a time\n",
                  config.model);

@@ -15,18 +15,16 @@
 #include "base/out_folder.h"
 #include "cli/commands.h"
 #include "cli/run_outputs.h"
+#include "cli/train_preflight.h"
 #include "comm/c10d_backend.h"
 #include "comm/communicator.h"
-#include "data/dataset.h"
-#include "data/text.h"
 #include "memory/allocator.h"
 #include "memory/virtual_gpu.h"
 #include "mesh/device_mesh.h"
 #include "mesh/parallel_dims.h"
 #include "mesh/rank_runner.h"
+#include "models/family.h"
 #include "models/models.h"
-#include "models/presets.h"
-#include "models/resnet.h"
 #include "base/atomic_file.h"
 #include "report/run_folder.h"
 #include "launch/process_env.h"
@@ -92,122 +90,7 @@ void check_same_configuration(const TrainConfig& config, C10dWorld& world) {
           d->field, d->b, r, d->a));
 }
 
-} // namespace
-
-int run_train(TrainConfig config) {
-  try {
-    validate(config);
-    // A folder that cannot be written fails now, not after the run; whether it may hold files
-    // (a resume into its own folder) is decided below, once the checkpoint is verified.
-    check_out_folder(config.out, /*may_hold_files=*/true);
-  } catch (const std::exception& e) {
-    return report_failure(e);
-  }
-  // The model is built on this host (to count it, then on every rank): a real-size preset is
-  // refused before anything is allocated when its float32 weights alone could not fit.
-  if (is_transformer(config.model)) {
-    const int64_t parameters = preset_parameter_count(config.model, config.shape);
-    const int64_t weight_bytes = 4 * parameters;
-    const int64_t host = host_memory_for_gpus();
-    if (weight_bytes > host) {
-      fmt::print(stderr,
-                 "meshsim: {} (--layers {}, --hidden {}, --vocab {}) has {} parameters: its "
-                 "float32 weights ({}) exceed this machine's {} available; `meshsim plan` "
-                 "predicts such a model without building it\n",
-                 config.preset.empty() ? config.model : config.preset, config.shape.layers,
-                 config.shape.hidden, config.shape.vocab, parameters, format_bytes(weight_bytes),
-                 format_bytes(host));
-      return kExitUsage;
-    }
-  }
-
-  // Synthetic data is made on this host before anything trains: refused in one line when it
-  // alone would take more than half of what the host can give (a sample count past any tensor
-  // included).
-  if (config.data == "synthetic") {
-    // A sample's bytes as made: images in float32; tokens as int64 inputs and labels.
-    const double sample_bytes =
-        config.model == "resnet50" ? kImageChannels * kImageSize * kImageSize * 4.0
-        : is_transformer(config.model) ? 16.0 * static_cast<double>(config.shape.seq_len)
-                                       : kImageSide * kImageSide * 4.0 + 8;
-    const double samples =
-        static_cast<double>(config.synthetic_train) + static_cast<double>(config.synthetic_test);
-    const double host = static_cast<double>(host_memory_for_gpus());
-    if (samples * sample_bytes > host / 2) {
-      const std::string what = config.model == "resnet50" ? "3×224×224 images"
-                               : is_transformer(config.model)
-                                   ? fmt::format("sequences of {} tokens", config.shape.seq_len)
-                                   : "28×28 images";
-      fmt::print(stderr,
-                 "meshsim: {:.0f} synthetic {} take {}, more than half of this machine's {} "
-                 "available; pass fewer with --synthetic-train ({}) and --synthetic-test ({})\n",
-                 samples, what,
-                 format_bytes(static_cast<int64_t>(std::min(samples * sample_bytes, 9e18))),
-                 format_bytes(static_cast<int64_t>(host)), config.synthetic_train,
-                 config.synthetic_test);
-      return kExitUsage;
-    }
-  }
-
-  DataSplit data;
-  try {
-    if (is_transformer(config.model))
-      data = config.data == "synthetic"
-                 ? synthetic_text(config.synthetic_train, config.synthetic_test, config.shape.seq_len,
-                                  config.shape.vocab, config.seed)
-                 : make_text_dataset(config.data, config.shape.seq_len);
-    else if (config.model == "resnet50")
-      data = synthetic_images(config.synthetic_train, config.synthetic_test, kImageChannels,
-                              kImageSize, kImageClasses, config.seed);
-    else
-      data = config.data == "synthetic"
-                 ? synthetic_dataset(config.synthetic_train, config.synthetic_test, config.seed)
-                 : load_idx_dataset(config.data);
-  } catch (const std::exception& e) {
-    return report_failure(e);
-  }
-
-  // Everything a resume needs is checked before the run folder is made: the checkpoint's
-  // manifest, its layout, every part's checksum, and that a step is left to train.
-  std::optional<VerifiedCheckpoint> resume;
-  try {
-    last_step(config, static_cast<int64_t>(data.train.size()));  // throws for a batch too small
-    if (!config.resume.empty()) {
-      resume = verify_checkpoint(config.resume, checkpoint_identity(config), config.gpus);
-      check_steps_left(config, static_cast<int64_t>(data.train.size()), resume->manifest.step);
-    }
-  } catch (const std::exception& e) {
-    // What is neither the data's nor the host's fault here is the flags': --resume names
-    // something that is not a checkpoint of this run.
-    Failure f = failure_of(e);
-    if (f.code == kExitFailure) f.code = kExitUsage;
-    fmt::print(stderr, "meshsim: {}\n", f.message);
-    return f.code;
-  }
-
-  // --backend c10d: this process is one rank of a run made of processes.
-  std::optional<ProcessPlace> place;
-  if (config.backend == "c10d") {
-    try {
-      place = place_from_environment();
-    } catch (const std::invalid_argument& e) {
-      fmt::print(stderr, "meshsim: {}\n", e.what());
-      return kExitUsage;
-    }
-    if (!place) {
-      fmt::print(stderr, "meshsim: --backend c10d runs one rank per process and finds no RANK "
-                         "and WORLD_SIZE: start it with `meshsim launch --nproc-per-node N -- "
-                         "train ...`, torchrun, mpirun or srun\n");
-      return kExitUsage;
-    }
-  }
-  const bool leader = !place || place->rank == 0;  // writes the run folder's shared files
-  auto say = [&](const std::string& line) {
-    fmt::print(stderr, "meshsim: {}{}\n", place ? fmt::format("rank {}: ", place->rank) : "",
-               line);
-  };
-
-  install_accounting_allocator();
+MeshOptions mesh_options_for(const TrainConfig& config, const std::optional<ProcessPlace>& place) {
   MeshOptions mesh_options;
   mesh_options.world_size = config.gpus;
   mesh_options.capacity_bytes = config.gpu_mem_bytes;
@@ -223,68 +106,102 @@ int run_train(TrainConfig config) {
     mesh_options.c10d.master_port = place->master_port;
     mesh_options.processes_per_host = place->local_world_size;
   }
-  std::unique_ptr<DeviceMesh> mesh_owner;
+  return mesh_options;
+}
+
+// One run of `meshsim train` once its data is loaded: the process's place, its mesh, its run
+// folder, and the lines it says.
+struct TrainRun {
+  TrainConfig config;
+  DataSplit data;
+  std::optional<VerifiedCheckpoint> resume;
+  std::optional<ProcessPlace> place;
+  std::unique_ptr<DeviceMesh> mesh;
+  std::unique_ptr<RunFolder> run;
+  // A run of processes: every rank's part, and their merge (figures point into both).
+  std::vector<RunPart> parts;
+  MergedRun merged;
+
+  bool leader() const { return !place || place->rank == 0; } // writes the shared files
+  void say(const std::string& line) const {
+    fmt::print(stderr, "meshsim: {}{}\n", place ? fmt::format("rank {}: ", place->rank) : "",
+               line);
+  }
+};
+
+// The leader's run folder. A folder that holds something is another run's: never mix two runs'
+// files. Resuming into the folder it resumes keeps its metrics and checkpoints up to the
+// checkpoint. Throws std::invalid_argument for a folder it may not use.
+std::unique_ptr<RunFolder> open_leader_folder(const TrainRun& r) {
+  const TrainConfig& config = r.config;
+  if (!config.out.empty() && is_nonempty_folder(config.out)) {
+    if (!r.resume)
+      throw std::invalid_argument(fmt::format(
+          "--out {} is not empty; choose a new folder, or add --resume to continue the run in it",
+          config.out));
+    const auto resumed_run =
+        std::filesystem::weakly_canonical(r.resume->folder).parent_path().parent_path();
+    if (std::filesystem::weakly_canonical(config.out) != resumed_run)
+      throw std::invalid_argument(fmt::format(
+          "--out {} is not empty and is not the folder of the run being resumed ({})",
+          config.out, resumed_run.string()));
+    truncate_metrics(config.out, r.resume->manifest.step);
+    tidy_checkpoints(config.out, r.resume->manifest.step);
+  }
+  return std::make_unique<RunFolder>(config.out);
+}
+
+// The mesh (c10d: the rendezvous, then the same configuration on every process) and the run
+// folder, rank 0's shared with the other processes; config.json written.
+std::optional<int> open_mesh_and_folder(TrainRun& r) {
   try {
-    mesh_owner = std::make_unique<DeviceMesh>(mesh_options);  // c10d: the rendezvous
-    if (place)
-      check_same_configuration(config, *mesh_owner->c10d_world());
+    r.mesh = std::make_unique<DeviceMesh>(mesh_options_for(r.config, r.place));
+    if (r.place)
+      check_same_configuration(r.config, *r.mesh->c10d_world());
   } catch (const std::exception& e) {
     const Failure f = failure_of(e);
-    say(f.message);
+    r.say(f.message);
     return f.code;
   }
-  DeviceMesh& mesh = *mesh_owner;
-
-  std::unique_ptr<RunFolder> run;
   std::string folder_error;
-  if (leader) try {
-    // A folder that holds something is another run's: never mix two runs' files. Resuming
-    // into the folder it resumes keeps its metrics and checkpoints up to the checkpoint.
-    if (!config.out.empty() && is_nonempty_folder(config.out)) {
-      if (!resume)
-        throw std::invalid_argument(fmt::format(
-            "--out {} is not empty; choose a new folder, or add --resume to continue the run in it",
-            config.out));
-      const auto resumed_run =
-          std::filesystem::weakly_canonical(resume->folder).parent_path().parent_path();
-      if (std::filesystem::weakly_canonical(config.out) != resumed_run)
-        throw std::invalid_argument(fmt::format(
-            "--out {} is not empty and is not the folder of the run being resumed ({})",
-            config.out, resumed_run.string()));
-      truncate_metrics(config.out, resume->manifest.step);
-      tidy_checkpoints(config.out, resume->manifest.step);
-    }
-    run = std::make_unique<RunFolder>(config.out);
+  if (r.leader()) try {
+    r.run = open_leader_folder(r);
   } catch (const std::exception& e) {
     folder_error = one_line(e);
   }
-  if (place) {
+  if (r.place) {
     // The other processes write their checkpoint parts and run parts into rank 0's folder.
     try {
-      const std::string shared = mesh.c10d_world()->share(
-          "run-folder", run ? run->dir().string() : "!" + folder_error);
-      if (!leader && shared.rfind('!', 0) == 0)
+      const std::string shared = r.mesh->c10d_world()->share(
+          "run-folder", r.run ? r.run->dir().string() : "!" + folder_error);
+      if (!r.leader() && shared.rfind('!', 0) == 0)
         return kExitUsage;  // rank 0 says why
-      if (!leader)
-        run = std::make_unique<RunFolder>(shared, /*logs=*/false);
+      if (!r.leader())
+        r.run = std::make_unique<RunFolder>(shared, /*logs=*/false);
     } catch (const CollectiveTimeout& e) {
-      say(one_line(e));
+      r.say(one_line(e));
       return kExitRankFailure;
     } catch (const std::exception& e) {
-      say(one_line(e));
+      r.say(one_line(e));
       return kExitUsage;
     }
   }
   if (!folder_error.empty()) {
-    say(folder_error);
+    r.say(folder_error);
     return kExitUsage;
   }
-  if (leader) {
-    nlohmann::json config_json = to_json(config);
-    config_json["out"] = run->dir().string();
-    run->write_json("config.json", config_json);
+  if (r.leader()) {
+    nlohmann::json config_json = to_json(r.config);
+    config_json["out"] = r.run->dir().string();
+    r.run->write_json("config.json", config_json);
   }
+  return std::nullopt;
+}
 
+// The line that opens a run (the leader's) and summary.json's first fields.
+nlohmann::json announce(const TrainRun& r) {
+  const TrainConfig& config = r.config;
+  DeviceMesh& mesh = *r.mesh;
   const ParallelDims dims = ParallelDims::make(config.gpus, config.tp, config.pp);
   ModelOptions model_options;
   model_options.shape = config.shape;
@@ -301,12 +218,12 @@ int run_train(TrainConfig config) {
                             : "",
                         config.micro_batches, config.recompute)
           : "";
-  if (leader)
+  if (r.leader())
   fmt::print(stderr,
              "meshsim: {} on {} {}{} ({} each, {} device, {} threads per rank), model {} "
              "({} parameters), data {} ({} train / {} test), run folder {}\n",
              config.strategy, config.gpus,
-             !place ? "virtual GPUs"
+             !r.place ? "virtual GPUs"
              : config.device == "cpu" ? "processes (--backend c10d, Gloo)"
                                       : "processes (--backend c10d, NCCL)", layout,
              format_bytes(mesh.gpu(0).capacity()), config.device,
@@ -314,34 +231,41 @@ int run_train(TrainConfig config) {
                               static_cast<int>(mesh.local_ranks().size())),
              config.preset.empty() ? config.model
                                    : config.model + " (preset " + config.preset + ")",
-             parameters, config.data, data.train.size(), data.test.size(), run->dir().string());
+             parameters, config.data, r.data.train.size(), r.data.test.size(),
+             r.run->dir().string());
 
-  nlohmann::json summary = {{"world_size", config.gpus},
-                            {"strategy", config.strategy},
-                            {"layout", {{"dp", dims.dp}, {"tp", dims.tp}, {"pp", dims.pp},
-                                        {"zero", config.zero}, {"schedule", config.schedule},
-                                        {"virtual_stages", config.virtual_stages},
-                                        {"micro_batches", config.micro_batches},
-                                        {"recompute", config.recompute},
-                                        {"sequence_parallel", config.sequence_parallel}}},
-                            {"model", config.model},
-                            {"parameters", parameters},
-                            {"device", config.device},
-                            {"batch_size", config.batch_size},
-                            {"global_batch_size", config.batch_size * dims.dp},
-                            {"backend", config.backend}};
-  const auto wall_start = std::chrono::steady_clock::now();
-  auto wall = [&] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
-  };
+  return {{"world_size", config.gpus},
+          {"strategy", config.strategy},
+          {"layout", {{"dp", dims.dp}, {"tp", dims.tp}, {"pp", dims.pp},
+                      {"zero", config.zero}, {"schedule", config.schedule},
+                      {"virtual_stages", config.virtual_stages},
+                      {"micro_batches", config.micro_batches},
+                      {"recompute", config.recompute},
+                      {"sequence_parallel", config.sequence_parallel}}},
+          {"model", config.model},
+          {"parameters", parameters},
+          {"device", config.device},
+          {"batch_size", config.batch_size},
+          {"global_batch_size", config.batch_size * dims.dp},
+          {"backend", config.backend}};
+}
+
+// How training went: the exit code and the error that ends the run, if any.
+struct Outcome {
   int code = kExitOk;
   std::string error;
-  StopSignals signals;
   TrainResult result;
   bool trained = false;
+};
+
+// Trains, filling `summary` with what the run measured; a simulated run writes its reports
+// here (a run of processes writes them from every process's part, in finish_parts).
+Outcome train_into(TrainRun& r, nlohmann::json& summary) {
+  Outcome o;
   try {
-    result = train(config, mesh, data, run.get(), &g_stop_signal, std::move(resume));
-    trained = true;
+    o.result = train(r.config, *r.mesh, r.data, r.run.get(), &g_stop_signal, std::move(r.resume));
+    const TrainResult& result = o.result;
+    o.trained = true;
     summary["status"] = "ok";
     summary["steps"] = result.steps;
     summary["final_loss"] = std::isfinite(result.final_loss) ? nlohmann::json(result.final_loss)
@@ -351,88 +275,138 @@ int run_train(TrainConfig config) {
     summary["train_seconds"] = result.train_seconds;
     summary["collectives"] = collectives_json(result.recorders);
     if (result.stopped == StopReason::Diverged) {
-      code = kExitDiverged, error = result.stop_message;
+      o.code = kExitDiverged, o.error = result.stop_message;
       summary.erase("test_accuracy");
       summary.erase("test_samples");
     } else {
       if (result.stopped == StopReason::Signal) summary.erase("test_accuracy");
       if (result.stopped == StopReason::Signal) summary.erase("test_samples");
-      if (!place)  // a run of processes writes them from every process's part, below
-        write_run_reports(run->dir(), config, result.recorders, mesh.timeline().samples(),
+      if (!r.place)
+        write_run_reports(r.run->dir(), r.config, result.recorders, r.mesh->timeline().samples(),
                           summary);
     }
   } catch (const std::exception& e) {
     const Failure f = failure_of(e);
-    code = f.code, error = f.message;
+    o.code = f.code, o.error = f.message;
   }
-  summary["wall_seconds"] = wall();
-  GpuFigures figures = figures_of(mesh, trained ? &result : nullptr);
-  std::vector<RunPart> parts;
-  MergedRun merged;
-  if (place) {
-    // Every process writes its rank's part; once all have (a run that went well), rank 0
-    // merges them into the files a simulated run writes.
+  return o;
+}
+
+// A run of processes: every process writes its rank's part; once all have (a run that went
+// well), rank 0 merges them into the files a simulated run writes. True when this process is
+// done (not the leader); `figures` become the merged ones.
+bool finish_parts(TrainRun& r, Outcome& o, nlohmann::json& summary, GpuFigures& figures) {
+  try {
+    write_run_part(r.run->dir(), part_of(*r.mesh, r.place->rank, o.trained ? &o.result : nullptr));
+    if (o.code == kExitOk)
+      r.mesh->c10d_world()->store_barrier("parts");
+  } catch (const CollectiveTimeout& e) {
+    o.code = kExitRankFailure, o.error = one_line(e);
+  } catch (const std::exception& e) {
+    o.code = kExitFailure, o.error = one_line(e);
+  }
+  if (!r.leader()) {
+    if (o.code != kExitOk)
+      r.say(o.error);
+    return true;
+  }
+  if (o.code == kExitOk) {
     try {
-      write_run_part(run->dir(), part_of(mesh, place->rank, trained ? &result : nullptr));
-      if (code == kExitOk)
-        mesh.c10d_world()->store_barrier("parts");
-    } catch (const CollectiveTimeout& e) {
-      code = kExitRankFailure, error = one_line(e);
+      r.parts = read_run_parts(r.run->dir(), r.config.gpus);
+      r.merged = merge_run_parts(r.parts);
+      write_run_reports(r.run->dir(), r.config, r.merged.recorders, r.merged.samples, summary);
+      figures = figures_of(r.parts, r.merged);
     } catch (const std::exception& e) {
-      code = kExitFailure, error = one_line(e);
-    }
-    if (!leader) {
-      if (code != kExitOk)
-        say(error);
-      return code;
-    }
-    if (code == kExitOk) {
-      try {
-        parts = read_run_parts(run->dir(), config.gpus);
-        merged = merge_run_parts(parts);
-        write_run_reports(run->dir(), config, merged.recorders, merged.samples, summary);
-        figures = figures_of(parts, merged);
-      } catch (const std::exception& e) {
-        code = kExitFailure, error = one_line(e);
-      }
+      o.code = kExitFailure, o.error = one_line(e);
     }
   }
+  return false;
+}
+
+// The end of a run: the run folder tidied and written, then the line that says why the run
+// ended (after any warning from writing the folder), or the line that says it is done.
+int finish_run(TrainRun& r, Outcome& o, nlohmann::json& summary, const GpuFigures& figures) {
+  int code = o.code;
   // A write that failed (a full disk) or a stop mid-checkpoint leaves a temporary folder.
   try {
-    tidy_checkpoints(run->dir());
+    tidy_checkpoints(r.run->dir());
   } catch (const std::exception& e) {
     fmt::print(stderr, "meshsim: warning: {}\n", one_line(e));
   }
-  // The line that says why the run ended comes last, after any warning from writing the
-  // run folder.
   std::string ending;
   if (const int sig = g_stop_signal.load(); sig != 0 && code == kExitOk) {
     code = kExitSignalBase + sig;
     summary["status"] = "interrupted";
     summary["exit_code"] = code;
-    ending = fmt::format("interrupted by signal {} after step {}", sig, result.steps);
+    ending = fmt::format("interrupted by signal {} after step {}", sig, o.result.steps);
   } else if (code != kExitOk) {
     summary["status"] = "failed";
-    summary["error"] = error;
+    summary["error"] = o.error;
     summary["exit_code"] = code;
-    ending = error;
+    ending = o.error;
   }
   try {
-    write_outputs(*run, mesh, config, summary, figures);
+    write_outputs(*r.run, *r.mesh, r.config, summary, figures);
   } catch (const std::exception& e) {
     fmt::print(stderr, "meshsim: could not write the run folder: {}\n", one_line(e));
     if (code == kExitOk) code = kExitFailure;
   }
   if (!ending.empty()) {
     fmt::print(stderr, "\n");
-    say(ending);
+    r.say(ending);
   }
   if (code == kExitOk)
     fmt::print(stderr, "meshsim: done: {} steps, final loss {:.4f}, test accuracy {:.2f}%, {:.1f} s; wrote {}\n",
                summary["steps"].get<int64_t>(), summary["final_loss"].get<double>(),
                100 * summary["test_accuracy"].get<double>(), summary["wall_seconds"].get<double>(),
-               run->dir().string());
+               r.run->dir().string());
   return code;
+}
+
+} // namespace
+
+int run_train(TrainConfig config) {
+  try {
+    validate(config);
+    // A folder that cannot be written fails now, not after the run; whether it may hold files
+    // (a resume into its own folder) is decided below, once the checkpoint is verified.
+    check_out_folder(config.out, /*may_hold_files=*/true);
+  } catch (const std::exception& e) {
+    return report_failure(e);
+  }
+  if (const auto code = refuse_too_large_for_host(config))
+    return *code;
+  TrainRun r;
+  try {
+    DataRequest request;
+    request.data = config.data;
+    request.synthetic_train = config.synthetic_train;
+    request.synthetic_test = config.synthetic_test;
+    request.shape = config.shape;
+    request.seed = config.seed;
+    r.data = make_family_data(model_family(config.model), request);
+  } catch (const std::exception& e) {
+    return report_failure(e);
+  }
+  r.config = std::move(config);
+  if (const auto code = verify_resume(r.config, r.data, r.resume))
+    return *code;
+  if (const auto code = find_place(r.config, r.place))
+    return *code;
+
+  install_accounting_allocator();
+  if (const auto code = open_mesh_and_folder(r))
+    return *code;
+  nlohmann::json summary = announce(r);
+  const auto wall_start = std::chrono::steady_clock::now();
+  StopSignals signals;
+  Outcome outcome = train_into(r, summary);
+  summary["wall_seconds"] =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  GpuFigures figures = figures_of(*r.mesh, outcome.trained ? &outcome.result : nullptr);
+  if (r.place && finish_parts(r, outcome, summary, figures))
+    return outcome.code;
+  return finish_run(r, outcome, summary, figures);
 }
 
 } // namespace meshsim

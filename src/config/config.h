@@ -9,14 +9,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "models/family.h"
 #include "models/models.h"
 #include "optim/optimizer.h"
 
 namespace meshsim {
-
-constexpr const char* kDefaultData = "/usr/share/datasets/fashion-mnist";
-/// Text every Debian machine has (package base-files), the default data of --model gpt.
-constexpr const char* kDefaultText = "/usr/share/common-licenses/GPL-3";
 
 /// Limits of the flags: what this process can hold, and what its clock can count.
 constexpr int kMaxGpus = 1024;
@@ -79,9 +76,6 @@ struct TrainConfig {
 
 /// Throws std::invalid_argument(message) unless `ok`: a flag's one-line error.
 void require(bool ok, const std::string& message);
-
-/// gpt and llama: transformers on token data (text or synthetic), shaped by TransformerShape.
-bool is_transformer(const std::string& model);
 
 /// Which of the flags that name a model were given on the command line: a preset applies its
 /// shape only when named there (a preset read from --config is a label of the file's shape).

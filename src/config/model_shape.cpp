@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "models/family.h"
 #include "models/presets.h"
 #include "config/config.h"
 
@@ -101,7 +102,9 @@ void apply_preset(TrainConfig& c, const ModelFlagsGiven& given) {
     // heads per kv head, unless --kv-heads says otherwise.
     const bool kv_given =
         std::find(given.shape.begin(), given.shape.end(), "--kv-heads") != given.shape.end();
-    if (c.model == "llama" && !label && !kv_given && c.shape.kv_heads == 0 && c.shape.heads % 2 == 0)
+    const ModelFamily* family = find_model_family(c.model);
+    if (family && family->grouped_query && !label && !kv_given && c.shape.kv_heads == 0 &&
+        c.shape.heads % 2 == 0)
       c.shape.kv_heads = c.shape.heads / 2;
     return;
   }
@@ -128,7 +131,7 @@ void validate_shape(const std::string& family, const TransformerShape& g) {
   require(g.ffn_hidden >= 0, fmt::format("--ffn-hidden must be positive, got {}", g.ffn_hidden));
   require(g.hidden % g.heads == 0,
           fmt::format("--hidden {} is not divisible by --heads {}", g.hidden, g.heads));
-  if (family == "gpt")
+  if (!model_family(family).grouped_query)
     require(
         g.kv_heads == 0 || g.kv_heads == g.heads,
         fmt::format("--kv-heads {}: gpt has one key/value head per query head ({}); grouped-query "

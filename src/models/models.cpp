@@ -1,5 +1,6 @@
-// cnn: the original project's Fashion-MNIST network (421,642 parameters).
-// lenet: the classic MNIST net from PyTorch's DDP/MNIST examples.
+// Building a model by name (under one seed, on a device, in a dtype) and what every model
+// shares: parameters listed once, and dropout with a generator per rank. The models themselves
+// are their own files (cnn.h, gpt.h, llama.h, resnet.h), found through models/family.h.
 #include "models/models.h"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -8,54 +9,10 @@
 #include <stdexcept>
 #include <unordered_set>
 
-#include "models/gpt.h"
-#include "models/llama.h"
-#include "models/resnet.h"
+#include "models/family.h"
 
 namespace meshsim {
 namespace {
-
-namespace nn = torch::nn;
-
-nn::Sequential build_cnn() {
-  nn::Sequential m;
-  m->push_back("conv1", nn::Conv2d(nn::Conv2dOptions(1, 32, 3).padding(1)));
-  m->push_back("relu1", nn::ReLU());
-  m->push_back("pool1", nn::MaxPool2d(2));
-  m->push_back("conv2", nn::Conv2d(nn::Conv2dOptions(32, 64, 3).padding(1)));
-  m->push_back("relu2", nn::ReLU());
-  m->push_back("pool2", nn::MaxPool2d(2));
-  m->push_back("flatten", nn::Flatten());
-  m->push_back("fc1", nn::Linear(64 * 7 * 7, 128));
-  m->push_back("relu3", nn::ReLU());
-  m->push_back("fc2", nn::Linear(128, 10));
-  return m;
-}
-
-nn::Sequential build_lenet(const ModelOptions& o) {
-  // Layer creation order (conv1, conv2, fc1, fc2) is PyTorch's example order, so the
-  // initial weights match it; dropout has no weights.
-  nn::Conv2d conv1(nn::Conv2dOptions(1, 10, 5));
-  nn::Conv2d conv2(nn::Conv2dOptions(10, 20, 5));
-  nn::Linear fc1(320, 50);
-  nn::Linear fc2(50, 10);
-  const uint64_t dropout_seed = o.seed * 1000003ULL + static_cast<uint64_t>(o.rank) + 1;
-  nn::Sequential m;
-  m->push_back("conv1", conv1);
-  m->push_back("pool1", nn::MaxPool2d(2));
-  m->push_back("relu1", nn::ReLU());
-  m->push_back("conv2", conv2);
-  m->push_back("conv2_drop", RankDropout(0.5, true, dropout_seed));
-  m->push_back("pool2", nn::MaxPool2d(2));
-  m->push_back("relu2", nn::ReLU());
-  m->push_back("flatten", nn::Flatten());
-  m->push_back("fc1", fc1);
-  m->push_back("relu3", nn::ReLU());
-  m->push_back("drop", RankDropout(0.5, false, dropout_seed + 7919));
-  m->push_back("fc2", fc2);
-  m->push_back("log_softmax", nn::LogSoftmax(1));
-  return m;
-}
 
 std::vector<RankDropoutImpl*> rank_dropouts(torch::nn::Module& model) {
   std::vector<RankDropoutImpl*> out;
@@ -110,19 +67,6 @@ void set_dropout_rng_state(torch::nn::Module& model, const torch::Tensor& state)
         state.narrow(0, static_cast<int64_t>(i) * each, each).clone());
 }
 
-const std::vector<std::string>& model_names() {
-  static const std::vector<std::string> names{"cnn", "lenet", "gpt", "llama", "resnet50"};
-  return names;
-}
-
-bool is_transformer(const std::string& name) {
-  return name == "gpt" || name == "llama";
-}
-
-bool builds_on_meta(const std::string& name) {
-  return is_transformer(name) || name == "resnet50";
-}
-
 Recompute parse_recompute(const std::string& name) {
   if (name == "none")
     return Recompute::None;
@@ -142,27 +86,16 @@ torch::nn::Sequential build_model(const std::string& name, const ModelOptions& o
   std::lock_guard<std::mutex> lock(generator_mutex);
   torch::manual_seed(options.seed);
   const bool meta = options.device.is_meta();
-  if (meta && !builds_on_meta(name))
+  const ModelFamily* family = find_model_family(name);
+  if (meta && !(family && family->builds_on_meta))
     throw std::invalid_argument("model '" + name + "' cannot be built on the meta device (its "
                                 "layers are built on the host; gpt, llama and resnet50 can be)");
+  const ModelFamily& built = model_family(name); // throws for an unknown name
   // On meta the parameters are created in their final dtype (nothing is drawn); elsewhere
   // they are drawn in float32 on the CPU, as PyTorch draws them, and converted after.
   const auto tensors = meta ? torch::TensorOptions().device(options.device).dtype(options.dtype)
                             : torch::TensorOptions().dtype(torch::kFloat32);
-  torch::nn::Sequential model;
-  if (name == "cnn")
-    model = build_cnn();
-  else if (name == "lenet")
-    model = build_lenet(options);
-  else if (name == "gpt")
-    model = build_gpt(options.shape, options.seed, tensors);
-  else if (name == "llama")
-    model = build_llama(options.shape, options.seed, tensors);
-  else if (name == "resnet50")
-    model = build_resnet50(tensors);
-  else
-    throw std::invalid_argument("unknown model '" + name +
-                                "' (choose cnn, lenet, gpt, llama or resnet50)");
+  torch::nn::Sequential model = built.build(options, tensors);
   if (meta)
     return model;
   if (options.dtype != torch::kFloat32)

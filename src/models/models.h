@@ -36,21 +36,10 @@ struct ModelOptions {
   /// converted, so a float64 model starts from the float32 one's weights, widened.
   torch::Dtype dtype = torch::kFloat32;
   /// Where the parameters live. kMeta (for plans): created there directly in `dtype`, shapes
-  /// only, nothing drawn and no host memory; only gpt, llama and resnet50 can (builds_on_meta). Another
+  /// only, nothing drawn and no host memory; only gpt, llama and resnet50 can (ModelFamily::builds_on_meta). Another
   /// device (CUDA): built on the CPU as above, then moved, so the weights equal the CPU's.
   torch::Device device = torch::kCPU;
 };
-
-/// Names accepted by --model.
-const std::vector<std::string>& model_names();
-
-/// True for the decoder-only transformers (gpt, llama): they read tokens (text data), take
-/// TransformerShape, and can be built on any device.
-bool is_transformer(const std::string& name);
-
-/// True for the models whose parameters can be created on the meta device (gpt, llama,
-/// resnet50), which `meshsim plan` runs.
-bool builds_on_meta(const std::string& name);
 
 /// Builds the model in PyTorch's layer order after torch::manual_seed(seed), so its initial
 /// weights equal PyTorch's for the same seed (resnet50: drawn from torchvision's

@@ -10,6 +10,7 @@
 
 #include <stdexcept>
 
+#include "models/family.h"
 #include "models/gpt.h"
 #include "models/llama.h"
 
@@ -116,17 +117,17 @@ const ModelPreset* find_preset(const std::string& name) {
 int64_t preset_kv_heads(const TransformerShape& s) { return llama_kv_heads(s); }
 
 int64_t preset_ffn_hidden(const std::string& family, const TransformerShape& s) {
-  if (family == "llama")
-    return llama_ffn_hidden(s);
-  return s.ffn_hidden > 0 ? s.ffn_hidden : 4 * s.hidden;
+  const ModelFamily* f = find_model_family(family);
+  if (f && f->ffn_hidden)
+    return f->ffn_hidden(s);
+  return gpt_ffn_hidden(s);
 }
 
 int64_t preset_parameter_count(const std::string& family, const TransformerShape& s) {
-  if (family == "gpt")
-    return gpt_parameter_count(s);
-  if (family != "llama")
+  const ModelFamily* f = find_model_family(family);
+  if (!f || !f->parameter_count)
     throw std::invalid_argument("no parameter count for model '" + family + "'");
-  return llama_parameter_count(s);
+  return f->parameter_count(s);
 }
 
 } // namespace meshsim

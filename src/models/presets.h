@@ -31,8 +31,8 @@ const ModelPreset* find_preset(const std::string& name);
 /// The key/value heads a model of `shape` has: kv_heads, or heads when 0.
 int64_t preset_kv_heads(const TransformerShape& shape);
 
-/// The MLP's inner width a `family` model of `shape` has: ffn_hidden, or when 0 the family's
-/// default: 4·hidden for gpt; for llama Meta's rule 256·ceil((8·hidden/3)/256) (the SwiGLU
+/// The MLP's inner width a `family` model of `shape` has (ModelFamily::ffn_hidden): ffn_hidden,
+/// or when 0 the family's default: 4·hidden for gpt; for llama Meta's rule 256·ceil((8·hidden/3)/256) (the SwiGLU
 /// width 2/3 of 4·hidden, rounded up to a multiple of 256), which gives Llama 2's 11008 at
 /// hidden 4096.
 int64_t preset_ffn_hidden(const std::string& family, const TransformerShape& shape);
@@ -42,7 +42,7 @@ int64_t preset_ffn_hidden(const std::string& family, const TransformerShape& sha
 /// llama, with d = hidden/heads, kv = preset_kv_heads, F = preset_ffn_hidden:
 ///   V·H (embedding) + L·(H·(H + 2·kv·d) + H·H + 3·H·F + 2·H) + H (final norm) + V·H (head,
 ///   unless tied): q, k, v and o without biases, gate/up/down, two RMSNorm weights per layer.
-/// Throws std::invalid_argument for another family.
+/// (ModelFamily::parameter_count.) Throws std::invalid_argument for a family without one.
 int64_t preset_parameter_count(const std::string& family, const TransformerShape& shape);
 
 } // namespace meshsim

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -13,7 +14,7 @@
 #include "memory/virtual_gpu.h"
 #include "mesh/device_mesh.h"
 #include "mesh/rank_runner.h"
-#include "models/resnet.h"
+#include "models/family.h"
 #include "parallel/strategy.h"
 #include "config/strategy_options.h"
 
@@ -30,21 +31,14 @@ std::vector<int> executed_ranks(const ParallelDims& dims) {
   return ranks;
 }
 
-// A replica's batch as the data loader hands it over, charged as activations: token ids
-// [B, T] and next-token targets [B, T], int64; or float32 images [B, 3, 224, 224] and int64
-// labels [B].
+// A replica's batch as the data loader hands it over (the family's example_batch), charged
+// as activations.
 Batch meta_batch(const TrainConfig& config) {
   CategoryScope scope(MemoryCategory::Activations);
   const auto options = torch::TensorOptions().dtype(torch::kLong).device(torch::kMeta);
   Batch b;
-  if (!is_transformer(config.model)) {
-    b.inputs = torch::empty({config.batch_size, kImageChannels, kImageSize, kImageSize},
-                            options.dtype(torch::kFloat32));
-    b.targets = torch::empty({config.batch_size}, options);
-    return b;
-  }
-  b.inputs = torch::empty({config.batch_size, config.shape.seq_len}, options);
-  b.targets = torch::empty({config.batch_size, config.shape.seq_len}, options);
+  std::tie(b.inputs, b.targets) =
+      example_batch(model_family(config.model), config.batch_size, config.shape, options);
   return b;
 }
 
@@ -88,7 +82,7 @@ std::vector<Recorder> replicate_replicas(const std::vector<Recorder>& executed,
 }
 
 void check_plannable(const TrainConfig& config) {
-  if (!builds_on_meta(config.model))
+  if (!model_family(config.model).builds_on_meta)
     throw std::invalid_argument(fmt::format(
         "meshsim plan runs gpt, llama and resnet50, whose layers are built on the meta device; "
         "{} is built on the host: train it instead",
@@ -100,7 +94,7 @@ void check_plannable(const TrainConfig& config) {
 }
 
 void check_plan_work(const TrainConfig& config, int64_t steps) {
-  if (!is_transformer(config.model))
+  if (!model_family(config.model).transformer)
     return; // an image model's layers are fixed
   const double layers = static_cast<double>(config.shape.layers);
   const double per_stage = std::ceil(layers / (config.pp * config.virtual_stages)) * config.virtual_stages;
@@ -127,7 +121,7 @@ Plan make_plan(const TrainConfig& config, int64_t capacity_bytes, int64_t steps)
   plan.samples_per_step = config.batch_size * plan.dims.dp;
   // An image is one sample and no tokens; a plan's rates count it as one "token".
   plan.tokens_per_step =
-      plan.samples_per_step * (is_transformer(config.model) ? config.shape.seq_len : 1);
+      plan.samples_per_step * tokens_per_sample(model_family(config.model), config.shape);
 
   MeshOptions mesh_options;
   mesh_options.world_size = config.gpus;

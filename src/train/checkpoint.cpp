@@ -13,8 +13,8 @@
 #include "data/dataset.h"
 #include "memory/allocator.h"
 #include "mesh/parallel_dims.h"
+#include "models/family.h"
 #include "models/models.h"
-#include "models/presets.h"
 #include "base/atomic_file.h"
 #include "base/crc32c.h"
 #include "base/input_file.h"
@@ -222,20 +222,7 @@ void check_identity(const CheckpointManifest& m, const CheckpointIdentity& expec
 CheckpointIdentity checkpoint_identity(const TrainConfig& config) {
   CheckpointIdentity id;
   id.kind = uses_mesh_layout(config) ? kPerRankCheckpoint : kWholeCheckpoint;
-  id.model = config.model;
-  if (is_transformer(config.model)) {
-    const TransformerShape& g = config.shape;
-    // The fields a gpt of the default MLP width leaves out keep older manifests' identity.
-    std::string more;
-    if (config.model == "llama")
-      more = fmt::format(", {} kv heads, MLP {}, rope theta {}", preset_kv_heads(g),
-                         preset_ffn_hidden(config.model, g), g.rope_theta);
-    else if (g.ffn_hidden > 0)
-      more = fmt::format(", MLP {}", g.ffn_hidden);
-    id.model = fmt::format(
-        "{} ({} layers, hidden {}, {} heads, {} tokens, vocabulary {}, {} head{})", config.model,
-        g.layers, g.hidden, g.heads, g.seq_len, g.vocab, g.tie_head ? "tied" : "untied", more);
-  }
+  id.model = model_family(config.model).checkpoint_identity(config.shape);
   id.optimizer = config.optimizer.name;
   // Mixed precision adds fp32 master weights (and fp16 a loss scale) to the state.
   if (config.precision != "fp32")

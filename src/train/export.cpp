@@ -13,6 +13,7 @@
 #include "memory/allocator.h"
 #include "mesh/device_mesh.h"
 #include "mesh/rank_runner.h"
+#include "models/family.h"
 #include "models/models.h"
 #include "parallel/strategy.h"
 #include "train/checkpoint.h"
@@ -30,7 +31,7 @@ std::vector<std::pair<std::string, std::vector<int64_t>>>
 whole_parameters(const TrainConfig& config, std::vector<std::string>* children) {
   ModelOptions options;
   options.shape = config.shape;
-  if (is_transformer(config.model))
+  if (model_family(config.model).transformer)
     options.device = torch::kMeta;
   GpuGuard host(nullptr); // a description, not any GPU's memory
   torch::nn::Sequential model = build_model(config.model, options);
@@ -48,7 +49,7 @@ whole_parameters(const TrainConfig& config, std::vector<std::string>* children) 
 
 std::string python_key(const std::string& model, const std::vector<std::string>& names,
                        const std::string& name) {
-  if (model != "cnn")
+  if (!model_family(model).numbered_children)
     return name;
   const auto dot = name.find('.');
   const std::string child = name.substr(0, dot);

@@ -1,4 +1,5 @@
-// The training loop.
+// The training loop: every rank runs its own RankLoop over its shard of the data, between
+// the barrier that ends its setup and its part of the result.
 #include "train/trainer.h"
 
 #include <cmath>
@@ -79,6 +80,204 @@ void check_steps_left(const TrainConfig& config, int64_t train_samples, int64_t 
                     resume_step, last, steps_per_epoch(config, train_samples)));
 }
 
+namespace {
+
+// What every rank's loop of one train() shares: the run, its data, its length, and the result
+// rank 0 fills.
+struct SharedRun {
+  const TrainConfig& config;
+  DeviceMesh& mesh;
+  const DataSplit& data;
+  RunFolder* run;
+  const CheckpointIdentity& identity;
+  int64_t epoch_steps = 0, total_steps = 0;
+  StopPoint& stop;
+  TrainResult& result;
+  std::mutex& result_mutex;
+};
+
+// One rank's training loop, from the step it starts at (0, or a checkpoint's) to the last or
+// a stop: its batches, steps, metrics, checkpoints and evaluations, and its share of the result.
+class RankLoop {
+public:
+  RankLoop(SharedRun& shared, RankContext& ctx, Strategy& strategy, int64_t start_step)
+      : s_(shared), config_(shared.config), ctx_(ctx), strategy_(strategy),
+        global_loader_(strategy.rank0_loads_global_batch()), shard_(strategy.data_shard(ctx)),
+        eval_shard_(global_loader_ ? DataShard{shared.mesh.world_size(), ctx.rank} : shard_),
+        batch_(global_loader_ ? config_.batch_size * shared.mesh.world_size()
+                              : config_.batch_size),
+        // DataParallel loads whole global batches on GPU 0; the others shard the data set
+        // the way torch's DistributedSampler does, one shard per data-parallel replica.
+        sampler_(shared.data.train.size(), global_loader_ ? 1 : shard_.replicas,
+                 global_loader_ ? 0 : shard_.index, true, config_.seed),
+        progress_(shared.total_steps, config_.log_every, config_.progress && ctx.rank == 0),
+        step_(start_step), window_start_(ctx.now()) {}
+
+  void run() {
+    for (int64_t epoch = step_ / s_.epoch_steps; step_ < s_.total_steps && !stopped_; ++epoch) {
+      run_epoch(epoch);
+      if (!stopped_ && (step_ % s_.epoch_steps == 0 || step_ == s_.total_steps))
+        end_epoch(epoch);
+    }
+    if (!stopped_ && !evaluated_at_end_)
+      run_evaluation(); // no step ran
+    hand_over();
+  }
+
+private:
+  // Collective on every rank; once per step.
+  void save(int64_t at) {
+    if (!s_.run || at == saved_step_)
+      return;
+    saved_step_ = at;
+    save_checkpoint(s_.run->dir(), ctx_, strategy_, s_.identity, at, config_.keep_checkpoints);
+  }
+
+  void run_evaluation() {
+    const Evaluation e = evaluate(ctx_, strategy_, eval_shard_, s_.data.test, config_.eval_limit,
+                                  config_.batch_size);
+    accuracy_ = e.accuracy;
+    test_samples_ = e.samples;
+    eval_peak_ = std::max(eval_peak_, e.peak_bytes);
+  }
+
+  // Batch `s` of the epoch's `indices` (none on the ranks a global loader feeds).
+  Batch batch_at(const std::vector<int64_t>& indices, int64_t s) const {
+    Batch b;
+    if (!indices.empty()) {
+      CategoryScope scope(MemoryCategory::Activations);
+      const auto first = indices.begin() + s * batch_;
+      const auto last = indices.begin() + std::min<int64_t>((s + 1) * batch_, indices.size());
+      std::tie(b.inputs, b.targets) = gather_batch(s_.data.train, {first, last});
+      if (ctx_.mesh.on_card())
+        b = b.to(torch::Device(torch::kCUDA, 0));
+    }
+    return b;
+  }
+
+  // --inject-fault: this rank leaves the run before the step.
+  void inject_fault() const {
+    if (ctx_.rank != config_.fault_rank || step_ + 1 != config_.fault_step)
+      return;
+    if (s_.mesh.c10d_world()) {
+      // A process of its own dies as a crashed node's does: at once, saying nothing.
+      fmt::print(stderr, "meshsim: rank {} kills its process at step {} (--inject-fault)\n",
+                 ctx_.rank, step_ + 1);
+      std::raise(SIGKILL);
+    }
+    throw RankLeft(
+        fmt::format("rank {} left the run at step {} (--inject-fault)", ctx_.rank, step_ + 1));
+  }
+
+  void run_epoch(int64_t epoch) {
+    sampler_.set_epoch(epoch);
+    std::vector<int64_t> indices;
+    if (!global_loader_ || ctx_.rank == 0)
+      indices = sampler_.indices();
+    for (int64_t s = step_ % s_.epoch_steps; s < s_.epoch_steps && step_ < s_.total_steps; ++s) {
+      const Batch b = batch_at(indices, s);
+      inject_fault();
+      const double t0 = ctx_.now();
+      last_loss_ = strategy_.step(b, step_ + 1);
+      train_seconds_ += ctx_.now() - t0;
+      ++step_;
+      state_bytes_ = std::max(state_bytes_, model_state_bytes(ctx_.gpu));
+      window_samples_ += global_loader_ ? b.size() : b.size() * shard_.replicas;
+      if (ctx_.rank == 0 && !std::isfinite(last_loss_))
+        s_.stop.request(StopReason::Diverged,
+                        fmt::format("the loss is {} at step {}: training diverged (try a lower "
+                                    "--lr)",
+                                    last_loss_, step_));
+      if (s_.stop.should_stop(step_)) {
+        stopped_ = true;
+        break;
+      }
+      if (config_.checkpoint_every > 0 && step_ % config_.checkpoint_every == 0)
+        save(step_);
+      if (ctx_.rank == 0)
+        report_step(epoch);
+    }
+  }
+
+  // Rank 0: metrics.jsonl every --log-every steps and at the end, and the progress bar.
+  void report_step(int64_t epoch) {
+    const bool log = step_ % config_.log_every == 0 || step_ == s_.total_steps;
+    const double elapsed = ctx_.now() - window_start_;
+    const double rate = elapsed > 0 ? window_samples_ / elapsed : 0;
+    if (log && s_.run) {
+      s_.run->log_metrics({{"step", step_},
+                           {"epoch", epoch + 1},
+                           {"loss", last_loss_},
+                           {"lr", config_.optimizer.lr},
+                           {"samples_per_s", rate}});
+    }
+    progress_.update(
+        step_, fmt::format("epoch {} loss {:.4f} {:.0f} samples/s", epoch + 1, last_loss_, rate));
+    if (log) {
+      window_start_ = ctx_.now();
+      window_samples_ = 0;
+    }
+  }
+
+  void end_epoch(int64_t epoch) {
+    // The training is on disk before the last evaluation: a failure there costs nothing.
+    if (step_ == s_.total_steps)
+      save(step_);
+    run_evaluation();
+    evaluated_at_end_ = step_ == s_.total_steps;
+    if (ctx_.rank == 0) {
+      progress_.finish();
+      fmt::print(stderr, "epoch {}: test accuracy {:.2f}%\n", epoch + 1, 100 * accuracy_);
+      if (s_.run)
+        s_.run->log_scalar("test/accuracy", accuracy_, step_);
+    }
+  }
+
+  // The last checkpoint, and this rank's part of the result (rank 0's: the whole of it).
+  void hand_over() {
+    std::vector<torch::Tensor> parameters;
+    {
+      GpuGuard host(nullptr); // the caller's copy is not GPU memory
+      parameters = strategy_.full_parameters();
+    }
+    // A diverged model is not worth resuming: keep the last sound checkpoint as `latest`.
+    if (s_.stop.reason() != StopReason::Diverged)
+      save(step_);
+    TrainResult& result = s_.result;
+    result.eval_peak_bytes[ctx_.rank] = eval_peak_; // each rank its own element
+    result.model_state_bytes[ctx_.rank] = state_bytes_;
+    if (ctx_.rank == 0) {
+      progress_.finish();
+      std::lock_guard<std::mutex> lock(s_.result_mutex);
+      result.steps = step_;
+      result.final_loss = last_loss_;
+      result.test_accuracy = accuracy_;
+      result.test_samples = test_samples_;
+      result.train_seconds = train_seconds_;
+      result.final_parameters = std::move(parameters);
+    }
+  }
+
+  SharedRun& s_;
+  const TrainConfig& config_;
+  RankContext& ctx_;
+  Strategy& strategy_;
+  const bool global_loader_;
+  const DataShard shard_, eval_shard_;
+  const int64_t batch_;
+  DistributedSampler sampler_;
+  Progress progress_;
+  int64_t step_;
+  int64_t saved_step_ = -1;
+  double last_loss_ = 0, train_seconds_ = 0, accuracy_ = 0;
+  int64_t eval_peak_ = 0, state_bytes_ = 0, test_samples_ = 0;
+  bool evaluated_at_end_ = false, stopped_ = false;
+  double window_start_;
+  int64_t window_samples_ = 0;
+};
+
+} // namespace
+
 TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& data,
                   RunFolder* run, const std::atomic<int>* stop_signal,
                   std::optional<VerifiedCheckpoint> resume) {
@@ -88,8 +287,6 @@ TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& 
     resume = verify_checkpoint(config.resume, identity, world);
   if (resume)
     check_steps_left(config, data.train.size(), resume->manifest.step);
-  const int64_t epoch_steps = steps_per_epoch(config, data.train.size());
-  const int64_t total_steps = last_step(config, data.train.size());
   const StrategyOptions options = strategy_options(config);
 
   TrainResult result;
@@ -98,6 +295,16 @@ TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& 
   std::mutex result_mutex;
   StopPoint stop(stop_signal);
   stop.across_processes(mesh.c10d_world());
+  SharedRun shared{config,
+                   mesh,
+                   data,
+                   run,
+                   identity,
+                   steps_per_epoch(config, data.train.size()),
+                   last_step(config, data.train.size()),
+                   stop,
+                   result,
+                   result_mutex};
 
   auto rank_main = [&](RankContext& ctx) {
     auto strategy = make_strategy(config.strategy, ctx, options);
@@ -110,135 +317,7 @@ TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& 
       if (resume)
         resume->part_bytes = {}; // every rank has loaded its part (the barrier)
     }
-    // Collective on every rank; once per step.
-    int64_t saved_step = -1;
-    auto save = [&](int64_t at) {
-      if (!run || at == saved_step)
-        return;
-      saved_step = at;
-      save_checkpoint(run->dir(), ctx, *strategy, identity, at, config.keep_checkpoints);
-    };
-    // DataParallel loads whole global batches on GPU 0; the others shard the data set the
-    // way torch's DistributedSampler does, one shard per data-parallel replica.
-    const bool global_loader = strategy->rank0_loads_global_batch();
-    const DataShard shard = strategy->data_shard(ctx);
-    const DataShard eval_shard = global_loader ? DataShard{world, ctx.rank} : shard;
-    const int replicas = global_loader ? 1 : shard.replicas;
-    const int sampler_rank = global_loader ? 0 : shard.index;
-    const int64_t batch = global_loader ? config.batch_size * world : config.batch_size;
-    DistributedSampler sampler(data.train.size(), replicas, sampler_rank, true, config.seed);
-    Progress progress(total_steps, config.log_every, config.progress && ctx.rank == 0);
-    int64_t step = start.step;
-    double last_loss = 0, train_seconds = 0, accuracy = 0;
-    int64_t eval_peak = 0, state_bytes = 0, test_samples = 0;
-    bool evaluated_at_end = false, stopped = false;
-    double window_start = ctx.now();
-    int64_t window_samples = 0;
-    auto run_evaluation = [&] {
-      const Evaluation e =
-          evaluate(ctx, *strategy, eval_shard, data.test, config.eval_limit, config.batch_size);
-      accuracy = e.accuracy;
-      test_samples = e.samples;
-      eval_peak = std::max(eval_peak, e.peak_bytes);
-    };
-
-    for (int64_t epoch = step / epoch_steps; step < total_steps && !stopped; ++epoch) {
-      sampler.set_epoch(epoch);
-      std::vector<int64_t> indices;
-      if (!global_loader || ctx.rank == 0)
-        indices = sampler.indices();
-      for (int64_t s = step % epoch_steps; s < epoch_steps && step < total_steps; ++s) {
-        Batch b;
-        if (!indices.empty()) {
-          CategoryScope scope(MemoryCategory::Activations);
-          const auto first = indices.begin() + s * batch;
-          const auto last = indices.begin() + std::min<int64_t>((s + 1) * batch, indices.size());
-          std::tie(b.inputs, b.targets) = gather_batch(data.train, {first, last});
-          if (ctx.mesh.on_card())
-            b = b.to(torch::Device(torch::kCUDA, 0));
-        }
-        if (ctx.rank == config.fault_rank && step + 1 == config.fault_step && mesh.c10d_world()) {
-          // A process of its own dies as a crashed node's does: at once, saying nothing.
-          fmt::print(stderr, "meshsim: rank {} kills its process at step {} (--inject-fault)\n",
-                     ctx.rank, step + 1);
-          std::raise(SIGKILL);
-        }
-        if (ctx.rank == config.fault_rank && step + 1 == config.fault_step)
-          throw RankLeft(
-              fmt::format("rank {} left the run at step {} (--inject-fault)", ctx.rank, step + 1));
-        const double t0 = ctx.now();
-        last_loss = strategy->step(b, step + 1);
-        train_seconds += ctx.now() - t0;
-        ++step;
-        state_bytes = std::max(state_bytes, model_state_bytes(ctx.gpu));
-        window_samples += global_loader ? b.size() : b.size() * shard.replicas;
-        if (ctx.rank == 0 && !std::isfinite(last_loss))
-          stop.request(StopReason::Diverged,
-                       fmt::format("the loss is {} at step {}: training diverged (try a lower "
-                                   "--lr)",
-                                   last_loss, step));
-        if (stop.should_stop(step)) {
-          stopped = true;
-          break;
-        }
-        if (config.checkpoint_every > 0 && step % config.checkpoint_every == 0)
-          save(step);
-        if (ctx.rank != 0)
-          continue;
-
-        const bool log = step % config.log_every == 0 || step == total_steps;
-        const double elapsed = ctx.now() - window_start;
-        const double rate = elapsed > 0 ? window_samples / elapsed : 0;
-        if (log && run) {
-          run->log_metrics({{"step", step},
-                            {"epoch", epoch + 1},
-                            {"loss", last_loss},
-                            {"lr", config.optimizer.lr},
-                            {"samples_per_s", rate}});
-        }
-        progress.update(
-            step, fmt::format("epoch {} loss {:.4f} {:.0f} samples/s", epoch + 1, last_loss, rate));
-        if (log) {
-          window_start = ctx.now();
-          window_samples = 0;
-        }
-      }
-      if (!stopped && (step % epoch_steps == 0 || step == total_steps)) {
-        // The training is on disk before the last evaluation: a failure there costs nothing.
-        if (step == total_steps)
-          save(step);
-        run_evaluation();
-        evaluated_at_end = step == total_steps;
-        if (ctx.rank == 0) {
-          progress.finish();
-          fmt::print(stderr, "epoch {}: test accuracy {:.2f}%\n", epoch + 1, 100 * accuracy);
-          if (run)
-            run->log_scalar("test/accuracy", accuracy, step);
-        }
-      }
-    }
-    if (!stopped && !evaluated_at_end)
-      run_evaluation(); // no step ran
-    std::vector<torch::Tensor> parameters;
-    {
-      GpuGuard host(nullptr); // the caller's copy is not GPU memory
-      parameters = strategy->full_parameters();
-    }
-    // A diverged model is not worth resuming: keep the last sound checkpoint as `latest`.
-    if (stop.reason() != StopReason::Diverged)
-      save(step);
-    result.eval_peak_bytes[ctx.rank] = eval_peak; // each rank its own element
-    result.model_state_bytes[ctx.rank] = state_bytes;
-    if (ctx.rank == 0) {
-      progress.finish();
-      std::lock_guard<std::mutex> lock(result_mutex);
-      result.steps = step;
-      result.final_loss = last_loss;
-      result.test_accuracy = accuracy;
-      result.test_samples = test_samples;
-      result.train_seconds = train_seconds;
-      result.final_parameters = std::move(parameters);
-    }
+    RankLoop(shared, ctx, *strategy, start.step).run();
   };
 
   result.recorders = run_ranks(mesh, rank_main);

@@ -1,0 +1,216 @@
+// config.json, TrainConfig's saved form, both ways: to_json writes every field; config_from_json
+// reads them back, refusing an unknown key or a value of the wrong type in one line.
+#include <functional>
+#include <limits>
+#include <map>
+#include <optional>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "base/json_integer.h"
+#include "base/printable.h"
+#include "config/config.h"
+
+namespace meshsim {
+
+nlohmann::json to_json(const TrainConfig& c) {
+  return {{"gpus", c.gpus},
+          {"strategy", c.strategy},
+          {"model", c.model},
+          {"data", c.data},
+          {"device", c.device},
+          {"epochs", c.epochs},
+          {"max_steps", c.max_steps},
+          {"batch_size", c.batch_size},
+          {"global_batch_size", c.batch_size * (c.gpus / (c.tp * c.pp))},
+          {"tp", c.tp},
+          {"pp", c.pp},
+          {"dp", c.gpus / (c.tp * c.pp)},
+          {"zero", c.zero},
+          {"schedule", c.schedule},
+          {"virtual_stages", c.virtual_stages},
+          {"micro_batches", c.micro_batches},
+          {"micro_batch_size", c.micro_batch_size},
+          {"recompute", c.recompute},
+          {"preset", c.preset},
+          {"precision", c.precision},
+          {"sequence_parallel", c.sequence_parallel},
+          {"gpt",
+           {{"layers", c.shape.layers},
+            {"hidden", c.shape.hidden},
+            {"heads", c.shape.heads},
+            {"kv_heads", c.shape.kv_heads},
+            {"ffn_hidden", c.shape.ffn_hidden},
+            {"seq_len", c.shape.seq_len},
+            {"vocab", c.shape.vocab},
+            {"tie_head", c.shape.tie_head},
+            {"rope_theta", c.shape.rope_theta}}},
+          {"seed", c.seed},
+          {"log_every", c.log_every},
+          {"optimizer", c.optimizer.name},
+          {"lr", c.optimizer.lr},
+          {"momentum", c.optimizer.momentum},
+          {"gpu_mem", c.gpu_mem},
+          {"bucket_mb", c.bucket_mb},
+          {"overlap", c.overlap},
+          {"backend", c.backend},
+          {"comm_timeout_s", c.comm_timeout_s},
+          {"checkpoint_every", c.checkpoint_every},
+          {"memory_snapshot", c.memory_snapshot},
+          {"keep_checkpoints", c.keep_checkpoints},
+          {"resume", c.resume},
+          {"synthetic_train", c.synthetic_train},
+          {"synthetic_test", c.synthetic_test},
+          {"eval_limit", c.eval_limit},
+          {"cluster", c.cluster},
+          {"intra", c.intra},
+          {"inter", c.inter}};
+}
+namespace {
+
+using nlohmann::json;
+
+// Keys are quoted as JSON strings, so a key holding a newline still gives a one-line error.
+std::string quoted(const std::string& key) {
+  return json(key).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+[[noreturn]] void wrong_type(const std::string& key, const json& value, const char* expected) {
+  throw std::invalid_argument(
+      fmt::format("config.json: {} must be {}, got {}", quoted(key), expected, value.type_name()));
+}
+
+// An integer that fits Int: a float or a number past Int is refused, never cast.
+template <typename Int> Int integer(const json& v, const std::string& key) {
+  if (const std::optional<Int> i = json_integer<Int>(v)) return *i;
+  using Limits = std::numeric_limits<Int>;
+  const std::string expected = fmt::format("an integer from {} to {}", Limits::min(), Limits::max());
+  wrong_type(key, v, expected.c_str());
+}
+
+double number(const json& v, const std::string& key) {
+  if (!v.is_number())
+    wrong_type(key, v, "a number");
+  return v.get<double>();
+}
+
+// A string with no control character: every value may be quoted in a one-line error, and a
+// C string (an exception's message, a path) would end at a NUL.
+std::string text(const json& v, const std::string& key) {
+  if (!v.is_string())
+    wrong_type(key, v, "a string");
+  const std::string& s = v.get_ref<const std::string&>();
+  if (has_control_character(s))
+    throw std::invalid_argument(fmt::format(
+        "config.json: {} holds a control character: {}", quoted(key), quoted(s)));
+  return s;
+}
+
+bool boolean(const json& v, const std::string& key) {
+  if (!v.is_boolean())
+    wrong_type(key, v, "true or false");
+  return v.get<bool>();
+}
+
+void read(const json& v, const std::string& k, int& out) { out = integer<int>(v, k); }
+void read(const json& v, const std::string& k, int64_t& out) { out = integer<int64_t>(v, k); }
+void read(const json& v, const std::string& k, uint64_t& out) { out = integer<uint64_t>(v, k); }
+void read(const json& v, const std::string& k, double& out) { out = number(v, k); }
+void read(const json& v, const std::string& k, std::string& out) { out = text(v, k); }
+void read(const json& v, const std::string& k, bool& out) { out = boolean(v, k); }
+
+using Setter = std::function<void(const json& value, const std::string& key)>;
+
+// The setter of one field: reads the value as the field's type.
+template <typename T> Setter to(T& field) {
+  return [&field](const json& v, const std::string& k) { read(v, k, field); };
+}
+
+// Applies every member of `object` through `setters`; `prefix` names nested keys ("gpt.").
+void apply(const json& object, const std::string& prefix,
+           const std::map<std::string, Setter>& setters) {
+  for (const auto& [key, value] : object.items()) {
+    const auto it = setters.find(key);
+    if (it == setters.end())
+      throw std::invalid_argument(fmt::format("config.json: unknown key {}", quoted(prefix + key)));
+    it->second(value, prefix + key);
+  }
+}
+
+} // namespace
+
+TrainConfig config_from_json(const json& doc) {
+  if (!doc.is_object())
+    throw std::invalid_argument(
+        fmt::format("config.json: expected a JSON object, got {}", doc.type_name()));
+  TrainConfig c;
+  TransformerShape& g = c.shape;
+  const std::map<std::string, Setter> gpt_setters = {
+      {"layers", to(g.layers)},         {"hidden", to(g.hidden)},
+      {"heads", to(g.heads)},           {"kv_heads", to(g.kv_heads)},
+      {"ffn_hidden", to(g.ffn_hidden)}, {"seq_len", to(g.seq_len)},
+      {"vocab", to(g.vocab)},           {"tie_head", to(g.tie_head)},
+      {"rope_theta", to(g.rope_theta)},
+  };
+  // Derived keys: to_json computes them from the others, so they are checked and dropped.
+  const auto derived = [](const json& v, const std::string& k) { integer<int64_t>(v, k); };
+  const std::map<std::string, Setter> setters = {
+      {"gpus", to(c.gpus)},
+      {"strategy", to(c.strategy)},
+      {"model", to(c.model)},
+      {"preset", to(c.preset)},
+      {"data", to(c.data)},
+      {"device", to(c.device)},
+      {"epochs", to(c.epochs)},
+      {"max_steps", to(c.max_steps)},
+      {"batch_size", to(c.batch_size)},
+      {"global_batch_size", derived},
+      {"tp", to(c.tp)},
+      {"pp", to(c.pp)},
+      {"dp", derived},
+      {"zero", to(c.zero)},
+      {"schedule", to(c.schedule)},
+      {"virtual_stages", to(c.virtual_stages)},
+      {"micro_batches", to(c.micro_batches)},
+      {"micro_batch_size", to(c.micro_batch_size)},
+      {"recompute", to(c.recompute)},
+      {"precision", to(c.precision)},
+      {"sequence_parallel", to(c.sequence_parallel)},
+      {"gpt",
+       [&](const json& v, const std::string& k) {
+         if (!v.is_object())
+           wrong_type(k, v, "an object");
+         apply(v, k + ".", gpt_setters);
+       }},
+      {"seed", to(c.seed)},
+      {"log_every", to(c.log_every)},
+      {"optimizer", to(c.optimizer.name)},
+      {"lr", to(c.optimizer.lr)},
+      {"momentum", to(c.optimizer.momentum)},
+      {"gpu_mem", to(c.gpu_mem)},
+      {"bucket_mb", to(c.bucket_mb)},
+      {"overlap", to(c.overlap)},
+      {"backend", to(c.backend)},
+      {"comm_timeout_s", to(c.comm_timeout_s)},
+      {"checkpoint_every", to(c.checkpoint_every)},
+      {"memory_snapshot", to(c.memory_snapshot)},
+      {"keep_checkpoints", to(c.keep_checkpoints)},
+      {"resume", to(c.resume)},
+      {"synthetic_train", to(c.synthetic_train)},
+      {"synthetic_test", to(c.synthetic_test)},
+      {"eval_limit", to(c.eval_limit)},
+      {"cluster", to(c.cluster)},
+      {"intra", to(c.intra)},
+      {"inter", to(c.inter)},
+      // Not written by to_json, but a user may add it; a rerun gets its own folder.
+      {"out", [](const json& v, const std::string& k) { text(v, k); }},
+  };
+  apply(doc, "", setters);
+  if (c.micro_batch_size > 0)
+    c.micro_batches = 0; // derived from the batch and the micro-batch size by validate
+  return c;
+}
+
+
+} // namespace meshsim

@@ -1,0 +1,100 @@
+// validate's rules for the layout (config.cpp): dp × tp × pp, ZeRO, the pipeline's schedule,
+// micro-batches and virtual stages, and the batch they divide; the model's own rules against
+// the layout are validate_model.cpp's.
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "config/config.h"
+#include "config/validation_steps.h"
+#include "mesh/parallel_dims.h"
+#include "parallel/pipeline/schedule.h"
+
+namespace meshsim {
+namespace {
+
+// Megatron's --micro-batch-size m: micro-batches = global batch ÷ (m × dp). micro_batches 0
+// means no count was asked for: 1, or the one m makes.
+void resolve_micro_batches(TrainConfig& c, const ParallelDims& dims) {
+  require(c.micro_batches >= 0,
+          fmt::format("--micro-batches must be at least 1, got {}", c.micro_batches));
+  if (c.micro_batch_size == 0) {
+    c.micro_batches = std::max(c.micro_batches, 1);
+    return;
+  }
+  const int64_t global = c.global_batch_size > 0 ? c.global_batch_size : c.batch_size * dims.dp;
+  const int64_t per_step = c.micro_batch_size * dims.dp;
+  require(global % per_step == 0,
+          fmt::format("global batch {} is not divisible by --micro-batch-size {} × dp {} = {}",
+                      global, c.micro_batch_size, dims.dp, per_step));
+  const int64_t count = global / per_step;
+  require(c.micro_batches == 0 || c.micro_batches == count,
+          fmt::format("--micro-batches {} conflicts with --micro-batch-size {}: global batch {} ÷ "
+                      "({} × dp {}) = {} micro-batches; give one of the two",
+                      c.micro_batches, c.micro_batch_size, global, c.micro_batch_size, dims.dp,
+                      count));
+  require(count <= std::numeric_limits<int>::max(),
+          fmt::format("--micro-batch-size {} makes {} micro-batches, more than {}",
+                      c.micro_batch_size, count, std::numeric_limits<int>::max()));
+  c.micro_batches = static_cast<int>(count);
+}
+
+} // namespace
+
+void validate_layout(TrainConfig& c) {
+  // Caught here because tp × pp would overflow an int in ParallelDims for sizes past --gpus.
+  require(c.tp < 1 || c.pp < 1 || (c.tp <= c.gpus && c.pp <= c.gpus),
+          fmt::format("--gpus {} is not divisible by --tp {} × --pp {} = {}", c.gpus, c.tp, c.pp,
+                      static_cast<int64_t>(c.tp) * c.pp));
+  const ParallelDims dims = ParallelDims::make(c.gpus, c.tp, c.pp);
+  require(c.zero >= 0 && c.zero <= 3, fmt::format("--zero must be 0, 1, 2 or 3, got {}", c.zero));
+  require(listed(schedule_names(), c.schedule),
+          fmt::format("unknown schedule '{}' (choose naive, gpipe or 1f1b)", c.schedule));
+  resolve_micro_batches(c, dims);
+  require(c.recompute == "none" || c.recompute == "selective" || c.recompute == "full",
+          fmt::format("unknown --recompute '{}' (choose none, selective or full)", c.recompute));
+  require(c.virtual_stages >= 1,
+          fmt::format("--virtual-stages must be at least 1, got {}", c.virtual_stages));
+  require(c.virtual_stages == 1 || c.pp > 1,
+          fmt::format("--virtual-stages {} needs --pp 2 or more: it interleaves the chunks of "
+                      "several pipeline stages",
+                      c.virtual_stages));
+  require(c.virtual_stages == 1 || c.schedule == "1f1b",
+          fmt::format("--virtual-stages {} runs with --schedule 1f1b (interleaved), not {}",
+                      c.virtual_stages, c.schedule));
+  require(c.virtual_stages == 1 || c.micro_batches % c.pp == 0,
+          fmt::format("--micro-batches {} is not a multiple of --pp {}: the interleaved schedule "
+                      "runs micro-batches in groups of pp",
+                      c.micro_batches, c.pp));
+  require(c.schedule != "naive" || c.micro_batches == 1,
+          "--schedule naive runs the whole batch at once; use --micro-batches 1, or gpipe or 1f1b");
+  require(!uses_mesh_layout(c) || c.strategy == "ddp",
+          fmt::format("--tp, --pp, --zero, --micro-batches and --recompute run with --strategy ddp "
+                      "(the default), not {}", c.strategy));
+  require(c.zero <= 1 || (c.tp == 1 && c.pp == 1),
+          fmt::format("--zero {} runs with data parallelism alone so far; use --zero 1 with --tp or --pp",
+                      c.zero));
+  require(!c.sequence_parallel || c.tp > 1,
+          "--sequence-parallel needs --tp 2 or more: it splits the sequence over the tp group");
+
+  validate_model_layout(c);
+
+  const int64_t per_step = static_cast<int64_t>(dims.dp) * c.micro_batches;
+  if (c.global_batch_size > 0) {
+    require(c.global_batch_size % per_step == 0,
+            fmt::format("global batch {} is not divisible by dp {} × micro-batches {} = {}",
+                        c.global_batch_size, dims.dp, c.micro_batches, per_step));
+    c.batch_size = c.global_batch_size / dims.dp;
+  } else {
+    require(c.batch_size % c.micro_batches == 0,
+            fmt::format("global batch {} (--batch-size {} × dp {}) is not divisible by dp {} × "
+                        "micro-batches {} = {}",
+                        c.batch_size * dims.dp, c.batch_size, dims.dp, dims.dp, c.micro_batches,
+                        per_step));
+  }
+  check_activation_sizes(c);
+}
+
+} // namespace meshsim

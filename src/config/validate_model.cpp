@@ -1,0 +1,108 @@
+// validate's rules for the model (config.cpp): its name and preset, its data, its shape
+// against the layout, and its activations against what a tensor can address. What differs by
+// model is read from its family (models/family.h).
+#include <cstdint>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "config/config.h"
+#include "config/validation_steps.h"
+#include "models/family.h"
+#include "models/presets.h"
+#include "parallel/pipeline/pipeline.h"
+
+namespace meshsim {
+
+void check_model_name(const TrainConfig& c) {
+  if (find_model_family(c.model) == nullptr) {
+    std::string names;
+    for (const std::string& n : model_names())
+      names += n + ", ";
+    throw std::invalid_argument(fmt::format(
+        "unknown model '{}' (choose {}or a preset: nearest {}; `meshsim models` lists them)",
+        c.model, names, nearest_preset_names(c.model)));
+  }
+  if (!c.preset.empty()) {
+    const ModelPreset* p = find_preset(c.preset);
+    require(p != nullptr, unknown_preset_message(c.preset));
+    require(p->family == c.model,
+            fmt::format("preset {} is a {} model, not {}", p->name, p->family, c.model));
+  }
+}
+
+void resolve_model_data(TrainConfig& c) {
+  const ModelFamily& family = model_family(c.model);
+  if (c.data.empty())
+    c.data = family.default_data;
+  require(*family.synthetic_only == '\0' || c.data == "synthetic",
+          fmt::format("--model {} reads {}: only --data synthetic makes them, not '{}'",
+                      c.model, family.synthetic_only, c.data));
+}
+
+void validate_model_layout(const TrainConfig& c) {
+  const ModelFamily& family = model_family(c.model);
+  if (family.transformer) {
+    const auto& g = c.shape;
+    validate_shape(c.model, g);
+    require(g.heads % c.tp == 0,
+            fmt::format("--heads {} is not divisible by --tp {}", g.heads, c.tp));
+    require(preset_kv_heads(g) % c.tp == 0,
+            fmt::format("--kv-heads {} is not divisible by --tp {}", preset_kv_heads(g), c.tp));
+    require(!c.sequence_parallel || g.seq_len % c.tp == 0,
+            fmt::format("--seq-len {} is not divisible by --tp {} (--sequence-parallel splits the "
+                        "sequence over the tp group)",
+                        g.seq_len, c.tp));
+    require(g.layers >= c.pp,
+            fmt::format("--layers {} is fewer than --pp {}: every stage needs a layer", g.layers, c.pp));
+    require(g.layers / c.pp >= c.virtual_stages,
+            fmt::format("--layers {} is fewer than --pp {} × --virtual-stages {} = {}: every model "
+                        "chunk needs a layer",
+                        g.layers, c.pp, c.virtual_stages,
+                        static_cast<int64_t>(c.pp) * c.virtual_stages));
+    require(!g.tie_head || c.zero < 3,
+            "--tie-head with --zero 3 is not supported yet: stage 3 frees the gathered embedding "
+            "weight that the tied head reads; use --no-tie-head");
+    require(!g.tie_head || c.pp == 1,
+            "--tie-head needs --pp 1: the embedding and the head would be on different stages");
+    require(c.data == "synthetic" || g.vocab >= 256,
+            fmt::format("--vocab {} is too small for byte-level text (256 byte values)", g.vocab));
+  } else {
+    require(c.tp == 1, "--tp needs --model gpt: its plan splits attention and the MLP");
+    require(c.recompute == "none", "--recompute applies to the transformer blocks of --model gpt");
+    ModelOptions shapes; // the layers' count only: on meta where the model can be
+    if (family.builds_on_meta)
+      shapes.device = torch::kMeta;
+    const int units = pipeline_units(build_model(c.model, shapes));
+    require(c.pp <= units, fmt::format("--pp {} is more than {}'s {} layers with parameters", c.pp,
+                                       c.model, units));
+    require(units / c.pp >= c.virtual_stages,
+            fmt::format("--pp {} × --virtual-stages {} = {} is more than {}'s {} layers with "
+                        "parameters: every model chunk needs one",
+                        c.pp, c.virtual_stages, static_cast<int64_t>(c.pp) * c.virtual_stages,
+                        c.model, units));
+  }
+}
+
+// LibTorch computes a tensor's bytes in int64 ("Storage size calculation overflowed"): the
+// largest activations of one micro-batch, eager attention's scores [b, heads, s, s] and the
+// logits [b, s, vocab], must stay far inside it. In floating point, so nothing overflows first.
+void check_activation_sizes(const TrainConfig& c) {
+  if (!model_family(c.model).transformer)
+    return; // an image model's activations are fixed and small
+  const TransformerShape& g = c.shape;
+  const double b = static_cast<double>(c.batch_size / c.micro_batches);
+  const double s = static_cast<double>(g.seq_len);
+  const double scores = b * static_cast<double>(g.heads) * s * s;
+  require(scores <= kMaxTensorNumbers,
+          fmt::format("--seq-len {}: one micro-batch's attention scores [{:.0f}, {}, {}, {}] would "
+                      "hold {:.3g} numbers, more than a tensor can address ({:.3g})",
+                      g.seq_len, b, g.heads, g.seq_len, g.seq_len, scores, kMaxTensorNumbers));
+  const double logits = b * s * static_cast<double>(g.vocab);
+  require(logits <= kMaxTensorNumbers,
+          fmt::format("--seq-len {} with --vocab {}: one micro-batch's logits [{:.0f}, {}, {}] "
+                      "would hold {:.3g} numbers, more than a tensor can address ({:.3g})",
+                      g.seq_len, g.vocab, b, g.seq_len, g.vocab, logits, kMaxTensorNumbers));
+}
+
+} // namespace meshsim
