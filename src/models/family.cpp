@@ -68,7 +68,7 @@ ModelFamily transformer_family_of(const std::string& name) {
 
 ModelFamily gpt_family() {
   ModelFamily f = transformer_family_of("gpt");
-  f.tensor_split = TensorSplit::GptBlocks;
+  f.parallel_plan = gpt_parallel_plan;
   f.build = [](const ModelOptions& o, const torch::TensorOptions& t) {
     return build_gpt(o.shape, o.seed, t);
   };
@@ -86,7 +86,7 @@ ModelFamily llama_family() {
   ModelFamily f = transformer_family_of("llama");
   f.grouped_query = true;
   f.rotary = true;
-  f.tensor_split = TensorSplit::LlamaBlocks;
+  f.parallel_plan = llama_parallel_plan;
   f.build = [](const ModelOptions& o, const torch::TensorOptions& t) {
     return build_llama(o.shape, o.seed, t);
   };

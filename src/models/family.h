@@ -1,6 +1,6 @@
 // The table of model families: everything meshsim knows about a --model name, one row each
 // (how to build it, its parameter count, the identity its checkpoints record, its data, its
-// example batch for plans, its tensor-parallel plan). Code elsewhere reads a row's fields and
+// example batch for plans, its parallel plan). Code elsewhere reads a row's fields and
 // never compares a model's name, so a new model is one more row.
 #pragma once
 
@@ -13,6 +13,7 @@
 
 #include "data/dataset.h"
 #include "models/models.h"
+#include "models/parallel_plan.h"
 
 namespace meshsim {
 
@@ -24,10 +25,6 @@ constexpr const char* kDefaultText = "/usr/share/common-licenses/GPL-3";
 /// What one sample of the family is: tokens (TransformerShape::seq_len of them), a 1×28×28
 /// image (Fashion-MNIST's), or a 3×224×224 image (ImageNet's).
 enum class SampleKind { Tokens, SmallImage, LargeImage };
-
-/// Which of parallel/tensor's plans splits the family's blocks over a tensor-parallel group;
-/// None: tensor parallelism cannot split it.
-enum class TensorSplit { None, GptBlocks, LlamaBlocks };
 
 /// Where a run's data comes from: --data (a path or "synthetic"), the synthetic sizes, and the
 /// shape (tokens per sample, vocabulary) a transformer's data needs.
@@ -59,7 +56,10 @@ struct ModelFamily {
   /// Its samples only --data synthetic makes ("3×224×224 images of 1000 classes"); "" when it
   /// reads files too.
   const char* synthetic_only = "";
-  TensorSplit tensor_split = TensorSplit::None;
+  /// Its parallel plan (models/parallel_plan.h), declared beside the model: what tensor
+  /// parallelism splits, the vocabulary head, where a pipeline may cut, the attention cores.
+  /// Null: the family has no plan, and --tp and --pp refuse it.
+  ParallelPlan (*parallel_plan)(const TransformerShape& shape) = nullptr;
   /// Builds it in PyTorch's layer order, its parameters made with `tensors` (device and dtype);
   /// build_model (models.h) seeds the generator and moves the result.
   torch::nn::Sequential (*build)(const ModelOptions& options,

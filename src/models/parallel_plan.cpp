@@ -1,21 +1,18 @@
-// The plan by model name (until the model family table holds it), and the name matching the
-// plans' entries use.
+// A model's plan through the family table, and the name matching the plans' entries use.
 #include "models/parallel_plan.h"
 
 #include <stdexcept>
 
-#include "models/gpt.h"
-#include "models/llama.h"
+#include "models/family.h"
 
 namespace meshsim {
 
 ParallelPlan parallel_plan(const std::string& model, const TransformerShape& shape) {
-  if (model == "gpt")
-    return gpt_parallel_plan(shape);
-  if (model == "llama")
-    return llama_parallel_plan(shape);
-  throw std::invalid_argument("tensor parallel: model '" + model +
-                              "' has no plan (gpt and llama have)");
+  const ModelFamily* family = find_model_family(model);
+  if (!family || !family->parallel_plan)
+    throw std::invalid_argument("tensor parallel: model '" + model +
+                                "' has no plan (gpt and llama have)");
+  return family->parallel_plan(shape);
 }
 
 bool pattern_matches(const std::string& pattern, const std::string& name) {

@@ -28,6 +28,7 @@
 
 #include "models/layers/flops.h"
 #include "memory/allocator.h"
+#include "models/family.h"
 #include "mesh/parallel_dims.h"
 #include "models/gpt.h"
 #include "parallel/pipeline/pipeline.h"
@@ -313,9 +314,9 @@ private:
       // children of this rank's chunks, which form its stage.
       const int chunks = dims_.pp * options_.virtual_stages;
       // The model's own cut points (its plan); cnn, lenet and resnet50 have none.
-      const ParallelPlan plan = is_transformer(options_.model)
-                                    ? parallel_plan(options_.model, options_.shape)
-                                    : ParallelPlan{};
+      const ModelFamily& family = model_family(options_.model);
+      const ParallelPlan plan =
+          family.parallel_plan ? family.parallel_plan(options_.shape) : ParallelPlan{};
       std::vector<size_t> mine;
       for (int c = 0; c < chunks; ++c) {
         const std::vector<size_t> indices = stage_children(full, plan, chunks, c);
