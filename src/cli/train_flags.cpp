@@ -6,8 +6,10 @@
 #include "cli/integer_flag.h"
 
 namespace meshsim {
+namespace {
 
-void add_train_flags(CLI::App& app, TrainConfig& c) {
+// The model, its data and its layout over the GPUs.
+void add_model_layout_flags(CLI::App& app, TrainConfig& c) {
   add_integer_flag(app, "--gpus", c.gpus, "number of virtual GPUs")->capture_default_str();
   app.add_option("--strategy", c.strategy, "single | ddp | dp")->capture_default_str();
   app.add_option("--model", c.model, "cnn | lenet | gpt | llama | resnet50, or a preset (meshsim models)")
@@ -67,6 +69,11 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
                "gpt: the LM head shares the token embedding (--no-tie-head: its own weight)");
   app.add_option("--rope-theta", c.shape.rope_theta, "llama: the rotary embedding's base")
       ->capture_default_str();
+}
+
+// The device, the training's length and optimizer, the communication, checkpoints and
+// outputs. After add_model_layout_flags: --help lists the flags in this order.
+void add_run_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--device", c.device,
                  "physical device: cpu, cuda (virtual GPUs carved out of CUDA card 0), or auto "
                  "(cuda when a usable GPU is present)")
@@ -125,6 +132,13 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--cluster", c.cluster, "also predict the run on this cluster, e.g. 8xa100-80 or 4x8xh100");
   app.add_option("--intra", c.intra, "with --cluster: link inside a node (nvlink3, nvlink4, pcie3, ...)");
   app.add_option("--inter", c.inter, "with --cluster: link between nodes (hdr, ndr, 100gbe)");
+}
+
+} // namespace
+
+void add_train_flags(CLI::App& app, TrainConfig& c) {
+  add_model_layout_flags(app, c);
+  add_run_flags(app, c);
   app.callback([&c, &app] {
     if (c.optimizer.name == "sgd" && app.count("--lr") == 0) c.optimizer.lr = 0.01;
     // --micro-batches on the command line replaces a micro-batch size from --config.
