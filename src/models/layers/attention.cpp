@@ -59,23 +59,27 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
     k = repeat(k);
     v = repeat(v);
   }
-  torch::Tensor y = run_core(q, k, v, at).transpose(1, 2).contiguous().view({b, t, q_features});
+  torch::Tensor y =
+      run_core(q, k, v, positions, at).transpose(1, 2).contiguous().view({b, t, q_features});
   return out_.forward(y);
 }
 
 torch::Tensor AttentionImpl::run_core(const torch::Tensor& q, const torch::Tensor& k,
-                                      const torch::Tensor& v,
+                                      const torch::Tensor& v, const torch::Tensor& given,
                                       const torch::Tensor& positions) const {
   if (!recompute_core)
     return core_->forward(q, k, v, positions);
-  // Selective recomputation: backward keeps q, k, v, not what the core saves. The core
-  // outlives the graph (the model owns it through this module).
+  // Selective recomputation: backward keeps q, k, v, not what the core saves. Positions
+  // 0..T-1 (none given) are made again in the recompute, as the mask is, so nothing more is
+  // kept; given positions are kept. The core outlives the graph (the model owns it through
+  // this module).
   const AttentionCore* core = core_.get();
   return checkpoint(
-      [core](const std::vector<torch::Tensor>& in) {
-        return core->forward(in[0], in[1], in[2], in[3]);
+      [core, given](const std::vector<torch::Tensor>& in) {
+        const torch::Tensor at = given.defined() ? given : sequence_positions(in[0].size(2), in[0]);
+        return core->forward(in[0], in[1], in[2], at);
       },
-      {q, k, v, positions});
+      {q, k, v});
 }
 
 int64_t AttentionImpl::query_features() const {

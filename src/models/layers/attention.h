@@ -60,8 +60,9 @@ public:
 
 private:
   torch::nn::AnyModule& slot(const std::string& name);
+  // The core at `positions`; `given` is what the caller passed (undefined: 0..T-1).
   torch::Tensor run_core(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                         const torch::Tensor& positions) const;
+                         const torch::Tensor& given, const torch::Tensor& positions) const;
   AttentionOptions options_;
   int64_t head_dim_;
   std::shared_ptr<const AttentionCore> core_;

@@ -34,7 +34,7 @@ public:
 };
 
 /// An attention module whose core selective recomputation can checkpoint (set_recompute):
-/// with `recompute_core` on, backward keeps the core's inputs (q, k, v, positions) instead of
+/// with `recompute_core` on, backward keeps the core's inputs (q, k, v) instead of
 /// what the core saves (the [B, heads, T, T] softmax of the eager core).
 class CheckpointedAttention {
 public:
