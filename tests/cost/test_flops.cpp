@@ -10,12 +10,18 @@ namespace {
 
 namespace nn = torch::nn;
 
-// q, k, v, out projections: what the GPT model's attention module is made of.
-struct AttentionImpl : nn::Module {
+// q, k, v, out projections: what the GPT model's attention module is made of. It says it is
+// attention (AttentionHeads) with all d query features and no head width, so no scores are
+// counted as written.
+struct AttentionImpl : nn::Module, AttentionHeads {
   explicit AttentionImpl(int64_t d)
       : q(register_module("q", nn::Linear(d, d))), k(register_module("k", nn::Linear(d, d))),
-        v(register_module("v", nn::Linear(d, d))), out(register_module("out", nn::Linear(d, d))) {}
+        v(register_module("v", nn::Linear(d, d))), out(register_module("out", nn::Linear(d, d))),
+        d_(d) {}
+  int64_t head_dim() const override { return 0; }
+  int64_t query_features() const override { return d_; }
   nn::Linear q, k, v, out;
+  int64_t d_;
 };
 
 TEST(CostFlops, LinearIsTwoMnkPlusBias) {

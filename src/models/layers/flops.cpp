@@ -58,13 +58,6 @@ std::string type_of(const torch::nn::Module& m) {
   return colon == std::string::npos ? name : name.substr(colon + 2);
 }
 
-bool has_child(const torch::nn::Module& m, const std::string& name) {
-  for (const auto& item : m.named_children())
-    if (item.key() == name)
-      return true;
-  return false;
-}
-
 // The [out, in] weight of a Linear-like leaf (torch Linear, or a column/row-parallel
 // shard), or an undefined tensor.
 torch::Tensor linear_weight(const torch::nn::Module& m) {
@@ -89,15 +82,10 @@ bool has_bias(const torch::nn::Module& m) {
 void count_composite(const torch::nn::Module& m, double rows, double width, double batch,
                      double seq, double eb, double parts, LayerWork& total) {
   const auto* heads = dynamic_cast<const AttentionHeads*>(&m);
-  if (heads || (has_child(m, "q") && has_child(m, "k") && has_child(m, "v"))) {
+  if (heads) {
     // The heads this module computes: all of them, or a tensor-parallel share, as its
-    // queries' features say (a plain module with children q, k, v: q's output features).
-    double d = heads && heads->query_features() > 0 ? static_cast<double>(heads->query_features())
-                                                    : width;
-    if (!heads || heads->query_features() <= 0)
-      for (const auto& item : m.named_children())
-        if (item.key() == "q")
-          if (const auto w = linear_weight(*item.value()); w.defined()) d = static_cast<double>(w.size(0));
+    // queries' features say.
+    const double d = static_cast<double>(heads->query_features());
     const double whole = seq * parts;
     // QK^T and AV as one fused kernel: q, k, v read, the output written.
     add_gemm(total, 4 * batch * whole * whole * d, 4 * rows * parts * d * eb);

@@ -47,8 +47,8 @@ class AttentionHeads {
 public:
   virtual ~AttentionHeads() = default;
   virtual int64_t head_dim() const = 0;
-  /// heads · head_dim of the queries this module computes; 0: read them from a child "q".
-  virtual int64_t query_features() const { return 0; }
+  /// heads · head_dim of the queries this module computes.
+  virtual int64_t query_features() const = 0;
 };
 
 /// Implemented by composite modules whose leaves see tensors of different shapes (a ResNet
