@@ -174,74 +174,80 @@ double ReplayResult::max_exposed_comm_s() const {
   return worst;
 }
 
-ReplayResult replay(const Program& program, const ClusterSpec& cluster,
-                    const ReplayOptions& options) {
-  const int num_ranks = static_cast<int>(program.ranks.size());
-  if (num_ranks > cluster.world_size())
-    throw std::invalid_argument("replay: program has " + std::to_string(num_ranks) +
-                                " ranks but cluster " + cluster.to_string() + " has " +
-                                std::to_string(cluster.world_size()) + " GPUs");
+namespace {
 
-  // Flatten, index ids, and assign every task to a node.
+// The program as a graph: every task (flat, by index), and the nodes they are grouped into (a
+// compute task is a node of its own; the tasks of one collective instance, one per member,
+// share a node), with each task's own predecessors.
+struct Graph {
   std::vector<TaskRef> flat;
   std::unordered_map<std::string, size_t> index_of;
+  std::vector<Node> nodes;
+  std::vector<size_t> node_of;                // task -> node
+  std::map<std::string, size_t> collective_node; // ordered: deterministic error messages
+  std::vector<std::vector<size_t>> task_preds;   // task -> predecessor nodes
+};
+
+Graph build_graph(const Program& program, int num_ranks) {
+  Graph g;
+  // Flatten, index ids, and assign every task to a node.
   for (int r = 0; r < num_ranks; ++r)
     for (const Task& task : program.ranks[static_cast<size_t>(r)]) {
-      if (!index_of.emplace(task.id, flat.size()).second)
+      if (!g.index_of.emplace(task.id, g.flat.size()).second)
         throw std::invalid_argument("replay: duplicate task id \"" + task.id + "\"");
-      flat.push_back({r, &task});
+      g.flat.push_back({r, &task});
     }
 
-  std::vector<Node> nodes;
-  std::vector<size_t> node_of(flat.size());
-  std::map<std::string, size_t> collective_node; // ordered: deterministic error messages
+  g.node_of.resize(g.flat.size());
   std::vector<std::map<std::string, int>> calls_per_rank(static_cast<size_t>(num_ranks));
-  for (size_t t = 0; t < flat.size(); ++t) {
-    const Task& task = *flat[t].task;
+  for (size_t t = 0; t < g.flat.size(); ++t) {
+    const Task& task = *g.flat[t].task;
     if (task.kind == TaskKind::Compute) {
-      node_of[t] = nodes.size();
-      nodes.push_back({{t}, {}, 0, 0, 0});
+      g.node_of[t] = g.nodes.size();
+      g.nodes.push_back({{t}, {}, 0, 0, 0});
       continue;
     }
     std::string key = "key:" + task.key;
     if (task.key.empty()) { // NCCL's rule: the k-th call on a group matches the k-th call
       const std::string base = std::string(to_string(task.op)) + group_text(task.group);
-      key = "auto:" + base + "#" + std::to_string(calls_per_rank[flat[t].rank][base]++);
+      key = "auto:" + base + "#" + std::to_string(calls_per_rank[g.flat[t].rank][base]++);
     }
-    auto [it, inserted] = collective_node.emplace(key, nodes.size());
+    auto [it, inserted] = g.collective_node.emplace(key, g.nodes.size());
     if (inserted)
-      nodes.push_back({{}, {}, 0, 0, 0});
-    node_of[t] = it->second;
-    nodes[it->second].tasks.push_back(t);
+      g.nodes.push_back({{}, {}, 0, 0, 0});
+    g.node_of[t] = it->second;
+    g.nodes[it->second].tasks.push_back(t);
   }
+  return g;
+}
 
-  // Durations.
-  std::vector<bool> present(static_cast<size_t>(num_ranks));
-  for (int r = 0; r < num_ranks; ++r)
-    present[static_cast<size_t>(r)] = !program.ranks[static_cast<size_t>(r)].empty();
-  for (const auto& [key, n] : collective_node)
-    validate_collective(key, nodes[n].tasks, flat,
+void set_durations(Graph& g, const ClusterSpec& cluster, const ReplayOptions& options,
+                   const std::vector<bool>& present) {
+  for (const auto& [key, n] : g.collective_node)
+    validate_collective(key, g.nodes[n].tasks, g.flat,
                         options.absent_ranks_are_images ? &present : nullptr);
-  for (Node& node : nodes) {
-    const Task& first = *flat[node.tasks.front()].task;
+  for (Node& node : g.nodes) {
+    const Task& first = *g.flat[node.tasks.front()].task;
     double given = -1;
     for (size_t t : node.tasks)
-      given = std::max(given, flat[t].task->duration_s);
+      given = std::max(given, g.flat[t].task->duration_s);
     if (given >= 0)
       node.duration_s = given;
     else if (first.kind == TaskKind::Compute)
       node.duration_s = roofline(first.work, cluster.gpu, options.efficiency).time_s;
     else if (first.op == CollectiveOp::AllToAll)
-      node.duration_s = all_to_all_duration(node.tasks, flat, cluster);
+      node.duration_s = all_to_all_duration(node.tasks, g.flat, cluster);
     else
       node.duration_s = collective_cost(first.op, first.bytes, group_shape(first.group, cluster),
                                         cluster, options.algorithm)
                             .time_s;
   }
+}
 
+void add_edges(Graph& g, const Program& program, int num_ranks) {
   // Edges: stream order, then explicit dependencies. task_preds keeps each instance's own
   // predecessors so its ready time (before waiting for peers) can be reported.
-  std::vector<std::vector<size_t>> task_preds(flat.size());
+  g.task_preds.assign(g.flat.size(), {});
   for (int r = 0; r < num_ranks; ++r) {
     // Previous task on the compute / comm / send stream. Sends have a stream of their own:
     // a pipeline stage's send is asynchronous (buffered here, batched with the opposite
@@ -249,34 +255,37 @@ ReplayResult replay(const Program& program, const ClusterSpec& cluster,
     // reach the matching receive, or 1F1B's steady state would deadlock.
     size_t last[3] = {SIZE_MAX, SIZE_MAX, SIZE_MAX};
     for (const Task& task : program.ranks[static_cast<size_t>(r)]) {
-      const size_t t = index_of.at(task.id);
+      const size_t t = g.index_of.at(task.id);
       const int stream = task.kind == TaskKind::Compute ? 0 : is_send(task, r) ? 2 : 1;
       size_t& prev = last[stream];
       if (prev != SIZE_MAX)
-        task_preds[t].push_back(node_of[prev]);
+        g.task_preds[t].push_back(g.node_of[prev]);
       prev = t;
       for (const std::string& dep : task.deps) {
-        const auto found = index_of.find(dep);
-        if (found == index_of.end())
+        const auto found = g.index_of.find(dep);
+        if (found == g.index_of.end())
           throw std::invalid_argument("replay: task \"" + task.id +
                                       "\" depends on unknown task \"" + dep + "\"");
-        task_preds[t].push_back(node_of[found->second]);
+        g.task_preds[t].push_back(g.node_of[found->second]);
       }
-      for (size_t p : task_preds[t])
-        nodes[node_of[t]].preds.push_back(p);
+      for (size_t p : g.task_preds[t])
+        g.nodes[g.node_of[t]].preds.push_back(p);
     }
   }
+}
 
-  // Kahn's algorithm over nodes; start = latest predecessor end.
-  std::vector<std::vector<size_t>> succs(nodes.size());
-  std::vector<size_t> waiting(nodes.size(), 0);
-  for (size_t n = 0; n < nodes.size(); ++n)
-    for (size_t p : nodes[n].preds) {
+// Every node's start and end: the latest end of its predecessors, in topological order.
+void schedule_nodes(Graph& g) {
+  // Kahn's algorithm over the nodes; start = latest predecessor end.
+  std::vector<std::vector<size_t>> succs(g.nodes.size());
+  std::vector<size_t> waiting(g.nodes.size(), 0);
+  for (size_t n = 0; n < g.nodes.size(); ++n)
+    for (size_t p : g.nodes[n].preds) {
       succs[p].push_back(n);
       ++waiting[n];
     }
   std::vector<size_t> ready;
-  for (size_t n = 0; n < nodes.size(); ++n)
+  for (size_t n = 0; n < g.nodes.size(); ++n)
     if (waiting[n] == 0)
       ready.push_back(n);
   size_t done = 0;
@@ -284,48 +293,51 @@ ReplayResult replay(const Program& program, const ClusterSpec& cluster,
     const size_t n = ready.back();
     ready.pop_back();
     ++done;
-    Node& node = nodes[n];
+    Node& node = g.nodes[n];
     for (size_t p : node.preds)
-      node.start_s = std::max(node.start_s, nodes[p].end_s);
+      node.start_s = std::max(node.start_s, g.nodes[p].end_s);
     node.end_s = node.start_s + node.duration_s;
     for (size_t s : succs[n])
       if (--waiting[s] == 0)
         ready.push_back(s);
   }
-  if (done != nodes.size()) {
+  if (done != g.nodes.size()) {
     std::string stuck;
     size_t named = 0, count = 0;
-    for (size_t t = 0; t < flat.size(); ++t)
-      if (waiting[node_of[t]] > 0) {
+    for (size_t t = 0; t < g.flat.size(); ++t)
+      if (waiting[g.node_of[t]] > 0) {
         ++count;
         if (named++ < kMaxNamedInErrors)
-          stuck += (stuck.empty() ? "" : ", ") + flat[t].task->id;
+          stuck += (stuck.empty() ? "" : ", ") + g.flat[t].task->id;
       }
     throw std::runtime_error("replay: deadlock: " + std::to_string(count) +
                              " tasks can never start (dependency cycle, or ranks issue "
                              "collectives in different orders): " +
                              stuck + (count > kMaxNamedInErrors ? ", ..." : ""));
   }
+}
 
+ReplayResult replay_result(const Graph& g, int num_ranks, const ReplayOptions& options,
+                           const std::vector<bool>& present) {
   // Per-task timings and per-rank statistics.
   ReplayResult result;
   result.ranks.resize(static_cast<size_t>(num_ranks));
   std::vector<std::vector<std::pair<double, double>>> busy_compute(result.ranks.size());
   std::vector<std::vector<std::pair<double, double>>> busy_comm(result.ranks.size());
-  for (size_t t = 0; t < flat.size(); ++t) {
-    const Node& node = nodes[node_of[t]];
+  for (size_t t = 0; t < g.flat.size(); ++t) {
+    const Node& node = g.nodes[g.node_of[t]];
     TaskTiming timing;
-    timing.id = flat[t].task->id;
-    timing.rank = flat[t].rank;
-    timing.kind = flat[t].task->kind;
-    for (size_t p : task_preds[t])
-      timing.ready_s = std::max(timing.ready_s, nodes[p].end_s);
+    timing.id = g.flat[t].task->id;
+    timing.rank = g.flat[t].rank;
+    timing.kind = g.flat[t].task->kind;
+    for (size_t p : g.task_preds[t])
+      timing.ready_s = std::max(timing.ready_s, g.nodes[p].end_s);
     timing.start_s = node.start_s;
     timing.end_s = node.end_s;
     result.makespan_s = std::max(result.makespan_s, timing.end_s);
     auto& busy = (timing.kind == TaskKind::Compute ? busy_compute : busy_comm)[timing.rank];
     // A send is the sender's side of its receiver's transfer, which the receiver counts.
-    if (!is_send(*flat[t].task, timing.rank)) busy.emplace_back(timing.start_s, timing.end_s);
+    if (!is_send(*g.flat[t].task, timing.rank)) busy.emplace_back(timing.start_s, timing.end_s);
     result.tasks.push_back(timing);
   }
   double idle_total = 0;
@@ -347,6 +359,25 @@ ReplayResult replay(const Program& program, const ClusterSpec& cluster,
   if (result.makespan_s > 0 && counted > 0)
     result.bubble_fraction = idle_total / (counted * result.makespan_s);
   return result;
+}
+
+} // namespace
+
+ReplayResult replay(const Program& program, const ClusterSpec& cluster,
+                    const ReplayOptions& options) {
+  const int num_ranks = static_cast<int>(program.ranks.size());
+  if (num_ranks > cluster.world_size())
+    throw std::invalid_argument("replay: program has " + std::to_string(num_ranks) +
+                                " ranks but cluster " + cluster.to_string() + " has " +
+                                std::to_string(cluster.world_size()) + " GPUs");
+  Graph g = build_graph(program, num_ranks);
+  std::vector<bool> present(static_cast<size_t>(num_ranks));
+  for (int r = 0; r < num_ranks; ++r)
+    present[static_cast<size_t>(r)] = !program.ranks[static_cast<size_t>(r)].empty();
+  set_durations(g, cluster, options, present);
+  add_edges(g, program, num_ranks);
+  schedule_nodes(g);
+  return replay_result(g, num_ranks, options, present);
 }
 
 } // namespace meshsim

@@ -236,6 +236,52 @@ int64_t model_state_floor(const TrainConfig& c) {
   return static_cast<int64_t>(static_cast<double>(psi) / (c.tp * c.pp) * per_parameter);
 }
 
+namespace {
+
+// The fitting layouts, fastest first; the best `options.confirm` estimates planned in full
+// (one that no longer fits leaves the list); at most `options.top` of them.
+std::vector<Layout> confirm_best(std::vector<Layout> fitting, const ClusterSpec& cluster,
+                                 const SearchOptions& options) {
+  auto faster = [](const Layout& a, const Layout& b) {
+    return a.figures.tokens_per_s_per_gpu > b.figures.tokens_per_s_per_gpu;
+  };
+  std::stable_sort(fitting.begin(), fitting.end(), faster);
+  for (size_t i = 0, confirmed = 0;
+       i < fitting.size() && confirmed < static_cast<size_t>(options.confirm);) {
+    Layout& l = fitting[i];
+    l.estimated_step_seconds = l.figures.step_seconds;
+    l.figures = plan_on(l.config, cluster);
+    l.confirmed = true;
+    ++confirmed;
+    if (!l.figures.fits)
+      fitting.erase(fitting.begin() + static_cast<std::ptrdiff_t>(i));
+    else
+      ++i;
+  }
+  std::stable_sort(fitting.begin(), fitting.end(), faster);
+  if (fitting.size() > static_cast<size_t>(options.top))
+    fitting.resize(static_cast<size_t>(options.top));
+  return fitting;
+}
+
+// The families with no fitting layout, each with why: every candidate refused, or the least
+// memory any of them needs over the GPU's.
+std::vector<RejectedFamily> rejected_families(std::vector<Family>& families, int64_t memory) {
+  std::vector<RejectedFamily> rejected;
+  for (Family& f : families) {
+    if (f.least_bytes < 0) { // every candidate refused
+      rejected.push_back(f.report);
+    } else if (f.least_bytes > memory) {
+      f.report.reason =
+          fmt::format("does not fit: at the least, {}, over {}", f.least, format_bytes(memory));
+      rejected.push_back(f.report);
+    }
+  }
+  return rejected;
+}
+
+} // namespace
+
 SearchResult search_layouts(const TrainConfig& base, const ClusterSpec& cluster,
                             const SearchOptions& options) {
   if (base.global_batch_size <= 0)
@@ -335,37 +381,8 @@ SearchResult search_layouts(const TrainConfig& base, const ClusterSpec& cluster,
   }
   result.fitting = static_cast<int>(fitting.size());
 
-  auto faster = [](const Layout& a, const Layout& b) {
-    return a.figures.tokens_per_s_per_gpu > b.figures.tokens_per_s_per_gpu;
-  };
-  std::stable_sort(fitting.begin(), fitting.end(), faster);
-  // The best estimates, planned in full; one that no longer fits leaves the list.
-  for (size_t i = 0, confirmed = 0;
-       i < fitting.size() && confirmed < static_cast<size_t>(options.confirm);) {
-    Layout& l = fitting[i];
-    l.estimated_step_seconds = l.figures.step_seconds;
-    l.figures = plan_on(l.config, cluster);
-    l.confirmed = true;
-    ++confirmed;
-    if (!l.figures.fits)
-      fitting.erase(fitting.begin() + static_cast<std::ptrdiff_t>(i));
-    else
-      ++i;
-  }
-  std::stable_sort(fitting.begin(), fitting.end(), faster);
-  if (fitting.size() > static_cast<size_t>(options.top))
-    fitting.resize(static_cast<size_t>(options.top));
-  result.best = std::move(fitting);
-
-  for (Family& f : families) {
-    if (f.least_bytes < 0) { // every candidate refused
-      result.rejected.push_back(f.report);
-    } else if (f.least_bytes > memory) {
-      f.report.reason =
-          fmt::format("does not fit: at the least, {}, over {}", f.least, format_bytes(memory));
-      result.rejected.push_back(f.report);
-    }
-  }
+  result.best = confirm_best(std::move(fitting), cluster, options);
+  result.rejected = rejected_families(families, memory);
   return result;
 }
 
