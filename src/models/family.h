@@ -58,7 +58,8 @@ struct ModelFamily {
   const char* synthetic_only = "";
   /// Its parallel plan (models/parallel_plan.h), declared beside the model: what tensor
   /// parallelism splits, the vocabulary head, where a pipeline may cut, the attention cores.
-  /// Null: the family has no plan, and --tp and --pp refuse it.
+  /// Null: the family has no plan; --tp refuses it, and a pipeline cuts it at every child
+  /// with parameters.
   ParallelPlan (*parallel_plan)(const TransformerShape& shape) = nullptr;
   /// Builds it in PyTorch's layer order, its parameters made with `tensors` (device and dtype);
   /// build_model (models.h) seeds the generator and moves the result.

@@ -216,6 +216,13 @@ std::vector<torch::Tensor> parameters_in_model_order(RankContext& ctx, const Par
   return all;
 }
 
+// The model's parallel plan; empty for a family without one (cnn, lenet, resnet50: --tp
+// refuses them, and a pipeline cuts them at every child with parameters).
+ParallelPlan model_plan(const StrategyOptions& options) {
+  return model_family(options.model).parallel_plan ? parallel_plan(options.model, options.shape)
+                                                   : ParallelPlan{};
+}
+
 class HybridStrategy final : public Strategy {
 public:
   HybridStrategy(RankContext& ctx, const StrategyOptions& options)
@@ -223,7 +230,8 @@ public:
         dims_(ParallelDims::make(ctx.world_size, options.tp, options.pp)),
         coord_(dims_.coord(ctx.rank)), tp_(dims_.group(ctx.rank, "tp")),
         world_(Group::world(ctx.world_size)),
-        micro_batches_(options.schedule == "naive" && dims_.pp > 1 ? 1 : options.micro_batches) {
+        micro_batches_(options.schedule == "naive" && dims_.pp > 1 ? 1 : options.micro_batches),
+        plan_(model_plan(options)) {
     if (options.sequence_parallel && options.zero >= 2) // its gradients leave .grad in backward
       throw std::invalid_argument("--sequence-parallel runs with --zero 0 or 1");
     stage_ = build_stage();
@@ -238,7 +246,7 @@ public:
         ctx, stage_, std::move(groups),
         ZeroOptions{options.zero, options.bucket_mb, options.optimizer, options.overlap});
     if (options.sequence_parallel && dims_.tp > 1)
-      sequence_params_ = sequence_parallel_parameters(stage_, parallel_plan(options.model, options.shape));
+      sequence_params_ = sequence_parallel_parameters(stage_, plan_);
     pipe_ = wire_pipeline(zero_->module(), chunk_sizes_, dims_, coord_, options.virtual_stages);
     if (dims_.pp > 1) actions_ = stage_actions(options, dims_, coord_.pp, micro_batches_);
     ctx.sample_memory(0, "model");
@@ -308,18 +316,14 @@ private:
       GpuGuard host(nullptr);  // each GPU is charged only for the part it keeps
       full = build_model(options_.model, model_options);
       if (dims_.tp > 1)
-        parallelize_tensor(full, parallel_plan(options_.model, options_.shape), ctx_.comm, tp_, coord_.tp,
+        parallelize_tensor(full, plan_, ctx_.comm, tp_, coord_.tp,
                            options_.sequence_parallel);
       // Parameter tensors of every chunk, in model order, for full_parameters(); and the
       // children of this rank's chunks, which form its stage.
       const int chunks = dims_.pp * options_.virtual_stages;
-      // The model's own cut points (its plan); cnn, lenet and resnet50 have none.
-      const ModelFamily& family = model_family(options_.model);
-      const ParallelPlan plan =
-          family.parallel_plan ? family.parallel_plan(options_.shape) : ParallelPlan{};
       std::vector<size_t> mine;
       for (int c = 0; c < chunks; ++c) {
-        const std::vector<size_t> indices = stage_children(full, plan, chunks, c);
+        const std::vector<size_t> indices = stage_children(full, plan_, chunks, c);
         chunk_parameters_.push_back(children_module(full, indices)->parameters().size());
         if (c % dims_.pp != coord_.pp) continue;
         chunk_sizes_.push_back(indices.size());
@@ -340,6 +344,7 @@ private:
   ParallelCoord coord_;
   Group tp_, world_;
   int micro_batches_;
+  ParallelPlan plan_;  // the model's, read once: tensor and sequence parallel, the cuts
   int64_t optimizer_numel_ = 0;
   torch::nn::Sequential stage_;
   std::vector<torch::Tensor> sequence_params_; // their gradients are partial (tp group)

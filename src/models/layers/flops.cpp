@@ -89,7 +89,7 @@ void count_composite(const torch::nn::Module& m, double rows, double width, doub
     const double whole = seq * parts;
     // QK^T and AV as one fused kernel: q, k, v read, the output written.
     add_gemm(total, 4 * batch * whole * whole * d, 4 * rows * parts * d * eb);
-    if (heads && heads->head_dim() > 0)
+    if (heads->head_dim() > 0)
       total.score_bytes += kScorePassesForward * batch * (d / static_cast<double>(heads->head_dim())) *
                            whole * whole * eb;
     total.attention_flops += 4 * batch * whole * whole * d;

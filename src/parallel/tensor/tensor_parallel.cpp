@@ -195,17 +195,25 @@ std::vector<Match> find_matches(nn::Sequential& model, const ParallelPlan& plan,
   std::set<std::string> taken; // a Linear matched by two rules follows the first
   for (const auto& [pattern, style] : plan.linears) {
     bool found = false;
-    for (const auto& item : modules) {
-      auto linear = std::dynamic_pointer_cast<nn::LinearImpl>(item.value());
-      if (!linear || !pattern_matches(pattern, item.key()))
+    // A plan names each Linear in full: looked up at once, not matched against every module
+    // (a 126-layer model has 882 names and over a thousand modules).
+    std::vector<std::pair<std::string, std::shared_ptr<nn::Module>>> candidates;
+    if (pattern.find('*') == std::string::npos) {
+      if (const auto* module = modules.find(pattern)) candidates.emplace_back(pattern, *module);
+    } else {
+      for (const auto& item : modules) candidates.emplace_back(item.key(), item.value());
+    }
+    for (const auto& [key, module] : candidates) {
+      auto linear = std::dynamic_pointer_cast<nn::LinearImpl>(module);
+      if (!linear || !pattern_matches(pattern, key))
         continue;
       found = true;
-      if (!taken.insert(item.key()).second)
+      if (!taken.insert(key).second)
         continue;
-      const auto dot = item.key().rfind('.');
-      Match m{item.key(),
-              dot == std::string::npos ? "" : item.key().substr(0, dot),
-              item.key().substr(dot == std::string::npos ? 0 : dot + 1),
+      const auto dot = key.rfind('.');
+      Match m{key,
+              dot == std::string::npos ? "" : key.substr(0, dot),
+              key.substr(dot == std::string::npos ? 0 : dot + 1),
               style,
               linear,
               nullptr};
