@@ -1,13 +1,37 @@
-// Whether /usr/bin/python3 can import torch (Debian's python3-torch), the reference the
-// PyTorch comparisons run; those tests skip with that reason where it cannot.
+// The Python the PyTorch comparisons run: MESHSIM_PYTHON, Debian's /usr/bin/python3 with
+// python3-torch (1.13) in the default build, the project's .torch2 environment (PyTorch 2.11,
+// transformers, safetensors) in `make test-torch2`. Tests that need what it lacks skip with
+// the reason.
 #pragma once
 
 #include <cstdlib>
+#include <string>
 
 namespace meshsim::testing {
 
+/// Whether MESHSIM_PYTHON runs `code` without error (output discarded).
+inline bool python_runs(const std::string& code) {
+  return std::system((MESHSIM_PYTHON " -c '" + code + "' >/dev/null 2>&1").c_str()) == 0;
+}
+
 inline bool python_torch_available() {
-  return std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
+  static const bool available = python_runs("import torch");
+  return available;
+}
+
+/// PyTorch 2.x with the APIs the comparisons against its distributed stack use.
+inline bool python_torch2_available() {
+  static const bool available =
+      python_runs("import torch, sys; sys.exit(int(torch.__version__.split(\".\")[0]) < 2)");
+  return available;
+}
+
+inline std::string no_python_torch() {
+  return MESHSIM_PYTHON " cannot import torch (python3-torch, or make test-torch2)";
+}
+
+inline std::string no_python_torch2() {
+  return MESHSIM_PYTHON " has no PyTorch 2.x: `make test-torch2` runs this comparison";
 }
 
 } // namespace meshsim::testing

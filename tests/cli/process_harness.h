@@ -90,7 +90,7 @@ inline std::vector<int> processes_mentioning(const std::string& marker) {
 /// from PyTorch (tests/cli/compare_state_dicts.py); empty when python3 cannot run it.
 inline std::vector<double> state_dict_differences(
     const std::vector<std::pair<std::filesystem::path, std::filesystem::path>>& pairs) {
-  std::string cmd = "/usr/bin/python3 " MESHSIM_SOURCE_DIR "/tests/cli/compare_state_dicts.py";
+  std::string cmd = MESHSIM_PYTHON " " MESHSIM_SOURCE_DIR "/tests/cli/compare_state_dicts.py";
   for (const auto& [a, b] : pairs)
     cmd += " " + a.string() + " " + b.string();
   std::string out;

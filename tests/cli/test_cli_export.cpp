@@ -99,7 +99,7 @@ public:
   void run() {
     const fs::path jobs = fresh_dir("export-jobs") += ".json";
     std::ofstream(jobs) << jobs_.dump();
-    const std::string cmd = "/usr/bin/python3 " MESHSIM_SOURCE_DIR
+    const std::string cmd = MESHSIM_PYTHON " " MESHSIM_SOURCE_DIR
                             "/tests/models/load_state_dict.py " +
                             jobs.string() + " 2>&1";
     std::string out;
@@ -181,7 +181,7 @@ protected:
 
 TEST_F(CliExport, CnnAndLenetLoadInPyTorch) {
   if (!python_torch_available())
-    GTEST_SKIP() << "/usr/bin/python3 cannot import torch (python3-torch)";
+    GTEST_SKIP() << meshsim::testing::no_python_torch();
   const fs::path data = write_test_data("cnn");
   PyTorchChecks checks;
   checks.add("cnn ddp", train_and_export("cnn", kImages + "--model cnn --gpus 2", 8), data, "cnn");
@@ -193,7 +193,7 @@ TEST_F(CliExport, CnnAndLenetLoadInPyTorch) {
 
 TEST_F(CliExport, GptLayoutsGatherTheSameStateDict) {
   if (!python_torch_available())
-    GTEST_SKIP() << "/usr/bin/python3 cannot import torch (python3-torch)";
+    GTEST_SKIP() << meshsim::testing::no_python_torch();
   const fs::path data = write_test_data("gpt");
   // One global batch of 8 sequences in every layout.
   const std::vector<std::pair<std::string, std::string>> layouts = {
@@ -241,7 +241,7 @@ TEST_F(CliExport, GptLayoutsGatherTheSameStateDict) {
 
 TEST_F(CliExport, LlamaTensorParallelGathersHeadsAndKvHeads) {
   if (!python_torch_available())
-    GTEST_SKIP() << "/usr/bin/python3 cannot import torch (python3-torch)";
+    GTEST_SKIP() << meshsim::testing::no_python_torch();
   const fs::path data = write_test_data("llama");
   const std::string shape = "llama 2 32 4 2 48 64 10000";
   const fs::path single =

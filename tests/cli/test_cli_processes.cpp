@@ -69,7 +69,7 @@ void expect_processes_match_threads(const std::string& name, const std::string& 
   EXPECT_EQ(trace["otherData"]["num_gpus"], 4) << name;
   EXPECT_NE(read_text(processes / "memory.csv").find("gpu3_mib"), std::string::npos) << name;
   if (!python_torch_available())
-    GTEST_SKIP() << "/usr/bin/python3 cannot import torch: final parameters not compared";
+    GTEST_SKIP() << meshsim::testing::no_python_torch() << ": final parameters not compared";
   const auto worst = state_dict_differences({{exported(processes), exported(threads)}});
   ASSERT_EQ(worst.size(), 1u) << name;
   EXPECT_LT(worst[0], kProcessTolerance) << name << ": final parameters differ";

@@ -1,5 +1,5 @@
 // Tests for data/sampler: the C++ DistributedSampler against PyTorch's own
-// torch.utils.data.DistributedSampler (run through Debian's /usr/bin/python3), plus the
+// torch.utils.data.DistributedSampler (run through MESHSIM_PYTHON), plus the
 // properties DDP relies on: ranks get disjoint shares that cover the data set.
 #include <cstdio>
 #include <filesystem>
@@ -56,7 +56,7 @@ std::vector<int64_t> indices_of(const SamplerCase& c) {
 } // namespace
 
 TEST(Sampler, MatchesPyTorchDistributedSampler) {
-  const char* python = "/usr/bin/python3";
+  const char* python = MESHSIM_PYTHON;
   if (!std::filesystem::exists(python))
     GTEST_SKIP() << python << " not found";
   std::vector<SamplerCase> cases;

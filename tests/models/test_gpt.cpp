@@ -41,7 +41,7 @@ torch::Tensor fixed_tokens(int64_t batch, int64_t t, int64_t vocab) {
 
 // Runs reference_gpt.py: the parameter count, then every logit.
 std::vector<double> python_reference(const TransformerShape& o, int seed, int64_t batch, int64_t t) {
-  const std::string cmd = "/usr/bin/python3 " MESHSIM_SOURCE_DIR "/tests/models/reference_gpt.py " +
+  const std::string cmd = MESHSIM_PYTHON " " MESHSIM_SOURCE_DIR "/tests/models/reference_gpt.py " +
                           std::to_string(o.layers) + " " + std::to_string(o.hidden) + " " +
                           std::to_string(o.heads) + " " + std::to_string(o.seq_len) + " " +
                           std::to_string(o.vocab) + " " + std::to_string(o.tie_head ? 1 : 0) + " " +
@@ -101,7 +101,7 @@ int64_t peak_activations(Recompute recompute, LossAndGrads& result) {
 
 TEST(GptModel, LogitsAndParameterCountMatchPyTorch) {
   if (!python_torch_available())
-    GTEST_SKIP() << "/usr/bin/python3 cannot import torch (python3-torch)";
+    GTEST_SKIP() << meshsim::testing::no_python_torch();
   for (int variant : {0, 1, 2}) { // untied, tied, untied with an MLP width other than 4H
     const bool tie = variant == 1;
     TransformerShape o = small_gpt(tie);

@@ -39,7 +39,7 @@ torch::Tensor fixed(int64_t batch, int64_t t, int64_t vocab, int64_t a, int64_t 
 // Runs reference_llama.py: parameter count, loss, every logit, every gradient.
 std::vector<double> python_llama_reference(const TransformerShape& o, int seed, int64_t batch, int64_t t) {
   const std::string cmd =
-      "/usr/bin/python3 " MESHSIM_SOURCE_DIR "/tests/models/reference_llama.py " +
+      MESHSIM_PYTHON " " MESHSIM_SOURCE_DIR "/tests/models/reference_llama.py " +
       std::to_string(o.layers) + " " + std::to_string(o.hidden) + " " + std::to_string(o.heads) +
       " " + std::to_string(llama_kv_heads(o)) + " " + std::to_string(llama_ffn_hidden(o)) + " " +
       std::to_string(o.seq_len) + " " + std::to_string(o.vocab) + " " +
@@ -72,7 +72,7 @@ constexpr double kFloat64ModelTolerance = 1e-10;
 
 TEST(LlamaModel, LogitsLossAndGradientsMatchPyTorch) {
   if (!python_torch_available())
-    GTEST_SKIP() << "/usr/bin/python3 cannot import torch (python3-torch)";
+    GTEST_SKIP() << meshsim::testing::no_python_torch();
   for (int64_t kv : {int64_t{0}, int64_t{2}, int64_t{1}}) { // multi-head, grouped, multi-query
     TransformerShape o = small_llama(kv);
     o.rope_theta = kv == 1 ? 500000 : 10000;

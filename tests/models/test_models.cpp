@@ -12,7 +12,7 @@ using meshsim::testing::python_torch_available;
 namespace {
 
 std::vector<double> python_parameter_sums(const std::string& model, int seed) {
-  const std::string cmd = "/usr/bin/python3 " MESHSIM_SOURCE_DIR "/tests/models/reference_init.py " +
+  const std::string cmd = MESHSIM_PYTHON " " MESHSIM_SOURCE_DIR "/tests/models/reference_init.py " +
                           model + " " + std::to_string(seed);
   std::vector<double> sums;
   FILE* pipe = popen(cmd.c_str(), "r");
@@ -25,7 +25,7 @@ std::vector<double> python_parameter_sums(const std::string& model, int seed) {
 } // namespace
 
 TEST(ModelsInit, SameSeedSameWeightsAsPyTorch) {
-  if (!python_torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch (python3-torch)";
+  if (!python_torch_available()) GTEST_SKIP() << meshsim::testing::no_python_torch();
   for (const std::string name : {"cnn", "lenet"}) {
     for (int seed : {0, 42}) {
       auto model = build_model(name, ModelOptions{static_cast<uint64_t>(seed), 0, {}});

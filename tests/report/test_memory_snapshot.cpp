@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 
 std::string run_python(const std::string& script, const fs::path& arg) {
   const auto out = fs::temp_directory_path() / ("meshsim-py-" + std::to_string(::getpid()));
-  const std::string cmd = "/usr/bin/python3 " MESHSIM_SOURCE_DIR "/tests/report/" + script + " " +
+  const std::string cmd = MESHSIM_PYTHON " " MESHSIM_SOURCE_DIR "/tests/report/" + script + " " +
                           arg.string() + " > " + out.string() + " 2>&1";
   const int rc = std::system(cmd.c_str());
   std::ifstream f(out);
@@ -110,8 +110,8 @@ TEST(MemorySnapshot, WithoutTheFlagNoHistoryIsKept) {
 }
 
 TEST(Pickle, PythonReadsWhatWasWritten) {
-  if (std::system("/usr/bin/python3 -c pass >/dev/null 2>&1") != 0)
-    GTEST_SKIP() << "no /usr/bin/python3";
+  if (std::system(MESHSIM_PYTHON " -c pass >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "no " MESHSIM_PYTHON;
   const nlohmann::json value = {
       {"small", -5},        {"int32", 2147483647}, {"big", int64_t{1} << 40},
       {"negative", -(int64_t{1} << 40)}, {"huge", uint64_t{18446744073709551610ull}},
@@ -132,7 +132,7 @@ TEST(Pickle, PythonReadsWhatWasWritten) {
 // torch.cuda._memory_viz, which read the segments' blocks and their history).
 TEST(MemorySnapshot, PyTorchsViewerReadsARunsSnapshot) {
   if (!testing::python_torch_available())
-    GTEST_SKIP() << "/usr/bin/python3 cannot import torch (python3-torch)";
+    GTEST_SKIP() << meshsim::testing::no_python_torch();
   const auto out = fs::temp_directory_path() / ("meshsim-snapshot-" + std::to_string(::getpid()));
   fs::remove_all(out);
   const std::string cmd = std::string("CUDA_VISIBLE_DEVICES= ") + MESHSIM_BINARY +
