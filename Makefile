@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 ARGS ?=
 
-.PHONY: run test setup build bench sanitize fuzz clean
+.PHONY: run test test-torch2 setup build bench sanitize fuzz clean
 
 setup:
 	@bash scripts/setup.sh
@@ -22,6 +22,21 @@ run: setup $(BUILD)/CMakeCache.txt
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The second build: meshsim against PyTorch 2.11's LibTorch from PyPI (its CUDA build: the CUDA
+# path compiles and links here, and its tests skip without a card), and the whole suite with
+# that PyTorch as the reference (and transformers for the Hugging Face round trip). The wheel
+# goes into .torch2/; TORCH_PYTHON=/path/to/python builds against that Python's own PyTorch
+# 2.x instead (docs/pytorch.md).
+TORCH2_BUILD ?= build-torch2
+TORCH_PYTHON ?=
+test-torch2: setup
+	@python=$${TORCH_PYTHON:-$$(bash scripts/setup_torch2.sh)}; \
+	torch=$$($$python -c 'import os, torch; print(os.path.dirname(torch.__file__))') && \
+	cmake -S . -B $(TORCH2_BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=$$torch \
+	      -DMESHSIM_PYTHON=$$python
+	cmake --build $(TORCH2_BUILD) -j $(JOBS)
+	cd $(TORCH2_BUILD) && ctest --output-on-failure -j $(JOBS)
 
 bench: build
 	bash bench/run.sh $(BUILD)
@@ -43,4 +58,4 @@ fuzz: setup
 	FUZZ_RUNS=$(FUZZ_RUNS) JOBS=$(JOBS) bash fuzz/run.sh
 
 clean:
-	rm -rf $(BUILD) build-tsan build-asan build-fuzz
+	rm -rf $(BUILD) $(TORCH2_BUILD) build-tsan build-asan build-fuzz

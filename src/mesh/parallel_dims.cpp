@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h> // fmt::join (in fmt/format.h before fmt 11)
 
 namespace meshsim {
 namespace {

@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h> // fmt::join (in fmt/format.h before fmt 11)
 #include <torch/serialize.h>
 
 #include "data/dataset.h"

@@ -10,7 +10,7 @@ import torch
 
 args = sys.argv[1:]
 for a_path, b_path in zip(args[0::2], args[1::2]):
-    a, b = torch.load(a_path), torch.load(b_path)
+    a, b = torch.load(a_path, weights_only=True), torch.load(b_path, weights_only=True)
     if sorted(a) != sorted(b):
         print(json.dumps({"error": f"different keys: {sorted(set(a) ^ set(b))}"}))
         continue

@@ -16,6 +16,7 @@
 #include "data/dataset.h"
 #include "data/text.h"
 #include "../python_torch.h"
+#include "train/export.h"
 
 using namespace meshsim::testing;
 namespace fs = std::filesystem;
@@ -52,10 +53,10 @@ fs::path write_test_data(const std::string& model) {
   const meshsim::DataSplit data = model == "cnn" || model == "lenet"
                                       ? meshsim::synthetic_dataset(kTrain, kTest, 0)
                                       : meshsim::synthetic_text(kTrain, kTest, 16, 64, 0);
-  c10::Dict<std::string, at::Tensor> dict;
-  dict.insert("inputs", data.test.images);
-  dict.insert("targets", data.test.labels);
-  const std::vector<char> bytes = torch::pickle_save(c10::IValue(dict));
+  meshsim::ExportedModel file;
+  file.entries = {{"inputs", data.test.images.contiguous()},
+                  {"targets", data.test.labels.contiguous()}};
+  const std::string bytes = meshsim::state_dict_bytes(file);
   const fs::path path = fresh_dir("export-data-" + model) += ".pt";
   g_made.push_back(path);
   std::ofstream(path, std::ios::binary)

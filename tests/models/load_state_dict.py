@@ -67,10 +67,10 @@ def build(name, shape):
 
 def check(state_path, data_path, name, *shape):
     model = build(name, shape)
-    state = torch.load(state_path)
+    state = torch.load(state_path, weights_only=True)
     model.load_state_dict(state, strict=True)
     model.eval()
-    data = torch.load(data_path)
+    data = torch.load(data_path, weights_only=True)
     inputs, targets = data["inputs"], data["targets"]
     with torch.no_grad():
         logits = model(inputs)

@@ -11,16 +11,23 @@ with open(sys.argv[1], "rb") as f:
     snapshot = pickle.load(f)
 
 segments = snapshot["segments"]
-# 1.13's viewers take the list of segments; later versions take the whole dict. Neither may
-# download flamegraph.pl here: the flame graph's input lines are the result.
-flame = viz.segments(segments, format_flamegraph=lambda lines: lines)
-memory = viz.memory(segments, format_flamegraph=lambda lines: lines)
-stats = viz.stats(segments)
+# Neither version may download flamegraph.pl here: the flame graph's input lines are the result.
+if hasattr(viz, "stats"):  # 1.13: the viewers take the list of segments
+    flame = viz.segments(segments, format_flamegraph=lambda lines: lines)
+    memory = viz.memory(segments, format_flamegraph=lambda lines: lines)
+    viewer_total = viz.stats(segments)["total_size"].value
+else:  # 2.x: the whole dict; segsum checks every segment's accounting and trace replays
+    # device_traces, each raising on what it cannot read
+    flame = viz.segments(snapshot, format_flamegraph=lambda lines: lines)
+    memory = viz.memory(snapshot, format_flamegraph=lambda lines: lines)
+    assert "total_allocated" in viz.segsum(snapshot) and viz.trace(snapshot)
+    viewer_total = sum(viz._block_extra(b)[1] for s in segments for b in s["blocks"]
+                       if b["state"] == "active_allocated")
 assert flame and memory, "the viewers drew nothing"
 
 trace = snapshot["device_traces"][0]
 print(json.dumps({
-    "viewer_total": stats["total_size"].value,
+    "viewer_total": viewer_total,
     "live_bytes": sum(b["size"] for s in segments for b in s["blocks"]),
     "segments": len(segments),
     "blocks": sum(len(s["blocks"]) for s in segments),

@@ -24,7 +24,7 @@ AttentionImpl::AttentionImpl(const AttentionOptions& o, const torch::TensorOptio
 }
 
 torch::Tensor sequence_positions(int64_t length, const torch::Tensor& like) {
-  return torch::arange(length, like.options().dtype(torch::kLong));
+  return arange_allocated(0, length, 1, like.options().dtype(torch::kLong));
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& positions) {

@@ -12,4 +12,12 @@ namespace meshsim {
 /// Meta's Llama do): x·cos + rotate_half(x)·sin with angle position · theta^(-2i/head_dim).
 torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& positions, double theta);
 
+/// torch::arange(start, end, step, options), in a tensor allocated at its final size first.
+/// arange fills an empty tensor and resizes it; LibTorch 2.x resizes a meta tensor's storage
+/// without asking its allocator (resize_bytes_meta only sets its size), so a plan would not
+/// charge it, while the same arange on a real device allocates: the plan and the run it
+/// predicts would disagree by these bytes.
+torch::Tensor arange_allocated(int64_t start, int64_t end, int64_t step,
+                               const torch::TensorOptions& options);
+
 } // namespace meshsim
