@@ -98,9 +98,12 @@ def loss_of(logits, targets):
 
 
 def make_optimizer(spec, parameters):
-    # torch.optim.SGD with momentum, no dampening, no Nesterov, no weight decay: meshsim's
-    # --optimizer sgd (src/optim/optimizer.cpp). foreach=False: the per-tensor loop, the
-    # order meshsim updates in (the result is the same elementwise either way).
+    # meshsim's --optimizer (src/optim/optimizer.cpp): sgd is torch.optim.SGD with momentum,
+    # no dampening, no Nesterov, no weight decay; adam is torch.optim.Adam with its defaults
+    # (betas 0.9, 0.999, eps 1e-8, no weight decay, no amsgrad). foreach=False: the
+    # per-tensor loop, the order meshsim updates in (the same elementwise either way).
+    if spec.get("optimizer", "sgd") == "adam":
+        return torch.optim.Adam(parameters, lr=spec["lr"], foreach=False)
     return torch.optim.SGD(parameters, lr=spec["lr"], momentum=spec["momentum"], foreach=False)
 
 
