@@ -67,14 +67,14 @@ nlohmann::json pt_spec_base() {
 // each matmul's sums twice more (the input's gradient, and the weight's over the tokens, which
 // the forward's token mean already bounds): 3× the forward's. Each step's error enters the
 // parameters, which carry it into every later step: k steps, k times the bound. The losses
-// and the final parameters are held to this: 1.0e-3 for this shape and 5 steps.
+// and the final parameters are held to this: 1.1e-3 for this shape and 5 steps.
 // It still tells a wrong run: PyTorch's float64 run of this shape with other batches, without
 // momentum, with lr 10% higher or with summed instead of averaged gradients differs from the
 // right one by 3.4e-3 to 3.0e-2 in the losses and 3.2e-2 to 0.31 in the parameters.
 double pt_fp32_bound() {
   const PtShape& s = kPtShape;
   const int head_dim = s.hidden / s.heads;
-  const double chain = s.layers * (4.0 * s.hidden + head_dim + 2.0 * s.seq_len + s.ffn) +
+  const double chain = s.layers * (5.0 * s.hidden + head_dim + 2.0 * s.seq_len + s.ffn) +
                        2.0 * s.hidden + s.vocab + s.batch * s.seq_len;
   return s.steps * 3.0 * chain * std::ldexp(1.0, -24);
 }
