@@ -8,6 +8,9 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h> // fmt::join (in fmt/format.h before fmt 11)
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/serialize.h>
 
 #include "data/dataset.h"
@@ -132,8 +135,27 @@ std::string state_dict_bytes(const ExportedModel& model) {
   for (const auto& entry : model.entries)
     dict.insert(entry.key, entry.value);
   GpuGuard host(nullptr);
-  const std::vector<char> bytes = torch::pickle_save(c10::IValue(dict));
-  return std::string(bytes.begin(), bytes.end());
+  // torch::pickle_save, but with the dict untagged: its Pickler wraps every dict in
+  // torch.jit._pickle.restore_type_tag(dict, "Dict[str, Tensor]"), a global that PyTorch
+  // 2.6+'s torch.load (weights_only=True by default) refuses. A plain dict of tensors loads
+  // there and in every earlier version alike.
+  std::vector<char> pickled;
+  torch::jit::Pickler pickler(
+      [&](const char* data, size_t size) { pickled.insert(pickled.end(), data, data + size); },
+      /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
+      /*get_tensor_id=*/nullptr, /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(c10::IValue(dict));
+  pickler.stop();
+  std::string bytes;
+  caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t size) {
+    bytes.append(static_cast<const char*>(data), size);
+    return size;
+  });
+  torch::jit::writeArchiveAndTensors("data", pickled.data(), pickled.size(),
+                                     pickler.tensorData(), writer);
+  writer.writeEndOfFile();
+  return bytes;
 }
 
 } // namespace meshsim

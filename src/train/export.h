@@ -39,8 +39,8 @@ std::string python_key(const std::string& model, const std::vector<std::string>&
 /// std::runtime_error for anything else (a part that does not fit).
 ExportedModel export_model(TrainConfig config, const std::filesystem::path& run_dir);
 
-/// The bytes Python's torch.load reads as a dict of tensors, key by key
-/// (torch::pickle_save's zip format, the format of torch.save).
+/// The bytes Python's torch.load reads as a dict of tensors, key by key (the zip format of
+/// torch.save, an untagged dict: PyTorch 2.6+'s default weights_only=True load takes it).
 std::string state_dict_bytes(const ExportedModel& model);
 
 } // namespace meshsim
