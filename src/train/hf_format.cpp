@@ -1,11 +1,108 @@
-// The Hugging Face families: each one's config.json and tensor names, both ways. A family is a
-// row (hf_families()), as models/family.h keeps meshsim's own: the rest of this file and
-// hf_folder.cpp read rows and compare no model name.
+// The Hugging Face families: each one's config.json and tensor names, both ways, and the reader
+// that checks a config.json against a run. A family is a row (hf_families()), as
+// models/family.h keeps meshsim's own: hf_folder.cpp reads rows and compares no model name.
 #include "train/hf_format_families.h"
 
 #include <fmt/format.h>
 
+#include "base/errors.h"
+#include "base/printable.h"
+
 namespace meshsim {
+
+// --- config.json --------------------------------------------------------------------------
+
+void ConfigReader::differs(const std::string& key, const std::string& got,
+                           const std::string& tail) const {
+  throw std::invalid_argument(fmt::format("{} {} is {}; {}", where_, key, printable(got), tail));
+}
+
+int64_t ConfigReader::integer(const std::string& key) const {
+  if (!doc_.contains(key))
+    throw std::invalid_argument(fmt::format("{} has no {}", where_, key));
+  if (!doc_[key].is_number_integer())
+    throw DataError(fmt::format("{} {} is {}, not a whole number", where_, key,
+                                printable(doc_[key].dump())));
+  return doc_[key].get<int64_t>();
+}
+
+void ConfigReader::expect(const std::string& key, int64_t want, const std::string& flag) const {
+  if (const int64_t got = integer(key); got != want)
+    differs(key, std::to_string(got), fmt::format("this run's {} is {}", flag, want));
+}
+
+void ConfigReader::expect_or_null(const std::string& key, int64_t want, int64_t fallback,
+                                  const std::string& flag) const {
+  const int64_t got = !doc_.contains(key) || doc_[key].is_null() ? fallback : integer(key);
+  if (got != want)
+    differs(key, std::to_string(got), fmt::format("this run's {} is {}", flag, want));
+}
+
+void ConfigReader::expect_bool(const std::string& key, bool want, bool fallback,
+                               const std::string& why) const {
+  bool got = fallback;
+  if (doc_.contains(key)) {
+    if (!doc_[key].is_boolean())
+      throw DataError(fmt::format("{} {} is {}, not true or false", where_, key,
+                                  printable(doc_[key].dump())));
+    got = doc_[key].get<bool>();
+  }
+  if (got != want)
+    differs(key, got ? "true" : "false",
+            why.empty() ? fmt::format("meshsim's model needs {}", want ? "true" : "false")
+            : why[0] == '-' ? "this run has " + (want ? why : "--no-" + why.substr(2))
+                            : why);
+}
+
+void ConfigReader::expect_text(const std::string& key, const std::string& want,
+                               const std::string& fallback, const std::string& why) const {
+  std::string got = fallback;
+  if (doc_.contains(key)) {
+    if (!doc_[key].is_string())
+      throw DataError(fmt::format("{} {} is {}, not text", where_, key, printable(doc_[key].dump())));
+    got = doc_[key].get<std::string>();
+  }
+  if (got != want)
+    differs(key, "\"" + got + "\"", why);
+}
+
+void ConfigReader::expect_number(const std::string& key, double want, double fallback,
+                                 const std::string& why) const {
+  double got = fallback;
+  if (doc_.contains(key)) {
+    if (!doc_[key].is_number())
+      throw DataError(fmt::format("{} {} is {}, not a number", where_, key,
+                                  printable(doc_[key].dump())));
+    got = doc_[key].get<double>();
+  }
+  if (got != want)
+    differs(key, fmt::format("{}", got), why);
+}
+
+void ConfigReader::expect_rope_theta(double want) const {
+  if (doc_.contains("rope_scaling") && !doc_["rope_scaling"].is_null())
+    differs("rope_scaling", doc_["rope_scaling"].dump(), "meshsim's rotary embedding is unscaled");
+  double got = 10000;
+  if (doc_.contains("rope_parameters") && !doc_["rope_parameters"].is_null()) {
+    const auto& rope = doc_["rope_parameters"];
+    if (!rope.is_object())
+      throw DataError(where_ + " rope_parameters is not an object");
+    ConfigReader inner(rope, where_ + " rope_parameters'");
+    inner.expect_text("rope_type", "default", "default", "meshsim's rotary embedding is unscaled");
+    if (rope.contains("rope_theta")) {
+      if (!rope["rope_theta"].is_number())
+        throw DataError(where_ + " rope_parameters' rope_theta is not a number");
+      got = rope["rope_theta"].get<double>();
+    }
+  } else if (doc_.contains("rope_theta")) {
+    if (!doc_["rope_theta"].is_number())
+      throw DataError(where_ + " rope_theta is not a number");
+    got = doc_["rope_theta"].get<double>();
+  }
+  if (got != want)
+    differs("rope_theta", fmt::format("{}", got), fmt::format("this run's --rope-theta is {}", want));
+}
+
 namespace {
 
 using hf_json = nlohmann::ordered_json;
