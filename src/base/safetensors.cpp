@@ -23,8 +23,8 @@ namespace {
 int64_t header_count(const nlohmann::json& v, const std::string& what) {
   if (!v.is_number_unsigned() ||
       v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-    throw DataError(fmt::format("{} is {}, not a whole number of at least 0", what,
-                                printable(v.dump())));
+    throw DataError(
+        fmt::format("{} is {}, not a whole number of at least 0", what, printable(v.dump())));
   return static_cast<int64_t>(v.get<uint64_t>());
 }
 
@@ -52,7 +52,8 @@ SafetensorsInfo parse_tensor_entry(const std::string& name, const nlohmann::json
   info.begin = header_count(offsets[0], who + "'s begin");
   info.end = header_count(offsets[1], who + "'s end");
   if (info.end < info.begin)
-    throw DataError(fmt::format("{} ends at {}, before it begins at {}", who, info.end, info.begin));
+    throw DataError(
+        fmt::format("{} ends at {}, before it begins at {}", who, info.end, info.begin));
   // Its byte count from dtype and shape, refused once it exceeds what it was given.
   const int64_t given = info.end - info.begin;
   int64_t bytes = safetensors_dtype_size(info.dtype);
@@ -85,9 +86,9 @@ int64_t file_size_of(const std::string& path) {
 
 int64_t safetensors_dtype_size(const std::string& dtype) {
   static const std::map<std::string, int64_t> sizes = {
-      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"I16", 2},
-      {"U16", 2},  {"F16", 2}, {"BF16", 2}, {"I32", 4},    {"U32", 4},     {"F32", 4},
-      {"I64", 8},  {"U64", 8}, {"F64", 8}};
+      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1},
+      {"I16", 2},  {"U16", 2}, {"F16", 2}, {"BF16", 2},    {"I32", 4},
+      {"U32", 4},  {"F32", 4}, {"I64", 8}, {"U64", 8},     {"F64", 8}};
   const auto it = sizes.find(dtype);
   return it == sizes.end() ? 0 : it->second;
 }
@@ -217,8 +218,8 @@ std::string safetensors_bytes(const std::vector<SafetensorsTensor>& tensors,
       bytes *= d;
     if (bytes != static_cast<int64_t>(t.data.size()) || safetensors_dtype_size(t.dtype) == 0)
       throw std::invalid_argument(fmt::format("safetensors: tensor '{}' of {} [{}] has {} bytes",
-                                              printable(t.name), t.dtype,
-                                              fmt::join(t.shape, ", "), t.data.size()));
+                                              printable(t.name), t.dtype, fmt::join(t.shape, ", "),
+                                              t.data.size()));
     header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {at, at + bytes}}};
     at += bytes;
   }

@@ -25,9 +25,9 @@ int64_t safetensors_dtype_size(const std::string& dtype);
 
 struct SafetensorsInfo {
   std::string name;
-  std::string dtype;           // "F32", "BF16", "I64", ...
-  std::vector<int64_t> shape;  // [] is a scalar
-  int64_t begin = 0, end = 0;  // data_offsets, from the start of the data
+  std::string dtype;          // "F32", "BF16", "I64", ...
+  std::vector<int64_t> shape; // [] is a scalar
+  int64_t begin = 0, end = 0; // data_offsets, from the start of the data
 };
 
 struct SafetensorsHeader {

@@ -51,9 +51,9 @@ struct HfDtypeName {
   const char* torch_name;
 };
 constexpr HfDtypeName kHfFloatDtypes[] = {{torch::kFloat32, "F32", "float32"},
-                                      {torch::kBFloat16, "BF16", "bfloat16"},
-                                      {torch::kFloat16, "F16", "float16"},
-                                      {torch::kFloat64, "F64", "float64"}};
+                                          {torch::kBFloat16, "BF16", "bfloat16"},
+                                          {torch::kFloat16, "F16", "float16"},
+                                          {torch::kFloat64, "F64", "float64"}};
 
 const HfDtypeName* hf_dtype_named(const std::string& safetensors) {
   for (const auto& d : kHfFloatDtypes)
@@ -66,8 +66,8 @@ const HfDtypeName& hf_dtype_of(const torch::Tensor& t) {
   for (const auto& d : kHfFloatDtypes)
     if (t.scalar_type() == d.dtype)
       return d;
-  throw std::invalid_argument(fmt::format("a {} parameter has no Hugging Face dtype here",
-                                          c10::toString(t.scalar_type())));
+  throw std::invalid_argument(
+      fmt::format("a {} parameter has no Hugging Face dtype here", c10::toString(t.scalar_type())));
 }
 
 // The run's model on the meta device, its parameters as the file names them: what
@@ -95,7 +95,8 @@ NamedTensors check_hf_folder_parts(const TrainConfig& config, const fs::path& di
   const std::string flag = "--init-from " + printable(dir.string());
   const HfFamily& family = hf_family_for(config, "--init-from");
   if (const std::string why = folder_problem(dir.string()); !why.empty())
-    throw std::invalid_argument(fmt::format("{} is not a Hugging Face model folder: it {}", flag, why));
+    throw std::invalid_argument(
+        fmt::format("{} is not a Hugging Face model folder: it {}", flag, why));
   const fs::path config_path = dir / "config.json", weights = dir / "model.safetensors";
   if (path_kind(config_path.string()) == PathKind::kNothing)
     throw std::invalid_argument(flag + " has no config.json (a Hugging Face model folder holds "
@@ -131,8 +132,9 @@ NamedTensors check_hf_folder_parts(const TrainConfig& config, const fs::path& di
     if (it == header.tensors.end())
       throw std::invalid_argument(fmt::format("{} has no tensor {}", file, name));
     if (!hf_dtype_named(it->dtype))
-      throw std::invalid_argument(fmt::format(
-          "{}: tensor {} is {}; meshsim reads weights in F32, BF16, F16 or F64", file, name, it->dtype));
+      throw std::invalid_argument(
+          fmt::format("{}: tensor {} is {}; meshsim reads weights in F32, BF16, F16 or F64", file,
+                      name, it->dtype));
     if (!meta.sizes().equals(it->shape))
       throw std::invalid_argument(fmt::format("{}: tensor {} is [{}]; this run's model has [{}]",
                                               file, name, fmt::join(it->shape, ", "),
@@ -205,7 +207,8 @@ NamedTensors read_hf_weights(const TrainConfig& config, const fs::path& dir) {
     for (const auto& t : file.tensors) {
       if (t.name != name)
         continue;
-      torch::Tensor value = torch::empty(t.shape, torch::TensorOptions().dtype(hf_dtype_named(t.dtype)->dtype));
+      torch::Tensor value =
+          torch::empty(t.shape, torch::TensorOptions().dtype(hf_dtype_named(t.dtype)->dtype));
       std::memcpy(value.data_ptr(), t.data.data(), t.data.size());
       hf.emplace_back(name, value);
     }

@@ -21,8 +21,8 @@ int64_t ConfigReader::integer(const std::string& key) const {
   if (!doc_.contains(key))
     throw std::invalid_argument(fmt::format("{} has no {}", where_, key));
   if (!doc_[key].is_number_integer())
-    throw DataError(fmt::format("{} {} is {}, not a whole number", where_, key,
-                                printable(doc_[key].dump())));
+    throw DataError(
+        fmt::format("{} {} is {}, not a whole number", where_, key, printable(doc_[key].dump())));
   return doc_[key].get<int64_t>();
 }
 
@@ -43,13 +43,13 @@ void ConfigReader::expect_bool(const std::string& key, bool want, bool fallback,
   bool got = fallback;
   if (doc_.contains(key)) {
     if (!doc_[key].is_boolean())
-      throw DataError(fmt::format("{} {} is {}, not true or false", where_, key,
-                                  printable(doc_[key].dump())));
+      throw DataError(
+          fmt::format("{} {} is {}, not true or false", where_, key, printable(doc_[key].dump())));
     got = doc_[key].get<bool>();
   }
   if (got != want)
     differs(key, got ? "true" : "false",
-            why.empty() ? fmt::format("meshsim's model needs {}", want ? "true" : "false")
+            why.empty()     ? fmt::format("meshsim's model needs {}", want ? "true" : "false")
             : why[0] == '-' ? "this run has " + (want ? why : "--no-" + why.substr(2))
                             : why);
 }
@@ -59,7 +59,8 @@ void ConfigReader::expect_text(const std::string& key, const std::string& want,
   std::string got = fallback;
   if (doc_.contains(key)) {
     if (!doc_[key].is_string())
-      throw DataError(fmt::format("{} {} is {}, not text", where_, key, printable(doc_[key].dump())));
+      throw DataError(
+          fmt::format("{} {} is {}, not text", where_, key, printable(doc_[key].dump())));
     got = doc_[key].get<std::string>();
   }
   if (got != want)
@@ -71,8 +72,8 @@ void ConfigReader::expect_number(const std::string& key, double want, double fal
   double got = fallback;
   if (doc_.contains(key)) {
     if (!doc_[key].is_number())
-      throw DataError(fmt::format("{} {} is {}, not a number", where_, key,
-                                  printable(doc_[key].dump())));
+      throw DataError(
+          fmt::format("{} {} is {}, not a number", where_, key, printable(doc_[key].dump())));
     got = doc_[key].get<double>();
   }
   if (got != want)
@@ -100,7 +101,8 @@ void ConfigReader::expect_rope_theta(double want) const {
     got = doc_["rope_theta"].get<double>();
   }
   if (got != want)
-    differs("rope_theta", fmt::format("{}", got), fmt::format("this run's --rope-theta is {}", want));
+    differs("rope_theta", fmt::format("{}", got),
+            fmt::format("this run's --rope-theta is {}", want));
 }
 
 namespace {
@@ -121,27 +123,27 @@ torch::Tensor hf_tensor(const NamedTensors& tensors, const std::string& name) {
 
 hf_json gpt2_config(const TransformerShape& s, const std::string& dtype) {
   return hf_json{{"architectures", {"GPT2LMHeadModel"}},
-               {"model_type", "gpt2"},
-               {"vocab_size", s.vocab},
-               {"n_positions", s.seq_len},
-               {"n_embd", s.hidden},
-               {"n_layer", s.layers},
-               {"n_head", s.heads},
-               {"n_inner", s.ffn_hidden > 0 ? s.ffn_hidden : 4 * s.hidden},
-               {"activation_function", "gelu"}, // exact: meshsim's GELU is erf's
-               {"resid_pdrop", 0.0},
-               {"embd_pdrop", 0.0},
-               {"attn_pdrop", 0.0},
-               {"layer_norm_epsilon", 1e-5},
-               {"initializer_range", 0.02},
-               {"scale_attn_weights", true},
-               {"scale_attn_by_inverse_layer_idx", false},
-               {"reorder_and_upcast_attn", false},
-               {"tie_word_embeddings", s.tie_head},
-               {"bos_token_id", nullptr}, // byte-level text has no special tokens
-               {"eos_token_id", nullptr},
-               {"dtype", dtype},
-               {"torch_dtype", dtype}}; // transformers 4.x reads this name
+                 {"model_type", "gpt2"},
+                 {"vocab_size", s.vocab},
+                 {"n_positions", s.seq_len},
+                 {"n_embd", s.hidden},
+                 {"n_layer", s.layers},
+                 {"n_head", s.heads},
+                 {"n_inner", s.ffn_hidden > 0 ? s.ffn_hidden : 4 * s.hidden},
+                 {"activation_function", "gelu"}, // exact: meshsim's GELU is erf's
+                 {"resid_pdrop", 0.0},
+                 {"embd_pdrop", 0.0},
+                 {"attn_pdrop", 0.0},
+                 {"layer_norm_epsilon", 1e-5},
+                 {"initializer_range", 0.02},
+                 {"scale_attn_weights", true},
+                 {"scale_attn_by_inverse_layer_idx", false},
+                 {"reorder_and_upcast_attn", false},
+                 {"tie_word_embeddings", s.tie_head},
+                 {"bos_token_id", nullptr}, // byte-level text has no special tokens
+                 {"eos_token_id", nullptr},
+                 {"dtype", dtype},
+                 {"torch_dtype", dtype}}; // transformers 4.x reads this name
 }
 
 void gpt2_check(const ConfigReader& r, const TransformerShape& s) {
@@ -150,8 +152,8 @@ void gpt2_check(const ConfigReader& r, const TransformerShape& s) {
   r.expect("n_head", s.heads, "--heads");
   r.expect("n_positions", s.seq_len, "--seq-len");
   r.expect("vocab_size", s.vocab, "--vocab");
-  r.expect_or_null("n_inner", s.ffn_hidden > 0 ? s.ffn_hidden : 4 * s.hidden, 4 * r.integer("n_embd"),
-                   "--ffn-hidden");
+  r.expect_or_null("n_inner", s.ffn_hidden > 0 ? s.ffn_hidden : 4 * s.hidden,
+                   4 * r.integer("n_embd"), "--ffn-hidden");
   r.expect_bool("tie_word_embeddings", s.tie_head, true, "--tie-head");
   r.expect_text("activation_function", "gelu", "gelu_new",
                 "meshsim's GPT uses the exact GELU (\"gelu\")");
@@ -176,9 +178,9 @@ NamedTensors gpt2_to_hf(const NamedTensors& m, const TransformerShape& s) {
         torch::cat({hf_tensor(m, b + "attn.q.weight"), hf_tensor(m, b + "attn.k.weight"),
                     hf_tensor(m, b + "attn.v.weight")})
             .t());
-    put(h + "attn.c_attn.bias", torch::cat({hf_tensor(m, b + "attn.q.bias"),
-                                            hf_tensor(m, b + "attn.k.bias"),
-                                            hf_tensor(m, b + "attn.v.bias")}));
+    put(h + "attn.c_attn.bias",
+        torch::cat({hf_tensor(m, b + "attn.q.bias"), hf_tensor(m, b + "attn.k.bias"),
+                    hf_tensor(m, b + "attn.v.bias")}));
     put(h + "attn.c_proj.weight", hf_tensor(m, b + "attn.out.weight").t());
     put(h + "attn.c_proj.bias", hf_tensor(m, b + "attn.out.bias"));
     put(h + "ln_2.weight", hf_tensor(m, b + "ln2.weight"));
@@ -264,29 +266,29 @@ std::vector<std::pair<std::string, std::string>> llama_names(const TransformerSh
 
 hf_json llama_config(const TransformerShape& s, const std::string& dtype) {
   return hf_json{{"architectures", {"LlamaForCausalLM"}},
-               {"model_type", "llama"},
-               {"vocab_size", s.vocab},
-               {"hidden_size", s.hidden},
-               {"intermediate_size", s.ffn_hidden}, // resolved by the caller
-               {"num_hidden_layers", s.layers},
-               {"num_attention_heads", s.heads},
-               {"num_key_value_heads", hf_kv_heads(s)},
-               {"head_dim", s.hidden / s.heads},
-               {"hidden_act", "silu"},
-               {"max_position_embeddings", s.seq_len},
-               {"rms_norm_eps", 1e-5},
-               {"rope_theta", s.rope_theta}, // transformers 4.x
-               {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", s.rope_theta}}},
-               {"attention_bias", false},
-               {"attention_dropout", 0.0},
-               {"mlp_bias", false},
-               {"pretraining_tp", 1},
-               {"initializer_range", 0.02},
-               {"tie_word_embeddings", false},
-               {"bos_token_id", nullptr},
-               {"eos_token_id", nullptr},
-               {"dtype", dtype},
-               {"torch_dtype", dtype}};
+                 {"model_type", "llama"},
+                 {"vocab_size", s.vocab},
+                 {"hidden_size", s.hidden},
+                 {"intermediate_size", s.ffn_hidden}, // resolved by the caller
+                 {"num_hidden_layers", s.layers},
+                 {"num_attention_heads", s.heads},
+                 {"num_key_value_heads", hf_kv_heads(s)},
+                 {"head_dim", s.hidden / s.heads},
+                 {"hidden_act", "silu"},
+                 {"max_position_embeddings", s.seq_len},
+                 {"rms_norm_eps", 1e-5},
+                 {"rope_theta", s.rope_theta}, // transformers 4.x
+                 {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", s.rope_theta}}},
+                 {"attention_bias", false},
+                 {"attention_dropout", 0.0},
+                 {"mlp_bias", false},
+                 {"pretraining_tp", 1},
+                 {"initializer_range", 0.02},
+                 {"tie_word_embeddings", false},
+                 {"bos_token_id", nullptr},
+                 {"eos_token_id", nullptr},
+                 {"dtype", dtype},
+                 {"torch_dtype", dtype}};
 }
 
 void llama_check(const ConfigReader& r, const TransformerShape& s) {
@@ -297,7 +299,8 @@ void llama_check(const ConfigReader& r, const TransformerShape& s) {
                    "--kv-heads");
   r.expect("intermediate_size", s.ffn_hidden, "--ffn-hidden");
   r.expect("vocab_size", s.vocab, "--vocab");
-  r.expect_or_null("head_dim", s.hidden / s.heads, r.integer("hidden_size") / r.integer("num_attention_heads"),
+  r.expect_or_null("head_dim", s.hidden / s.heads,
+                   r.integer("hidden_size") / r.integer("num_attention_heads"),
                    "--hidden / --heads");
   r.expect_text("hidden_act", "silu", "silu", "meshsim's Llama uses SwiGLU (\"silu\")");
   r.expect_number("rms_norm_eps", 1e-5, 1e-6, "meshsim's RMSNorm eps is 1e-05");
@@ -325,11 +328,23 @@ NamedTensors llama_from_hf(const NamedTensors& hf, const TransformerShape& s) {
 
 const std::vector<HfFamily>& hf_families() {
   static const std::vector<HfFamily> families = {
-      {"gpt", "GPT2LMHeadModel", "gpt2", gpt2_config, gpt2_check, gpt2_to_hf, gpt2_from_hf,
+      {"gpt",
+       "GPT2LMHeadModel",
+       "gpt2",
+       gpt2_config,
+       gpt2_check,
+       gpt2_to_hf,
+       gpt2_from_hf,
        // GPT2Attention's causal-mask buffers, which older files hold
        {".attn.bias", ".attn.masked_bias"}},
-      {"llama", "LlamaForCausalLM", "llama", llama_config, llama_check, llama_to_hf,
-       llama_from_hf, {".rotary_emb.inv_freq"}},
+      {"llama",
+       "LlamaForCausalLM",
+       "llama",
+       llama_config,
+       llama_check,
+       llama_to_hf,
+       llama_from_hf,
+       {".rotary_emb.inv_freq"}},
   };
   return families;
 }

@@ -24,9 +24,9 @@ namespace meshsim {
 std::string hf_architecture(const std::string& model);
 
 struct HfFolder {
-  std::string config_json;  // config.json's text
-  std::string safetensors;  // model.safetensors' bytes
-  int64_t tensors = 0;      // in the file (a tied head is one)
+  std::string config_json; // config.json's text
+  std::string safetensors; // model.safetensors' bytes
+  int64_t tensors = 0;     // in the file (a tied head is one)
 };
 
 /// `model` (gathered by export_model from a run of `config`) in the Hugging Face format. The

@@ -21,7 +21,8 @@ using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 /// value of the wrong JSON type. A key left out takes transformers' default.
 class ConfigReader {
 public:
-  ConfigReader(const nlohmann::json& doc, std::string where) : doc_(doc), where_(std::move(where)) {}
+  ConfigReader(const nlohmann::json& doc, std::string where)
+      : doc_(doc), where_(std::move(where)) {}
 
   /// A whole number the file must hold.
   int64_t integer(const std::string& key) const;

@@ -10,9 +10,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "../python_torch.h"
 #include "base/errors.h"
 #include "base/safetensors.h"
-#include "../python_torch.h"
 
 using namespace meshsim;
 using namespace meshsim::testing;
@@ -45,7 +45,8 @@ const std::vector<SafetensorsTensor> kSafetensorsSample = {
 
 TEST(Safetensors, WrittenBytesReadBackAndAreAligned) {
   const std::string bytes = safetensors_bytes(kSafetensorsSample, {{"format", "pt"}});
-  const SafetensorsHeader header = parse_safetensors_header(bytes, static_cast<int64_t>(bytes.size()));
+  const SafetensorsHeader header =
+      parse_safetensors_header(bytes, static_cast<int64_t>(bytes.size()));
   EXPECT_EQ(header.data_start % 8, 0);
   const SafetensorsFile file = parse_safetensors(bytes);
   EXPECT_EQ(file.metadata, (std::map<std::string, std::string>{{"format", "pt"}}));
@@ -81,7 +82,8 @@ TEST(Safetensors, MalformedFilesAreOneDataErrorLine) {
       {file_of(R"({"t":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,8]}})",
                eight),
        "holds more than its 8 bytes"},
-      {file_of(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", eight), "before it begins"},
+      {file_of(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", eight),
+       "before it begins"},
       {file_of(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", eight), "begins at 4"},
       {file_of(ok, eight + "xx"), "the file has 10 after the header"},
       {file_of(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
@@ -109,7 +111,8 @@ TEST(Safetensors, MalformedFilesAreOneDataErrorLine) {
 TEST(Safetensors, AgreesWithPythonsSafetensors) {
   if (!python_runs("import safetensors.torch"))
     GTEST_SKIP() << MESHSIM_PYTHON " cannot import safetensors (make test-torch2)";
-  const fs::path dir = fs::temp_directory_path() / ("meshsim-safetensors-" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("meshsim-safetensors-" + std::to_string(::getpid()));
   fs::create_directories(dir);
   std::ofstream(dir / "meshsim.safetensors", std::ios::binary)
       << safetensors_bytes(kSafetensorsSample, {{"format", "pt"}});
@@ -125,7 +128,8 @@ TEST(Safetensors, AgreesWithPythonsSafetensors) {
       "assert t['scalar'].dtype == torch.int64 and t['scalar'].item() == 7\n"
       "assert safe_open(d + '/meshsim.safetensors', 'pt').metadata() == {'format': 'pt'}\n"
       "save_file({'x': torch.arange(6, dtype=torch.float64).reshape(3, 2),\n"
-      "           'y': torch.tensor([1.0, -2.0], dtype=torch.bfloat16)}, d + '/python.safetensors',\n"
+      "           'y': torch.tensor([1.0, -2.0], dtype=torch.bfloat16)}, d + "
+      "'/python.safetensors',\n"
       "          metadata={'by': 'python'})\n";
   std::ofstream(dir / "check.py") << script;
   const std::string cmd =

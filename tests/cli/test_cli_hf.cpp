@@ -8,17 +8,17 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <numeric>
 
 #include <torch/serialize.h>
 
+#include "../python_torch.h"
 #include "base/safetensors.h"
 #include "cli_harness.h"
 #include "data/dataset.h"
 #include "data/text.h"
-#include "../python_torch.h"
 
 using namespace meshsim::testing;
 namespace fs = std::filesystem;
@@ -41,24 +41,40 @@ struct HfCase {
   int64_t epoch_steps; // one epoch of kHfTrain samples in this layout
 };
 
-const HfCase kHfLlama{"llama-tp2-pp2",
-                      "llama",
-                      "--model llama --hidden 32 --heads 4 --kv-heads 2 --ffn-hidden 48 --layers 2 ",
-                      "--gpus 4 --tp 2 --pp 2 --micro-batches 2 --batch-size 16 ",
-                      "2 32 4 2 48 64 10000",
-                      2, 32, 4, 48, true, 8};
+const HfCase kHfLlama{
+    "llama-tp2-pp2",
+    "llama",
+    "--model llama --hidden 32 --heads 4 --kv-heads 2 --ffn-hidden 48 --layers 2 ",
+    "--gpus 4 --tp 2 --pp 2 --micro-batches 2 --batch-size 16 ",
+    "2 32 4 2 48 64 10000",
+    2,
+    32,
+    4,
+    48,
+    true,
+    8};
 const HfCase kHfGptZero{"gpt-zero3",
                         "gpt",
                         "--model gpt --hidden 32 --heads 4 --layers 2 --no-tie-head ",
                         "--gpus 4 --zero 3 --batch-size 8 ",
                         "2 32 4 16 64 0 128",
-                        2, 32, 4, 128, false, 4};
+                        2,
+                        32,
+                        4,
+                        128,
+                        false,
+                        4};
 const HfCase kHfGptTied{"gpt-tied-ddp",
                         "gpt",
                         "--model gpt --hidden 32 --heads 4 --layers 2 --tie-head ",
                         "--gpus 2 --batch-size 16 ",
                         "2 32 4 16 64 1 128",
-                        2, 32, 4, 128, false, 4};
+                        2,
+                        32,
+                        4,
+                        128,
+                        false,
+                        4};
 
 // The training split every run above reads, as torch.load reads it.
 fs::path write_hf_train_data() {
@@ -92,8 +108,8 @@ double loss_bound(const HfCase& c, double max_abs_logit, int64_t tokens, double 
                   double u = std::ldexp(1.0, -24)) {
   const double h = static_cast<double>(c.hidden), d = h / static_cast<double>(c.heads);
   const double T = kHfSeq, V = kHfVocab;
-  const double block = 2 * h + d + 2 * T + h + 2 * h + h + static_cast<double>(c.ffn) +
-                       (c.rotary ? 2 * 4 * T : 0);
+  const double block =
+      2 * h + d + 2 * T + h + 2 * h + h + static_cast<double>(c.ffn) + (c.rotary ? 2 * 4 * T : 0);
   const double N = static_cast<double>(c.layers) * block + 2 * h + h + V;
   return 2 * N * u * std::max(max_abs_logit, 1.0) + static_cast<double>(tokens) * u * loss;
 }
@@ -118,9 +134,8 @@ std::pair<fs::path, fs::path> train_and_export_hf(const HfCase& c) {
 std::pair<std::vector<double>, fs::path> measure_from(const HfCase& c, const fs::path& hf,
                                                       const std::string& tag) {
   const fs::path run = fresh_dir("hf-init-" + c.name + tag);
-  const auto trained = run_meshsim("train " + c.flags + kHfData + c.layout +
-                                   "--init-from " + hf.string() +
-                                   " --lr 0 --log-every 1 --out " + run.string());
+  const auto trained = run_meshsim("train " + c.flags + kHfData + c.layout + "--init-from " +
+                                   hf.string() + " --lr 0 --log-every 1 --out " + run.string());
   EXPECT_EQ(trained.code, 0) << c.name << "\n" << trained.output;
   const auto exported =
       run_meshsim_exactly("export " + run.string() + " --hf " + (run / "hf").string());
@@ -251,7 +266,8 @@ TEST(CliHf, AFolderThatDoesNotFitIsOneLineBeforeTraining) {
     t.erase(std::find_if(t.begin(), t.end(),
                          [](const auto& x) { return x.name == "transformer.ln_f.bias"; }));
   });
-  edited_copy(hf, run / "dtype", [](auto& t) { tensor_named(t, "transformer.ln_f.bias").dtype = "I32"; });
+  edited_copy(hf, run / "dtype",
+              [](auto& t) { tensor_named(t, "transformer.ln_f.bias").dtype = "I32"; });
   edited_copy(hf, run / "shape", [&](auto& t) { tensor_named(t, c_attn).shape = {96, 32}; });
   edited_copy(hf, run / "extra", [](auto& t) {
     t.push_back({"transformer.extra.weight", "F32", {1}, std::string(4, '\0')});
