@@ -4,8 +4,8 @@
 
 #include <cstdint>
 #include <memory>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/torch.h>
