@@ -115,3 +115,31 @@ put("fuzz_cli", "plan-mesh", "1" + "\n".join(["--model", "gpt", "--cluster", "2x
 # fuzz_predict_values: the bytes choose how each number of the target's own records changes.
 put("fuzz_predict_values", "as-recorded", bytes(64))
 put("fuzz_predict_values", "resized", bytes([1, 0, 0, 2, 11, 11, 3]))
+
+# fuzz_safetensors: the first byte picks the reader (even: model.safetensors, odd: config.json
+# against the default tiny gpt and llama).
+def safetensors_file(tensors, metadata=None):
+    header, data = {}, b""
+    if metadata:
+        header["__metadata__"] = metadata
+    for name, dtype, shape, payload in tensors:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(payload)]}
+        data += payload
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + data
+
+
+put("fuzz_safetensors", "file", b"\x00" + safetensors_file(
+    [("w", "F32", [2, 2], struct.pack("<4f", 1, 2, 3, 4)), ("b", "BF16", [2], b"\x80\x3f\x00\xc0"),
+     ("e", "I64", [0], b"")], {"format": "pt"}))
+put("fuzz_safetensors", "overlap", b"\x00" + safetensors_file([("w", "F32", [1], b"abcd")])[:-2])
+put("fuzz_safetensors", "gpt2-config", b"\x01" + json.dumps({
+    "model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4, "n_positions": 64, "vocab_size": 256,
+    "n_inner": 256, "activation_function": "gelu", "layer_norm_epsilon": 1e-5,
+    "tie_word_embeddings": False}).encode())
+put("fuzz_safetensors", "llama-config", b"\x01" + json.dumps({
+    "model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+    "num_key_value_heads": 4, "intermediate_size": 256, "vocab_size": 256, "head_dim": 16,
+    "hidden_act": "silu", "rms_norm_eps": 1e-5, "rope_parameters": {"rope_type": "default",
+    "rope_theta": 10000.0}, "tie_word_embeddings": False}).encode())

@@ -34,8 +34,8 @@ fi
 
 # Per target: the longest input worth trying, and the inputs run. Measured on 2 cores: the
 # string parsers run 50-100k inputs/s, the JSON ones 25-35k/s, the IDX reader ~10k/s (a file
-# and tensors per input); the defaults give the first seven 10-20 s each and the last two about
-# 2 and 5 minutes, 3.95 million inputs in all.
+# and tensors per input), the safetensors reader ~15k/s; the defaults give the first eight 10-20 s
+# each and the last two about 2 and 5 minutes, 4.25 million inputs in all.
 targets=(
   # name           max_len  runs
   "fuzz_size       64       1000000"
@@ -45,6 +45,7 @@ targets=(
   "fuzz_config     4096     300000"
   "fuzz_checkpoint 4096     300000"
   "fuzz_idx        2048     150000"
+  "fuzz_safetensors 4096    300000"
   # the two below: 1 million more, about 7 minutes (fuzz_cli ~6,500/s, fuzz_predict_values
   # ~700/s: a prediction replayed per input). fuzz_cli prints each refusal, as meshsim does:
   # its stderr is closed (libFuzzer's own reports still come, and a crash leaves its input).

@@ -131,10 +131,10 @@ struct LaunchArgs {
 void add_launch_flags(CLI::App& app, LaunchArgs& args);
 int run_launch(const LaunchArgs& args);
 
-/// `meshsim export RUN_DIR --state-dict FILE` (export_command.cpp): the run's latest
-/// checkpoint as a PyTorch state_dict.
+/// `meshsim export RUN_DIR [--state-dict FILE] [--hf DIR]` (export_command.cpp): the run's
+/// latest checkpoint as a PyTorch state_dict, and/or as a Hugging Face folder (gpt, llama).
 struct ExportArgs {
-  std::string run_dir, state_dict;
+  std::string run_dir, state_dict, hf;
 };
 void add_export_flags(CLI::App& app, ExportArgs& args);
 int run_export(const ExportArgs& args);

@@ -114,6 +114,9 @@ void add_run_flags(CLI::App& app, TrainConfig& c) {
                    "keep only the newest N checkpoints (0: keep all)", /*min=*/0)
       ->capture_default_str();
   app.add_option("--resume", c.resume, "run folder or checkpoint to continue from");
+  app.add_option("--init-from", c.init_from,
+                 "gpt/llama: start from the weights of this Hugging Face folder (config.json and "
+                 "model.safetensors, as meshsim export --hf writes)");
   app.add_option("--out", c.out, "run folder (default runs/<timestamp>)");
   add_integer_flag(app, "--synthetic-train", c.synthetic_train,
                    "training samples of --data synthetic", /*min=*/1)

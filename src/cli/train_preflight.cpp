@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "memory/virtual_gpu.h"
 #include "models/family.h"
+#include "train/hf_format.h"
 #include "train/trainer.h"
 
 namespace meshsim {
@@ -63,6 +64,8 @@ std::optional<int> verify_resume(const TrainConfig& config, const DataSplit& dat
     if (!config.resume.empty()) {
       resume = verify_checkpoint(config.resume, checkpoint_identity(config), config.gpus);
       check_steps_left(config, static_cast<int64_t>(data.train.size()), resume->manifest.step);
+    } else if (!config.init_from.empty()) {
+      check_hf_folder(config, config.init_from); // the weights are read once the ranks start
     }
   } catch (const std::exception& e) {
     // What is neither the data's nor the host's fault here is the flags': --resume names

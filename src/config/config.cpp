@@ -63,8 +63,8 @@ void check_texts_printable(const TrainConfig& c) {
       {"--data", &c.data},           {"--device", &c.device},       {"--schedule", &c.schedule},
       {"--recompute", &c.recompute}, {"--precision", &c.precision}, {"--optimizer", &c.optimizer.name},
       {"--gpu-mem", &c.gpu_mem},     {"--backend", &c.backend},     {"--resume", &c.resume},
-      {"--out", &c.out},             {"--cluster", &c.cluster},     {"--intra", &c.intra},
-      {"--inter", &c.inter},         {"--inject-fault", &c.inject_fault}};
+      {"--init-from", &c.init_from}, {"--out", &c.out},             {"--cluster", &c.cluster},
+      {"--intra", &c.intra},         {"--inter", &c.inter},         {"--inject-fault", &c.inject_fault}};
   for (const auto& [flag, text] : texts)
     require(!has_control_character(*text),
             fmt::format("{} '{}' holds a control character", flag, printable(*text)));
@@ -125,8 +125,9 @@ void validate(TrainConfig& c) {
           "--precision fp16 cannot train on the CPU (LibTorch 1.13 has no fp16 CPU matmul); use bf16");
   require(c.optimizer.name == "adam" || c.optimizer.name == "sgd",
           fmt::format("unknown optimizer '{}' (choose adam or sgd)", c.optimizer.name));
-  require(std::isfinite(c.optimizer.lr) && c.optimizer.lr > 0,
-          fmt::format("--lr must be a positive finite number, got {}", c.optimizer.lr));
+  // 0 is allowed: the weights then stay as they start, and the run measures their loss.
+  require(std::isfinite(c.optimizer.lr) && c.optimizer.lr >= 0,
+          fmt::format("--lr must be a finite number of at least 0, got {}", c.optimizer.lr));
   require(c.optimizer.momentum >= 0 && c.optimizer.momentum < 1,
           fmt::format("--momentum must be in [0, 1), got {}", c.optimizer.momentum));
   require(std::isfinite(c.bucket_mb) && c.bucket_mb > 0 && c.bucket_mb <= kMaxBucketMb,

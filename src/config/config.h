@@ -60,6 +60,9 @@ struct TrainConfig {
   int64_t checkpoint_every = 0;  // 0: only at the end
   int64_t keep_checkpoints = 0;  // the newest N checkpoints are kept; 0: all
   std::string resume;
+  /// A Hugging Face folder (config.json, model.safetensors) whose weights the run starts from
+  /// instead of the seed's (gpt, llama; train/hf_format.h). A resume's checkpoint wins over it.
+  std::string init_from;
   std::string out;
   int64_t synthetic_train = 4096;
   int64_t synthetic_test = 1024;

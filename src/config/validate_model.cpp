@@ -68,6 +68,9 @@ void validate_model_layout(const TrainConfig& c) {
     require(c.data == "synthetic" || g.vocab >= 256,
             fmt::format("--vocab {} is too small for byte-level text (256 byte values)", g.vocab));
   } else {
+    require(c.init_from.empty(),
+            fmt::format("--init-from reads the Hugging Face folders of gpt and llama; {} has none",
+                        c.model));
     require(c.tp == 1, "--tp needs --model gpt: its plan splits attention and the MLP");
     require(c.recompute == "none", "--recompute applies to the transformer blocks of --model gpt");
     ModelOptions shapes; // the layers' count only: on meta where the model can be

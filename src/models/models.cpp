@@ -5,6 +5,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <mutex>
 #include <stdexcept>
 #include <unordered_set>
@@ -78,6 +79,29 @@ Recompute parse_recompute(const std::string& name) {
                               "' (choose none, selective or full)");
 }
 
+namespace {
+
+// --init-from's weights into a freshly built model, each parameter once (a tied one under its
+// first name). A missing or misshapen one is the caller's mistake: the weights were checked
+// against the run's model before they came here.
+void copy_initial_weights(torch::nn::Module& model,
+                          const std::vector<std::pair<std::string, torch::Tensor>>& initial) {
+  torch::NoGradGuard no_grad;
+  std::unordered_set<const void*> seen;
+  for (auto& item : model.named_parameters()) {
+    if (!seen.insert(item.value().unsafeGetTensorImpl()).second)
+      continue;
+    const auto it = std::find_if(initial.begin(), initial.end(),
+                                 [&](const auto& w) { return w.first == item.key(); });
+    if (it == initial.end() || !it->second.sizes().equals(item.value().sizes()))
+      throw std::invalid_argument("the initial weights have no parameter " + item.key() +
+                                  " of its shape");
+    item.value().copy_(it->second);
+  }
+}
+
+} // namespace
+
 torch::nn::Sequential build_model(const std::string& name, const ModelOptions& options) {
   // Initialization draws from LibTorch's one global generator; rank threads building their
   // models at once would interleave their draws. One model at a time keeps every replica
@@ -98,6 +122,8 @@ torch::nn::Sequential build_model(const std::string& name, const ModelOptions& o
   torch::nn::Sequential model = built.build(options, tensors);
   if (meta)
     return model;
+  if (options.initial)
+    copy_initial_weights(*model, *options.initial);
   if (options.dtype != torch::kFloat32)
     model->to(options.dtype);
   if (!options.device.is_cpu())

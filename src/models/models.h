@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/torch.h>
@@ -39,6 +41,11 @@ struct ModelOptions {
   /// only, nothing drawn and no host memory; only gpt, llama and resnet50 can (ModelFamily::builds_on_meta). Another
   /// device (CUDA): built on the CPU as above, then moved, so the weights equal the CPU's.
   torch::Device device = torch::kCPU;
+  /// Whole parameters to start from instead of the seed's draw (meshsim train --init-from),
+  /// by parameter name: every parameter of the model, of its shape, copied after the build
+  /// and before the conversion to `dtype`, so that every layout splits the same weights.
+  /// Ignored on the meta device.
+  std::shared_ptr<const std::vector<std::pair<std::string, torch::Tensor>>> initial;
 };
 
 /// Builds the model in PyTorch's layer order after torch::manual_seed(seed), so its initial

@@ -235,6 +235,7 @@ public:
     if (options.sequence_parallel && options.zero >= 2) // its gradients leave .grad in backward
       throw std::invalid_argument("--sequence-parallel runs with --zero 0 or 1");
     stage_ = build_stage();
+    options_.initial.reset(); // the weights are in the stage: the host's copy may go
     // The optimizer updates this rank's shard (ZeRO >= 1) or all of its part.
     optimizer_numel_ = count_parameters(*stage_);
     const int shards = dims_.size("dp_cp");
@@ -311,6 +312,7 @@ private:
     model_options.dtype = compute_dtype(options_);
     ensure_kernels_for(model_options.dtype);
     model_options.device = options_.device;
+    model_options.initial = options_.initial;
     torch::nn::Sequential full, stage;
     {
       GpuGuard host(nullptr);  // each GPU is charged only for the part it keeps

@@ -20,6 +20,7 @@ Replica::Replica(const StrategyOptions& options, int rank, bool with_optimizer) 
     ensure_kernels_for(dtype);
     model_options.dtype = dtype;
     model_options.device = options.device;
+    model_options.initial = options.initial;
     model = build_model(options.model, model_options);
   }
   params = model->parameters();

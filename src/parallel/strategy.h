@@ -56,6 +56,8 @@ struct StrategyOptions {
   /// ddp: each bucket's all-reduce starts during backward, once its gradients are there
   /// (parallel/data/buckets.h); false: all of them after backward.
   bool overlap = true;
+  /// Whole weights to build the model from instead of the seed's (ModelOptions::initial).
+  std::shared_ptr<const std::vector<std::pair<std::string, torch::Tensor>>> initial;
 };
 
 class Strategy {

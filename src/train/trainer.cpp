@@ -14,6 +14,7 @@
 #include "parallel/strategy.h"
 #include "train/checkpoint.h"
 #include "train/evaluate.h"
+#include "train/hf_format.h"
 #include "train/progress.h"
 
 namespace meshsim {
@@ -287,7 +288,12 @@ TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& 
     resume = verify_checkpoint(config.resume, identity, world);
   if (resume)
     check_steps_left(config, data.train.size(), resume->manifest.step);
-  const StrategyOptions options = strategy_options(config);
+  StrategyOptions options = strategy_options(config);
+  // --init-from: the folder's weights, read once for every rank (each builds its parts from
+  // them); a resumed run's checkpoint holds its weights instead.
+  if (!resume && !config.init_from.empty())
+    options.initial = std::make_shared<const std::vector<std::pair<std::string, torch::Tensor>>>(
+        read_hf_weights(config, config.init_from));
 
   TrainResult result;
   result.eval_peak_bytes.assign(world, 0);

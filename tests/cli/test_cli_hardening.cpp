@@ -269,7 +269,7 @@ TEST(CliHardening, BadValuesAreUsageErrorsNamingTheValue) {
       {"--comm-timeout 1e18", "got 1e+18"},
       {"--inject-fault 1:0", "STEP must be at least 1"},
       {"--inject-fault 7:2", "RANK 7 is not a rank of --gpus 4"},
-      {"--lr inf", "--lr must be a positive finite number, got inf"},
+      {"--lr inf", "--lr must be a finite number of at least 0, got inf"},
       {"--bucket-mb nan", "got nan"},
       {"--gpus 1 --strategy single --inject-fault 0:1", "at least 2 GPUs"},
       {"--batch-size 99999999999999999999", "got '99999999999999999999'"},
