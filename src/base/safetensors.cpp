@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h> // fmt::join (in fmt/format.h before fmt 11)
 #include <nlohmann/json.hpp>
 
 #include "base/errors.h"

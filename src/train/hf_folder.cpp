@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h> // fmt::join (in fmt/format.h before fmt 11)
 
 #include "base/atomic_file.h"
 #include "base/errors.h"
