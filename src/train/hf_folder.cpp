@@ -128,8 +128,9 @@ NamedTensors check_hf_folder_parts(const TrainConfig& config, const fs::path& di
   const NamedTensors expected = hf_expected_tensors(config, family);
   const std::string file = flag + ": model.safetensors";
   for (const auto& [name, meta] : expected) {
+    const std::string& wanted = name; // C++17 lambdas cannot capture a structured binding
     const auto it = std::find_if(header.tensors.begin(), header.tensors.end(),
-                                 [&](const SafetensorsInfo& t) { return t.name == name; });
+                                 [&](const SafetensorsInfo& t) { return t.name == wanted; });
     if (it == header.tensors.end())
       throw std::invalid_argument(fmt::format("{} has no tensor {}", file, name));
     if (!hf_dtype_named(it->dtype))
