@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <mutex>
 #include <stdexcept>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "models/family.h"
@@ -87,16 +88,18 @@ namespace {
 void copy_initial_weights(torch::nn::Module& model,
                           const std::vector<std::pair<std::string, torch::Tensor>>& initial) {
   torch::NoGradGuard no_grad;
+  std::unordered_map<std::string, const torch::Tensor*> by_name; // one lookup per parameter
+  for (const auto& [name, tensor] : initial)
+    by_name.emplace(name, &tensor);
   std::unordered_set<const void*> seen;
   for (auto& item : model.named_parameters()) {
     if (!seen.insert(item.value().unsafeGetTensorImpl()).second)
       continue;
-    const auto it = std::find_if(initial.begin(), initial.end(),
-                                 [&](const auto& w) { return w.first == item.key(); });
-    if (it == initial.end() || !it->second.sizes().equals(item.value().sizes()))
+    const auto it = by_name.find(item.key());
+    if (it == by_name.end() || !it->second->sizes().equals(item.value().sizes()))
       throw std::invalid_argument("the initial weights have no parameter " + item.key() +
                                   " of its shape");
-    item.value().copy_(it->second);
+    item.value().copy_(*it->second);
   }
 }
 

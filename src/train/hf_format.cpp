@@ -163,72 +163,87 @@ void gpt2_check(const ConfigReader& r, const TransformerShape& s) {
   r.expect_bool("add_cross_attention", false, false, "");
 }
 
-NamedTensors gpt2_to_hf(const NamedTensors& m, const TransformerShape& s) {
+// One block's tensors in GPT-2's order: meshsim's name, GPT-2's, and how they relate. q, k
+// and v have no row of their own: they are c_attn's three parts.
+enum class Gpt2Kind { kSame, kConv1d, kFusedQkv };
+struct Gpt2Name {
+  const char* mine; // for kFusedQkv, the suffix after "attn.q."
+  const char* theirs;
+  Gpt2Kind kind;
+};
+
+const std::vector<Gpt2Name>& gpt2_block_names() {
+  static const std::vector<Gpt2Name> names = {
+      {"ln1.weight", "ln_1.weight", Gpt2Kind::kSame},
+      {"ln1.bias", "ln_1.bias", Gpt2Kind::kSame},
+      {"weight", "attn.c_attn.weight", Gpt2Kind::kFusedQkv},
+      {"bias", "attn.c_attn.bias", Gpt2Kind::kFusedQkv},
+      {"attn.out.weight", "attn.c_proj.weight", Gpt2Kind::kConv1d},
+      {"attn.out.bias", "attn.c_proj.bias", Gpt2Kind::kSame},
+      {"ln2.weight", "ln_2.weight", Gpt2Kind::kSame},
+      {"ln2.bias", "ln_2.bias", Gpt2Kind::kSame},
+      {"mlp.fc.weight", "mlp.c_fc.weight", Gpt2Kind::kConv1d},
+      {"mlp.fc.bias", "mlp.c_fc.bias", Gpt2Kind::kSame},
+      {"mlp.proj.weight", "mlp.c_proj.weight", Gpt2Kind::kConv1d},
+      {"mlp.proj.bias", "mlp.c_proj.bias", Gpt2Kind::kSame}};
+  return names;
+}
+
+// The tensors outside the blocks, each kept as it is.
+std::vector<std::pair<std::string, std::string>> gpt2_outer_names(const TransformerShape& s,
+                                                                  bool last) {
+  if (!last)
+    return {{"embed.wte", "transformer.wte.weight"}, {"embed.wpe", "transformer.wpe.weight"}};
+  std::vector<std::pair<std::string, std::string>> names = {
+      {"ln_f.weight", "transformer.ln_f.weight"}, {"ln_f.bias", "transformer.ln_f.bias"}};
+  if (!s.tie_head)
+    names.emplace_back("head.weight", "lm_head.weight");
+  return names;
+}
+
+// meshsim's names to GPT-2's when `to_hf`, else back: the same table read both ways.
+NamedTensors gpt2_convert(const NamedTensors& in, const TransformerShape& s, bool to_hf) {
   NamedTensors out;
-  auto put = [&](const std::string& hf, const torch::Tensor& t) {
-    out.emplace_back(hf, t.contiguous());
+  auto plain = [&](const std::string& mine, const std::string& theirs, bool transposed) {
+    const torch::Tensor t = hf_tensor(in, to_hf ? mine : theirs);
+    out.emplace_back(to_hf ? theirs : mine, (transposed ? t.t() : t).contiguous());
   };
-  put("transformer.wte.weight", hf_tensor(m, "embed.wte"));
-  put("transformer.wpe.weight", hf_tensor(m, "embed.wpe"));
+  for (const auto& [mine, theirs] : gpt2_outer_names(s, false))
+    plain(mine, theirs, false);
+  const char* parts[] = {"q", "k", "v"};
   for (int64_t l = 0; l < s.layers; ++l) {
     const std::string b = fmt::format("block{}.", l), h = fmt::format("transformer.h.{}.", l);
-    put(h + "ln_1.weight", hf_tensor(m, b + "ln1.weight"));
-    put(h + "ln_1.bias", hf_tensor(m, b + "ln1.bias"));
-    put(h + "attn.c_attn.weight",
-        torch::cat({hf_tensor(m, b + "attn.q.weight"), hf_tensor(m, b + "attn.k.weight"),
-                    hf_tensor(m, b + "attn.v.weight")})
-            .t());
-    put(h + "attn.c_attn.bias",
-        torch::cat({hf_tensor(m, b + "attn.q.bias"), hf_tensor(m, b + "attn.k.bias"),
-                    hf_tensor(m, b + "attn.v.bias")}));
-    put(h + "attn.c_proj.weight", hf_tensor(m, b + "attn.out.weight").t());
-    put(h + "attn.c_proj.bias", hf_tensor(m, b + "attn.out.bias"));
-    put(h + "ln_2.weight", hf_tensor(m, b + "ln2.weight"));
-    put(h + "ln_2.bias", hf_tensor(m, b + "ln2.bias"));
-    put(h + "mlp.c_fc.weight", hf_tensor(m, b + "mlp.fc.weight").t());
-    put(h + "mlp.c_fc.bias", hf_tensor(m, b + "mlp.fc.bias"));
-    put(h + "mlp.c_proj.weight", hf_tensor(m, b + "mlp.proj.weight").t());
-    put(h + "mlp.c_proj.bias", hf_tensor(m, b + "mlp.proj.bias"));
+    for (const Gpt2Name& n : gpt2_block_names()) {
+      if (n.kind != Gpt2Kind::kFusedQkv) {
+        plain(b + n.mine, h + n.theirs, n.kind == Gpt2Kind::kConv1d);
+        continue;
+      }
+      const bool weight = std::string(n.mine) == "weight"; // Conv1D: [in, 3 out]
+      if (to_hf) {
+        std::vector<torch::Tensor> qkv;
+        for (const char* p : parts)
+          qkv.push_back(hf_tensor(in, b + "attn." + p + "." + n.mine));
+        const torch::Tensor fused = torch::cat(qkv);
+        out.emplace_back(h + n.theirs, (weight ? fused.t() : fused).contiguous());
+        continue;
+      }
+      const torch::Tensor fused = hf_tensor(in, h + n.theirs);
+      const auto qkv = (weight ? fused.t() : fused).chunk(3, 0);
+      for (size_t i = 0; i < 3; ++i)
+        out.emplace_back(b + "attn." + parts[i] + "." + n.mine, qkv[i].contiguous());
+    }
   }
-  put("transformer.ln_f.weight", hf_tensor(m, "ln_f.weight"));
-  put("transformer.ln_f.bias", hf_tensor(m, "ln_f.bias"));
-  if (!s.tie_head)
-    put("lm_head.weight", hf_tensor(m, "head.weight"));
+  for (const auto& [mine, theirs] : gpt2_outer_names(s, true))
+    plain(mine, theirs, false);
   return out;
 }
 
+NamedTensors gpt2_to_hf(const NamedTensors& m, const TransformerShape& s) {
+  return gpt2_convert(m, s, true);
+}
+
 NamedTensors gpt2_from_hf(const NamedTensors& hf, const TransformerShape& s) {
-  NamedTensors out;
-  auto put = [&](const std::string& name, const torch::Tensor& t) {
-    out.emplace_back(name, t.contiguous());
-  };
-  put("embed.wte", hf_tensor(hf, "transformer.wte.weight"));
-  put("embed.wpe", hf_tensor(hf, "transformer.wpe.weight"));
-  for (int64_t l = 0; l < s.layers; ++l) {
-    const std::string b = fmt::format("block{}.", l), h = fmt::format("transformer.h.{}.", l);
-    put(b + "ln1.weight", hf_tensor(hf, h + "ln_1.weight"));
-    put(b + "ln1.bias", hf_tensor(hf, h + "ln_1.bias"));
-    const auto qkv = hf_tensor(hf, h + "attn.c_attn.weight").t().chunk(3, 0);
-    const auto qkv_bias = hf_tensor(hf, h + "attn.c_attn.bias").chunk(3, 0);
-    const char* parts[] = {"q", "k", "v"};
-    for (size_t i = 0; i < 3; ++i) {
-      put(b + "attn." + parts[i] + ".weight", qkv[i]);
-      put(b + "attn." + parts[i] + ".bias", qkv_bias[i]);
-    }
-    put(b + "attn.out.weight", hf_tensor(hf, h + "attn.c_proj.weight").t());
-    put(b + "attn.out.bias", hf_tensor(hf, h + "attn.c_proj.bias"));
-    put(b + "ln2.weight", hf_tensor(hf, h + "ln_2.weight"));
-    put(b + "ln2.bias", hf_tensor(hf, h + "ln_2.bias"));
-    put(b + "mlp.fc.weight", hf_tensor(hf, h + "mlp.c_fc.weight").t());
-    put(b + "mlp.fc.bias", hf_tensor(hf, h + "mlp.c_fc.bias"));
-    put(b + "mlp.proj.weight", hf_tensor(hf, h + "mlp.c_proj.weight").t());
-    put(b + "mlp.proj.bias", hf_tensor(hf, h + "mlp.c_proj.bias"));
-  }
-  put("ln_f.weight", hf_tensor(hf, "transformer.ln_f.weight"));
-  put("ln_f.bias", hf_tensor(hf, "transformer.ln_f.bias"));
-  if (!s.tie_head)
-    put("head.weight", hf_tensor(hf, "lm_head.weight"));
-  return out;
+  return gpt2_convert(hf, s, false);
 }
 
 // --- Llama ---------------------------------------------------------------------------------
