@@ -71,13 +71,14 @@ void write_plan_picture(const std::filesystem::path& png, const Plan& plan, cons
 void print_plan(const nlohmann::json& doc, const TrainConfig& c) {
   auto bytes = [](const nlohmann::json& v) { return format_bytes(v.get<int64_t>()); };
   fmt::print("meshsim plan: {} ({} parameters) on {}: {}{}, zero {}, {}, global batch {} ({} "
-             "micro-batch{} of {} per replica), recompute {}\n",
+             "micro-batch{} of {} per replica), recompute {}{}\n",
              c.preset.empty() ? c.model : c.preset, short_count(doc["parameters"].get<int64_t>()),
              doc["cluster"].get<std::string>(),
              ParallelDims::make(c.gpus, c.tp, c.pp).describe(),
              c.sequence_parallel ? " with sequence parallel" : "", c.zero, c.precision,
              doc["global_batch_size"].get<int64_t>(), c.micro_batches, c.micro_batches == 1 ? "" : "es",
-             doc["layout"]["micro_batch_size"].get<int64_t>(), c.recompute);
+             doc["layout"]["micro_batch_size"].get<int64_t>(), c.recompute,
+             model_family(c.model).transformer ? ", attention " + c.attention : "");
   fmt::print("{:<6} {:<4} {:>11} {:>12} {:>11} {:>11} {:>11} {:>12} {:>14} {:>10}\n", "stage",
              "tp", "peak", "model state", "parameters", "gradients", "optimizer", "activations",
              "communication", "other");
@@ -113,7 +114,8 @@ nlohmann::json layout_json(const TrainConfig& c) {
           {"sequence_parallel", c.sequence_parallel},
           {"micro_batches", c.micro_batches},
           {"micro_batch_size", micro_batch_size_of(c)},
-          {"recompute", c.recompute}};
+          {"recompute", c.recompute},
+          {"attention", c.attention}};
 }
 
 void add_plan_flags(CLI::App& app, TrainConfig& config, PlanArgs& args) {

@@ -45,6 +45,11 @@ void add_model_layout_flags(CLI::App& app, TrainConfig& c) {
                  "what backward recomputes: none | selective (the attention core) | full (each "
                  "transformer block)")
       ->capture_default_str();
+  app.add_option("--attention", c.attention,
+                 "gpt/llama: the attention core: fused (FlashAttention's memory: q, k, v, the "
+                 "output and one number per row kept; the scores recomputed in backward) | eager "
+                 "(the [B, heads, T, T] softmax kept)")
+      ->capture_default_str();
   app.add_option("--precision", c.precision,
                  "fp32 | bf16 (16-bit params and grads, fp32 master weights and Adam state) | fp16 "
                  "(as bf16, with dynamic loss scaling; needs a GPU)")

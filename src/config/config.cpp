@@ -64,7 +64,8 @@ void check_texts_printable(const TrainConfig& c) {
       {"--recompute", &c.recompute}, {"--precision", &c.precision}, {"--optimizer", &c.optimizer.name},
       {"--gpu-mem", &c.gpu_mem},     {"--backend", &c.backend},     {"--resume", &c.resume},
       {"--init-from", &c.init_from}, {"--out", &c.out},             {"--cluster", &c.cluster},
-      {"--intra", &c.intra},         {"--inter", &c.inter},         {"--inject-fault", &c.inject_fault}};
+      {"--intra", &c.intra},         {"--inter", &c.inter},         {"--inject-fault", &c.inject_fault},
+      {"--attention", &c.attention}};
   for (const auto& [flag, text] : texts)
     require(!has_control_character(*text),
             fmt::format("{} '{}' holds a control character", flag, printable(*text)));

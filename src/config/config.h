@@ -39,6 +39,7 @@ struct TrainConfig {
   int micro_batches = 0;        // 0: not given: 1, or what micro_batch_size makes (validate)
   int64_t micro_batch_size = 0; // samples per micro-batch; 0: batch ÷ micro_batches
   std::string recompute = "none";
+  std::string attention = "fused"; // fused | eager: the attention core (gpt, llama)
   std::string precision = "fp32";  // fp32 | bf16 | fp16 (mixed precision: optim/optimizer.h)
   bool sequence_parallel = false;  // with tp > 1: norms and residuals on 1/tp of the sequence
   int64_t global_batch_size = 0;  // 0: batch_size × dp (a flag value must be positive)

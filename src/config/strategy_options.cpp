@@ -18,6 +18,7 @@ StrategyOptions strategy_options(const TrainConfig& config) {
   options.virtual_stages = config.virtual_stages;
   options.micro_batches = config.micro_batches;
   options.recompute = parse_recompute(config.recompute);
+  options.attention = parse_attention(config.attention);
   options.precision = config.precision;
   if (config.device == "cuda")
     options.device = torch::Device(torch::kCUDA, 0);

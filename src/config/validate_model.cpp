@@ -42,6 +42,12 @@ void resolve_model_data(TrainConfig& c) {
 
 void validate_model_layout(const TrainConfig& c) {
   const ModelFamily& family = model_family(c.model);
+  require(c.attention == "fused" || c.attention == "eager",
+          fmt::format("unknown --attention '{}' (choose fused or eager)", c.attention));
+  // fused is the default, whatever the model; only a transformer has a core to choose.
+  require(family.transformer || c.attention == "fused",
+          fmt::format("--attention applies to the attention of --model gpt and llama, not {}",
+                      c.model));
   if (family.transformer) {
     const auto& g = c.shape;
     validate_shape(c.model, g);

@@ -15,7 +15,9 @@
 //    gradient;
 //  - a collective recorded inside a compute region's span (a tensor-parallel all-reduce)
 //    splits the region, in proportion to the measured time on either side;
-//  - compute on the target: the roofline of each counted layer (models/layers/flops.h); a region with
+//  - compute on the target: the roofline of each counted layer (models/layers/flops.h), with
+//    the attention scores' traffic its core recorded (the eager core's; a fused core records
+//    none and its recomputed scores instead); a region with
 //    no counted work, or every region under `measured_compute`, keeps its measured time.
 #pragma once
 
@@ -35,9 +37,6 @@ struct PredictOptions {
   Algorithm algorithm = Algorithm::Auto; // all_reduce algorithm
   bool measured_compute = false;         // compute = measured time (target = this device)
   bool overlap_buckets = true;           // DDP buckets start as their gradients are ready
-  /// The target runs attention as one fused (flash) kernel; false: its score matrices go
-  /// through memory (LayerWork::score_bytes), as attention did before FlashAttention.
-  bool flash_attention = true;
   int64_t step = -1;                     // -1: representative_step()
   /// Ranks with no records are images of the recorded ones, each recorded rank standing for
   /// the same number of GPUs (a plan's symmetry classes): only the recorded ranks are

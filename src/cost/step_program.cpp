@@ -79,7 +79,8 @@ double layer_time(const LayerWork& w, const GpuSpec& gpu, const PredictOptions& 
   mix.gemm_bytes = w.gemm_bytes;
   mix.gemms = w.gemms;
   mix.other_flops = std::max(0.0, w.flops - w.gemm_flops);
-  mix.other_bytes = std::max(0.0, w.bytes - w.gemm_bytes) + (o.flash_attention ? 0 : w.score_bytes);
+  // The eager attention core's scores through memory (a fused core records none).
+  mix.other_bytes = std::max(0.0, w.bytes - w.gemm_bytes) + w.score_bytes;
   // What is not a GEMM in a matmul-class layer (a transformer block's norms, activations and
   // residual adds) is elementwise work.
   mix.other = op == OpClass::Matmul || op == OpClass::Attention ? OpClass::Elementwise : op;

@@ -12,6 +12,8 @@
 #include <unordered_set>
 
 #include "models/family.h"
+#include "models/layers/attention.h"
+#include "models/layers/fused_core.h"
 
 namespace meshsim {
 namespace {
@@ -80,6 +82,14 @@ Recompute parse_recompute(const std::string& name) {
                               "' (choose none, selective or full)");
 }
 
+AttentionKind parse_attention(const std::string& name) {
+  if (name == "eager")
+    return AttentionKind::Eager;
+  if (name == "fused")
+    return AttentionKind::Fused;
+  throw std::invalid_argument("unknown --attention '" + name + "' (choose fused or eager)");
+}
+
 namespace {
 
 // --init-from's weights into a freshly built model, each parameter once (a tied one under its
@@ -123,6 +133,12 @@ torch::nn::Sequential build_model(const std::string& name, const ModelOptions& o
   const auto tensors = meta ? torch::TensorOptions().device(options.device).dtype(options.dtype)
                             : torch::TensorOptions().dtype(torch::kFloat32);
   torch::nn::Sequential model = built.build(options, tensors);
+  if (options.attention == AttentionKind::Fused) {
+    const auto fused = std::make_shared<FusedCausalCore>();
+    for (const auto& module : model->modules(/*include_self=*/false))
+      if (auto* attention = dynamic_cast<AttentionImpl*>(module.get()))
+        attention->set_core(fused);
+  }
   if (meta)
     return model;
   if (options.initial)

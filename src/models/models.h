@@ -30,6 +30,14 @@ enum class Recompute { None, Selective, Full };
 /// "none" | "selective" | "full" (--recompute). Throws std::invalid_argument for another name.
 Recompute parse_recompute(const std::string& name);
 
+/// The attention core of every attention module (--attention): Eager keeps the [B, heads, T, T]
+/// softmax for backward (models/layers/eager_core.h); Fused keeps q, k, v, the output and one
+/// log-sum-exp per row and recomputes the scores in backward (models/layers/fused_core.h).
+enum class AttentionKind { Eager, Fused };
+
+/// "eager" | "fused" (--attention). Throws std::invalid_argument for another name.
+AttentionKind parse_attention(const std::string& name);
+
 struct ModelOptions {
   uint64_t seed = 0; // torch::manual_seed(seed) before the layers are built
   int rank = 0;      // seeds this rank's dropout generator
@@ -46,6 +54,10 @@ struct ModelOptions {
   /// and before the conversion to `dtype`, so that every layout splits the same weights.
   /// Ignored on the meta device.
   std::shared_ptr<const std::vector<std::pair<std::string, torch::Tensor>>> initial;
+  /// The core installed in every attention module (gpt, llama). Eager here, the library's
+  /// default; `meshsim train` and `plan` default to fused (TrainConfig::attention). Last, so
+  /// that positional initializers of the fields above stay valid.
+  AttentionKind attention = AttentionKind::Eager;
 };
 
 /// Builds the model in PyTorch's layer order after torch::manual_seed(seed), so its initial

@@ -309,6 +309,7 @@ private:
     model_options.seed = options_.seed;
     model_options.rank = ctx_.rank;
     model_options.shape = options_.shape;
+    model_options.attention = options_.attention;
     model_options.dtype = compute_dtype(options_);
     ensure_kernels_for(model_options.dtype);
     model_options.device = options_.device;

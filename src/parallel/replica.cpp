@@ -16,6 +16,7 @@ Replica::Replica(const StrategyOptions& options, int rank, bool with_optimizer) 
     model_options.seed = options.seed;
     model_options.rank = rank;
     model_options.shape = options.shape;
+    model_options.attention = options.attention;
     dtype = compute_dtype(options);
     ensure_kernels_for(dtype);
     model_options.dtype = dtype;
@@ -44,12 +45,13 @@ void count_recompute(const torch::nn::Module& module, LayerWork& w) {
     if (const auto* a = dynamic_cast<const CheckpointedAttention*>(m))
       core = core || a->recompute_core;
   }
+  // Added to what the counts already rerun: a fused attention core's scores (flops.h).
   if (block) {
-    w.rerun_flops = w.flops;
-    w.rerun_bytes = w.bytes;
+    w.rerun_flops += w.flops;
+    w.rerun_bytes += w.bytes;
   } else if (core) {
-    w.rerun_flops = w.attention_flops;
-    w.rerun_bytes = w.attention_bytes;
+    w.rerun_flops += w.attention_flops;
+    w.rerun_bytes += w.attention_bytes;
   }
 }
 

@@ -114,6 +114,7 @@ TrainConfig megatron_config(const MegatronRun& run) {
   c.precision = "fp16";
   c.device = "meta";
   c.recompute = "full"; // --recompute-method uniform: every layer recomputed
+  c.attention = "eager"; // Megatron-LM in 2021: softmax fused, the scores in memory
   c.micro_batch_size = run.micro_batch;
   c.global_batch_size = run.global_batch;
   if (run.layers_per_virtual_stage > 0)
@@ -129,7 +130,6 @@ double megatron_tflops(const MegatronRun& run, const Efficiency& efficiency) {
   const ClusterSpec cluster = parse_cluster_spec(fmt::format("{}x8xa100-80", run.gpus / 8));
   PredictOptions target;
   target.efficiency = efficiency;
-  target.flash_attention = false; // Megatron-LM in 2021: softmax fused, the scores in memory
   target.overlap_buckets = !run.local_ddp;
   const PlanFigures f = estimate_layout(c, cluster, kPlanCapacity, target);
   const double flops =

@@ -100,6 +100,7 @@ TEST(CliPlan, MicroBatchSizeAndSelectiveRecomputeAreTheLayout) {
   EXPECT_EQ(json["layout"]["micro_batches"], 4);
   EXPECT_EQ(json["layout"]["micro_batch_size"], 2);
   EXPECT_EQ(json["layout"]["recompute"], "selective");
+  EXPECT_EQ(json["layout"]["attention"], "fused"); // the default
 }
 
 // Llama 3 8B on one node of 8 H100s: every layout is tried, the fitting ones come fastest
@@ -163,6 +164,10 @@ TEST(CliPlan, BadInputIsOneLineAndExit2) {
        "--micro-batches 4",
        "--micro-batches 4 conflicts with --micro-batch-size 2"},
       {"plan --model gpt --cluster 8xh100 --recompute partial", "unknown --recompute 'partial'"},
+      {"plan --model gpt --cluster 8xh100 --attention flash",
+       "unknown --attention 'flash' (choose fused or eager)"},
+      {"plan --model resnet50 --cluster 8xv100-32 --attention eager",
+       "--attention applies to the attention of --model gpt and llama, not resnet50"},
       {"plan --model gpt --cluster 8xh100 --search", "--search needs --global-batch-size"},
       {"train --model gpt --device meta", "meta is the device meshsim plan runs on"},
   };

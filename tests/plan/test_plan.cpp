@@ -64,6 +64,8 @@ struct PlanLayout {
   bool sequence_parallel = false;
   const char* recompute = "none";
   int virtual_stages = 1; // more: interleaved 1F1B over as many more layers
+  const char* attention = "fused";
+  int64_t seq_len = 0; // 0: the default shape's
 };
 
 class PlanMatchesTraining : public ::testing::TestWithParam<PlanLayout> {};
@@ -86,6 +88,9 @@ TEST_P(PlanMatchesTraining, PeakBytesByCategoryPerGpu) {
   c.model = l.model;
   c.precision = l.precision;
   c.recompute = l.recompute;
+  c.attention = l.attention;
+  if (l.seq_len > 0)
+    c.shape.seq_len = l.seq_len;
   c.data = "synthetic";
   c.gpus = l.gpus;
   c.tp = l.tp;
@@ -166,7 +171,18 @@ INSTANTIATE_TEST_SUITE_P(Layouts, PlanMatchesTraining,
                                            PlanLayout{"pp2_interleaved", 4, 1, 2, 0, 4, "gpt", "fp32",
                                                   false, "none", 2},
                                            PlanLayout{"mesh_2x2x2_zero1_interleaved", 8, 2, 2, 1, 2,
-                                                  "llama", "fp32", false, "none", 2}),
+                                                  "llama", "fp32", false, "none", 2},
+                                           PlanLayout{"eager_ddp", 4, 1, 1, 0, 1, "gpt", "fp32",
+                                                  false, "none", 1, "eager"},
+                                           PlanLayout{"eager_selective_tp2_zero1_bf16", 4, 2, 1, 1,
+                                                  2, "gpt", "bf16", false, "selective", 1, "eager"},
+                                           PlanLayout{"eager_llama_selective_pp2", 4, 1, 2, 0, 4,
+                                                  "llama", "fp32", false, "selective", 1, "eager"},
+                                           // 320 tokens: query tiles of 128, 128 and 64 on CPU;
+                                           // a plan runs the first (fused_core.cpp)
+                                           PlanLayout{"fused_three_tiles_llama_bf16_zero3", 2, 1, 1,
+                                                  3, 1, "llama", "bf16", false, "none", 1, "fused",
+                                                  320}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 } // namespace
@@ -196,9 +212,11 @@ struct LayerShape {
 };
 
 int64_t activation_bytes_per_layer(const std::string& recompute, int tp = 1,
-                                   const LayerShape& shape = {}) {
+                                   const LayerShape& shape = {},
+                                   const std::string& attention = "eager") {
   auto peak = [&](int64_t layers) {
     TrainConfig c;
+    c.attention = attention;
     c.model = "gpt";
     c.data = "synthetic";
     c.gpus = tp;
@@ -258,6 +276,60 @@ TEST(PlanActivations, TensorParallelSelectiveRecomputeIsKorthikantisFormulaWitho
   EXPECT_EQ(got, 8 * s * b * h + 24 * s * b * h / t + 8 * s * b);
   const double paper = s * b * h * (10.0 + 24.0 / t), without_dropout = paper - 2.0 * s * b * h;
   EXPECT_LT(relative_to(got, without_dropout), 0.02);
+}
+
+// The fused attention core keeps, of the attention core, q, k and v (the eager core's matmuls
+// keep copies of the same 6sbh; the fused one keeps the projections' outputs), its output (the
+// tensor the output projection keeps: the core writes it as [b, s, a, d], so the reshape to
+// [b, s, h] is no copy), one float32 log-sum-exp per row and head, 4asb, and the int64
+// positions it rebuilds the causal mask from, 8s; not the softmax (2as²b) nor the mask (s²).
+// A bf16 GPT layer keeps 32sbh + 4asb + 8sb + 8s bytes (docs/planning.md), and with tensor
+// parallel t 8sbh + 24sbh/t + 4asb/t + 8sb + 8s (every member holds the whole positions and
+// the LayerNorms' statistics). Selective recompute leaves a fused core alone: the same bytes.
+int64_t fused_bytes_per_layer(int64_t s, int64_t b, int64_t h, int64_t a, int64_t t = 1) {
+  return 8 * s * b * h + 24 * s * b * h / t + 4 * a * s * b / t + 8 * s * b + 8 * s;
+}
+
+TEST(PlanActivations, FusedAttentionKeepsNoScores) {
+  const int64_t s = 512, b = 2, h = 256, a = 8;
+  EXPECT_EQ(activation_bytes_per_layer("none", 1, {}, "fused"), fused_bytes_per_layer(s, b, h, a));
+  EXPECT_EQ(activation_bytes_per_layer("none", 2, {}, "fused"),
+            fused_bytes_per_layer(s, b, h, a, 2));
+  EXPECT_EQ(activation_bytes_per_layer("selective", 1, {}, "fused"),
+            fused_bytes_per_layer(s, b, h, a));
+  EXPECT_EQ(activation_bytes_per_layer("full", 1, {}, "fused"), 2 * s * b * h);
+}
+
+// The same formula on a real CPU run (the peak of the activations with 3 layers less that with
+// 2), over a sequence of 160 tokens: query tiles of 128 and 32 rows.
+TEST(PlanActivations, FusedAttentionOnACpuRunKeepsTheFormulasBytes) {
+  const int64_t s = 160, b = 2, h = 64, a = 4;
+  auto peak = [&](int64_t layers) {
+    TrainConfig c;
+    c.model = "gpt";
+    c.attention = "fused";
+    c.data = "synthetic";
+    c.gpus = 1;
+    c.precision = "bf16";
+    c.batch_size = b;
+    c.shape.layers = layers;
+    c.shape.hidden = h;
+    c.shape.heads = a;
+    c.shape.seq_len = s;
+    c.max_steps = 1;
+    c.synthetic_train = 8;
+    c.synthetic_test = 2;
+    c.eval_limit = 2;
+    c.progress = false;
+    validate(c);
+    MeshOptions mo;
+    mo.world_size = 1;
+    mo.capacity_bytes = int64_t{1} << 32;
+    DeviceMesh mesh(mo);
+    train(c, mesh, synthetic_text(8, 2, s, c.shape.vocab, c.seed), nullptr);
+    return mesh.gpu(0).stats().peak_by_category[static_cast<size_t>(MemoryCategory::Activations)];
+  };
+  EXPECT_EQ(peak(3) - peak(2), fused_bytes_per_layer(s, b, h, a));
 }
 
 // The same at the size the paper measured: the 22B GPT of its Table 3 (h 6144, 64 heads,
@@ -333,6 +405,7 @@ namespace {
 TrainConfig tensor_parallel_config(const TransformerShape& shape, int tp, int64_t batch,
                                    bool sequence_parallel, const std::string& recompute = "none") {
   TrainConfig c;
+  c.attention = "eager"; // the formulas below are the eager core's
   c.recompute = recompute;
   c.model = "gpt";
   c.data = "synthetic";

@@ -10,9 +10,11 @@ using namespace meshsim;
 namespace {
 
 // The tiny GPT with `layers` blocks, one sequence of `seq` tokens per GPU, on `gpus` GPUs of
-// one node with ZeRO `zero`.
-PlanFigures planned(const char* recompute, int gpus = 1, int zero = 0) {
+// one node with ZeRO `zero`, with the eager attention core unless `attention` says otherwise.
+PlanFigures planned(const char* recompute, int gpus = 1, int zero = 0,
+                    const char* attention = "eager") {
   TrainConfig c;
+  c.attention = attention;
   c.model = "gpt";
   c.data = "synthetic";
   c.gpus = gpus;
@@ -53,6 +55,25 @@ TEST(PlanFlops, FullRecomputeAddsEveryBlocksForwardOnceAndMfuLeavesItOut) {
     EXPECT_LT(recomputed, none.flops / 3) << zero;
     EXPECT_NEAR(full.mfu / full.tflops_per_gpu,
                 none.model_flops / full.flops / (full.peak_flops / 1e12), 1e-12)
+        << zero;
+  }
+}
+
+// The fused core's backward computes S = QKᵀ again before its four GEMMs: 2·b·s²·h more per
+// block per GPU than the eager core's backward, counted as recomputation (MFU leaves it out).
+// Selective recompute has nothing to drop from a fused core and adds nothing; full recompute
+// adds the blocks' forward, as with the eager core.
+TEST(PlanFlops, FusedAttentionRecomputesTheScoresInBackward) {
+  for (int zero : {0, 3}) {
+    const int gpus = zero == 0 ? 1 : 2;
+    const double b = 1, s = 128, h = 64, layers = 3;
+    const PlanFigures eager = planned("none", gpus, zero, "eager");
+    const PlanFigures fused = planned("none", gpus, zero, "fused");
+    EXPECT_DOUBLE_EQ(fused.flops - eager.flops, gpus * layers * 2 * b * s * s * h) << zero;
+    EXPECT_DOUBLE_EQ(fused.model_flops, eager.model_flops) << zero;
+    EXPECT_DOUBLE_EQ(planned("selective", gpus, zero, "fused").flops, fused.flops) << zero;
+    EXPECT_DOUBLE_EQ(planned("full", gpus, zero, "fused").flops - fused.flops,
+                     planned("full", gpus, zero, "eager").flops - eager.flops)
         << zero;
   }
 }

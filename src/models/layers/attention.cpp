@@ -23,6 +23,10 @@ AttentionImpl::AttentionImpl(const AttentionOptions& o, const torch::TensorOptio
   out_ = nn::AnyModule(register_module(o.out_name, make_linear(inner, o.hidden, o.bias, t)));
 }
 
+void AttentionImpl::set_core(std::shared_ptr<const AttentionCore> core) {
+  core_ = core ? std::move(core) : std::make_shared<EagerCausalCore>();
+}
+
 torch::Tensor sequence_positions(int64_t length, const torch::Tensor& like) {
   return arange_allocated(0, length, 1, like.options().dtype(torch::kLong));
 }
@@ -67,7 +71,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
 torch::Tensor AttentionImpl::run_core(const torch::Tensor& q, const torch::Tensor& k,
                                       const torch::Tensor& v, const torch::Tensor& given,
                                       const torch::Tensor& positions) const {
-  if (!recompute_core)
+  if (!recompute_core || !core_recomputable())
     return core_->forward(q, k, v, positions);
   // Selective recomputation: backward keeps q, k, v, not what the core saves. Positions
   // 0..T-1 (none given) are made again in the recompute, as the mask is, so nothing more is

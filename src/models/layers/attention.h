@@ -1,8 +1,10 @@
 // Attention made of slots: the projections q, k, v and out (Linears that tensor parallelism
 // may replace, LinearSlots) around a core (AttentionCore) that runs the attention itself on
-// per-head q, k, v at explicit token positions. Today's core is the eager causal one
-// (eager_core.h); a fused (flash) core, or a context-parallel one whose rank holds
-// non-contiguous chunks of the sequence, is another AttentionCore in a sibling file.
+// per-head q, k, v at explicit token positions. The cores: the eager causal one
+// (eager_core.h), which keeps the [B, heads, T, T] softmax for backward, and the fused one
+// (fused_core.h, --attention fused, the default of train and plan), which keeps none; a
+// context-parallel one whose rank holds non-contiguous chunks of the sequence is another
+// AttentionCore in a sibling file.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +28,10 @@ public:
   virtual ~AttentionCore() = default;
   virtual torch::Tensor forward(const torch::Tensor& q, const torch::Tensor& k,
                                 const torch::Tensor& v, const torch::Tensor& positions) const = 0;
+  /// Runs as one fused kernel (fused_core.h): its [B, heads, T, T] scores never reach memory
+  /// and backward recomputes them, so there is nothing for selective recomputation to drop,
+  /// and the FLOP counts add that recompute instead of the scores' traffic (flops.h).
+  virtual bool fused() const { return false; }
 };
 
 struct AttentionOptions {
@@ -46,7 +52,7 @@ class AttentionImpl : public torch::nn::Module,
                       public CheckpointedAttention,
                       public AttentionHeads {
 public:
-  /// `core`: nullptr for the eager causal core.
+  /// `core`: nullptr for the eager causal core (build_model installs ModelOptions::attention's).
   AttentionImpl(const AttentionOptions& options, const torch::TensorOptions& tensors = {},
                 std::shared_ptr<const AttentionCore> core = nullptr);
   /// x [B, T', H] (T' = T, or this member's part of it under sequence parallelism) ->
@@ -57,6 +63,10 @@ public:
   int64_t head_dim() const override { return head_dim_; }
   int64_t query_features() const override;
   const AttentionCore& core() const { return *core_; }
+  /// Replaces the core (nullptr: the eager one); models.cpp installs --attention's.
+  void set_core(std::shared_ptr<const AttentionCore> core);
+  bool fused_core() const override { return core_->fused(); }
+  bool core_recomputable() const override { return !core_->fused(); }
 
 private:
   torch::nn::AnyModule& slot(const std::string& name);

@@ -1,6 +1,7 @@
 // Shape-based FLOP and byte counts for the layers meshsim's models are built from.
 #include "models/layers/flops.h"
 
+#include <algorithm>
 #include <map>
 
 namespace meshsim {
@@ -87,9 +88,11 @@ void count_composite(const torch::nn::Module& m, double rows, double width, doub
     // queries' features say.
     const double d = static_cast<double>(heads->query_features());
     const double whole = seq * parts;
-    // QK^T and AV as one fused kernel: q, k, v read, the output written.
+    // QK^T and AV as one kernel: q, k, v read, the output written.
     add_gemm(total, 4 * batch * whole * whole * d, 4 * rows * parts * d * eb);
-    if (heads->head_dim() > 0)
+    if (heads->fused_core())
+      total.rerun_flops += 2 * batch * whole * whole * d; // backward's S = QKᵀ again
+    else if (heads->head_dim() > 0)
       total.score_bytes += kScorePassesForward * batch * (d / static_cast<double>(heads->head_dim())) *
                            whole * whole * eb;
     total.attention_flops += 4 * batch * whole * whole * d;
@@ -208,11 +211,15 @@ std::vector<LayerWork> backward_work(const std::vector<LayerWork>& forward) {
   for (LayerWork& w : backward) {
     const bool gemm = w.op == "matmul" || w.op == "attention";
     // The recomputed forward, in the forward's proportions of GEMMs (its whole forward under
-    // full recompute, the attention core, one fused kernel, under selective).
+    // full recompute, the attention core, one kernel, under selective), plus a fused
+    // attention core's scores (GEMM work on top of the whole forward under full recompute;
+    // one kernel, FlashAttention-2's backward preprocessing, without).
     const double rerun_share = w.flops > 0 ? w.rerun_flops / w.flops : 0;
     const bool whole = rerun_share > 0.999;
-    const double rerun_gemm_flops = whole ? w.gemm_flops : w.rerun_flops;
-    const double rerun_gemm_bytes = whole ? w.gemm_bytes : w.rerun_bytes;
+    const double rerun_gemm_flops =
+        whole ? w.gemm_flops + std::max(0.0, w.rerun_flops - w.flops) : w.rerun_flops;
+    const double rerun_gemm_bytes =
+        whole ? w.gemm_bytes + std::max(0.0, w.rerun_bytes - w.bytes) : w.rerun_bytes;
     const int64_t rerun_kernels = whole ? w.kernels : (w.rerun_flops > 0 ? 1 : 0);
     const int64_t rerun_gemms = whole ? w.gemms : (w.rerun_flops > 0 ? 1 : 0);
     w.recompute_flops = w.rerun_flops;

@@ -9,8 +9,13 @@
 //  - Conv2d: 2·N·Cout·Hout·Wout·(Cin/groups)·kh·kw (+ the bias per output element); bytes
 //    as Linear.
 //  - attention (a module implementing AttentionHeads, or one with children q, k, v): QK^T
-//    and AV, 4·B·S²·D FLOPs, bytes of
-//    q, k, v and the output once (a fused kernel: the S×S scores never reach memory).
+//    and AV, 4·B·S²·D FLOPs (D = heads·head_dim), bytes of q, k, v and the output once.
+//  - its core, by what AttentionHeads::fused_core() says it is:
+//    eager: the scores go through memory (score_bytes, below);
+//    fused (FlashAttention-2's algorithm, fused_core.h): they never reach memory, and
+//    backward computes S = QKᵀ again before its four GEMMs (dV = PᵀdO, dP = dO Vᵀ,
+//    dQ = dS K, dK = dSᵀ Q, 2·B·S²·D each): 2·B·S²·D more FLOPs, recorded as recomputation
+//    (the forward's rerun_flops), with no bytes (q and k are read once for both).
 //  - LayerNorm/BatchNorm/GroupNorm: 5 FLOPs per element; ReLU 1, GELU 8, dropout 2,
 //    softmax 5, pooling kh·kw per output element; bytes = input + output (+ parameters).
 //  - views (Flatten, Identity): nothing.
@@ -18,8 +23,8 @@
 //    kernel moves through memory, B·heads·T² elements per pass: written by QKᵀ, read and
 //    written by softmax and by dropout, read by AV (6 passes forward); written by dP, read and
 //    written by dropout's backward, read twice and written by softmax's, read by dQ, dK and
-//    dV (9 passes backward). A fused (flash) kernel keeps them on chip; the prediction adds
-//    them only without one (PredictOptions::flash_attention).
+//    dV (9 passes backward). Only the eager core records them; the prediction adds what was
+//    recorded (a fused core keeps them on chip and records none).
 //  - kernels: one per leaf (a Linear, convolution, norm, activation, lookup), one for a fused
 //    attention core; of them the Linears, convolutions and attention cores are GEMMs, whose
 //    flops and bytes LayerWork::gemm_flops and gemm_bytes carry apart.
@@ -49,6 +54,9 @@ public:
   virtual int64_t head_dim() const = 0;
   /// heads · head_dim of the queries this module computes.
   virtual int64_t query_features() const = 0;
+  /// Its core is fused (AttentionCore::fused): no score traffic, the scores recomputed in
+  /// backward.
+  virtual bool fused_core() const { return false; }
 };
 
 /// Implemented by composite modules whose leaves see tensors of different shapes (a ResNet

@@ -76,7 +76,8 @@ void set_recompute(torch::nn::Sequential& model, Recompute recompute) {
     if (auto* block = dynamic_cast<CheckpointedBlock*>(module.get()))
       block->recompute = recompute == Recompute::Full;
     if (auto* attention = dynamic_cast<CheckpointedAttention*>(module.get()))
-      attention->recompute_core = recompute == Recompute::Selective;
+      attention->recompute_core =
+          recompute == Recompute::Selective && attention->core_recomputable();
   }
 }
 

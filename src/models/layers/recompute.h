@@ -39,12 +39,15 @@ public:
 class CheckpointedAttention {
 public:
   virtual ~CheckpointedAttention() = default;
+  /// False for a core that keeps nothing selective recomputation would drop (the fused core
+  /// keeps q, k, v, its output and one number per row): set_recompute leaves it off.
+  virtual bool core_recomputable() const { return true; }
   bool recompute_core = false;
 };
 
 /// Sets what every transformer block of `model` recomputes in backward (--recompute): Full
 /// checkpoints every CheckpointedBlock, Selective every attention core
-/// (CheckpointedAttention), None neither.
+/// (CheckpointedAttention) that keeps its scores (a fused core is left alone), None neither.
 void set_recompute(torch::nn::Sequential& model, Recompute recompute);
 
 } // namespace meshsim
