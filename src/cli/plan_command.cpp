@@ -74,7 +74,7 @@ void print_plan(const nlohmann::json& doc, const TrainConfig& c) {
              "micro-batch{} of {} per replica), recompute {}\n",
              c.preset.empty() ? c.model : c.preset, short_count(doc["parameters"].get<int64_t>()),
              doc["cluster"].get<std::string>(),
-             ParallelDims::make(c.gpus, c.tp, c.pp).describe(),
+             layout_dims(c).describe(),
              c.sequence_parallel ? " with sequence parallel" : "", c.zero, c.precision,
              doc["global_batch_size"].get<int64_t>(), c.micro_batches, c.micro_batches == 1 ? "" : "es",
              doc["layout"]["micro_batch_size"].get<int64_t>(), c.recompute);
@@ -110,6 +110,8 @@ nlohmann::json layout_json(const TrainConfig& c) {
           {"pp", c.pp},
           {"virtual_stages", c.virtual_stages},
           {"zero", c.zero},
+          {"dp_shard", c.dp_shard > 0 ? c.dp_shard : c.gpus / (c.tp * c.pp)},
+          {"reshard_after_forward", c.reshard_after_forward},
           {"sequence_parallel", c.sequence_parallel},
           {"micro_batches", c.micro_batches},
           {"micro_batch_size", micro_batch_size_of(c)},

@@ -64,6 +64,7 @@ struct PlanLayout {
   bool sequence_parallel = false;
   const char* recompute = "none";
   int virtual_stages = 1; // more: interleaved 1F1B over as many more layers
+  int dp_shard = 0;       // HSDP: ZeRO shards within this many dp ranks (0: all of dp)
 };
 
 class PlanMatchesTraining : public ::testing::TestWithParam<PlanLayout> {};
@@ -94,6 +95,7 @@ TEST_P(PlanMatchesTraining, PeakBytesByCategoryPerGpu) {
   c.micro_batches = l.micro_batches;
   c.sequence_parallel = l.sequence_parallel;
   c.virtual_stages = l.virtual_stages;
+  c.dp_shard = l.dp_shard;
   c.shape.layers = std::max<int64_t>(c.shape.layers, static_cast<int64_t>(l.pp) * l.virtual_stages);
   c.batch_size = 8;
   c.max_steps = kPlanSteps;
@@ -166,7 +168,14 @@ INSTANTIATE_TEST_SUITE_P(Layouts, PlanMatchesTraining,
                                            PlanLayout{"pp2_interleaved", 4, 1, 2, 0, 4, "gpt", "fp32",
                                                   false, "none", 2},
                                            PlanLayout{"mesh_2x2x2_zero1_interleaved", 8, 2, 2, 1, 2,
-                                                  "llama", "fp32", false, "none", 2}),
+                                                  "llama", "fp32", false, "none", 2},
+                                           PlanLayout{"mesh_2x2x2_zero3", 8, 2, 2, 3, 2},
+                                           PlanLayout{"mesh_2x2x2_zero2_sequence_parallel", 8, 2, 2,
+                                                  2, 2, "gpt", "bf16", true},
+                                           PlanLayout{"hsdp_zero3", 4, 1, 1, 3, 2, "gpt", "fp32",
+                                                  false, "none", 1, 2},
+                                           PlanLayout{"hsdp_tp2_zero3", 8, 2, 1, 3, 1, "gpt",
+                                                  "fp32", false, "none", 1, 2}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 } // namespace

@@ -56,6 +56,9 @@ struct ZeroDataParallel::State {
   /// Stage 2: waits for the reduce-scatter in flight, if any, adds its part into the shard
   /// gradient and frees its bucket.
   void wait_in_flight();
+  /// HSDP: averages `t` (a unit's gradient, or its reduce-scattered shard) over the unit's
+  /// replicas; nothing without replication.
+  void average_over_replicas(FlatUnit& unit, torch::Tensor& t);
   /// Stage 3: materializes the unit's full parameters (all-gather) if they are not.
   void gather(FlatUnit& unit);
   /// Stage 3: a copy of `model` whose blocks gather their parameters around forward and
