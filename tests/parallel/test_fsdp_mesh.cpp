@@ -7,6 +7,7 @@
 // byte to the formulas of docs/zero.md ("ZeRO with tensor and pipeline parallelism").
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <iostream>
 #include <map>
 
@@ -228,6 +229,7 @@ std::map<int, FsdpModelState> fsdp_check_model_state(int world, const StrategyOp
   const int64_t b = mixed ? 2 : 4, K = mixed ? 12 : 8;
   std::mutex mutex;
   std::map<int, FsdpModelState> seen;
+  std::map<int, int64_t> peaks; // parameters' peak
   run_fsdp_mesh(world, options, 2, [&](RankContext& ctx, Strategy&, int step) {
     const int stage = ctx.rank / (world / options.pp);
     const FsdpModelState want =
@@ -241,13 +243,27 @@ std::map<int, FsdpModelState> fsdp_check_model_state(int world, const StrategyOp
     EXPECT_EQ(got.gradients, want.gradients) << where;
     EXPECT_EQ(got.optimizer, want.optimizer) << where;
     EXPECT_EQ(fsdp_category_now(ctx.gpu, MemoryCategory::Communication), 0) << where;
+    // ZeRO 3 never holds a stage whole, not even while it is built: at most its shards and
+    // two gathered units (the one whose backward ends, freed by its last gradient, and the
+    // one the next backward gathers; two units padded to a multiple of N at most).
+    const int64_t peak =
+        ctx.gpu.stats().peak_by_category[static_cast<size_t>(MemoryCategory::Parameters)];
+    if (options.zero == 3) {
+      std::vector<int64_t> units =
+          fsdp_gpt_units(options.shape, options.tp, options.pp, stage);
+      std::sort(units.rbegin(), units.rend());
+      const int64_t two = units.size() > 1 ? units[0] + units[1] : units[0];
+      EXPECT_LE(peak, want.parameters + b * (two + 2 * (N - 1))) << where;
+    }
     std::lock_guard<std::mutex> lock(mutex);
+    peaks[stage] = peak;
     seen[stage] = got;
   });
   for (const auto& [stage, s] : seen)
     std::cout << fmt::format("{}: stage {} GPU: parameters {} + gradients {} + optimizer {} = {} "
-                             "bytes\n",
-                             what, stage, s.parameters, s.gradients, s.optimizer, s.total());
+                             "bytes; parameters' peak {}\n",
+                             what, stage, s.parameters, s.gradients, s.optimizer, s.total(),
+                             peaks[stage]);
   return seen;
 }
 

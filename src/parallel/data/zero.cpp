@@ -130,15 +130,9 @@ ZeroDataParallel::ZeroDataParallel(RankContext& ctx, torch::nn::Sequential model
 
   torch::NoGradGuard no_grad;
   s.build_units(blocks_of(model, s.params), group_of);
-  for (auto& unit : s.units) {
-    // Members start from their group's first rank's parameters, as DDP does.
-    s.ctx.comm.broadcast(unit->full, unit->group.ranks.front(), unit->group);
-    if (unit->replicate.size() > 1) // HSDP: every replica from the first one's values
-      s.ctx.comm.broadcast(unit->full, unit->replicate.ranks.front(), unit->replicate);
-    for (auto& p : unit->params)
-      p.mutable_grad() = torch::Tensor();
-    s.set_up_gradients(*unit);
-  }
+  if (options.stage < 3) // stage 3 prepared each unit as it built it
+    for (auto& unit : s.units)
+      s.prepare(*unit);
   std::vector<torch::Tensor> shards_to_update;
   for (auto& unit : s.units)
     shards_to_update.push_back(unit->shard);
@@ -166,6 +160,11 @@ void ZeroDataParallel::State::build_units(const std::vector<std::vector<size_t>>
     unit->member = unit->group.index_of(ctx.rank);
     units.push_back(std::move(unit));
     current[g].clear();
+    // Stage 3 shards and frees each unit before the next is built: a GPU never holds more
+    // than its shards and one gathered unit, at construction as in a step (FSDP's
+    // fully_shard of a meta-initialized model holds less still: nothing whole).
+    if (options.stage == 3)
+      prepare(*units.back());
   };
   for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
     std::vector<std::vector<torch::Tensor>> parts(groups.size());
@@ -193,6 +192,16 @@ void ZeroDataParallel::State::build_units(const std::vector<std::vector<size_t>>
 }
 
 ZeroDataParallel::~ZeroDataParallel() = default;
+
+void ZeroDataParallel::State::prepare(FlatUnit& unit) {
+  // Members start from their group's first rank's parameters, as DDP does.
+  ctx.comm.broadcast(unit.full, unit.group.ranks.front(), unit.group);
+  if (unit.replicate.size() > 1) // HSDP: every replica from the first one's values
+    ctx.comm.broadcast(unit.full, unit.replicate.ranks.front(), unit.replicate);
+  for (auto& p : unit.params)
+    p.mutable_grad() = torch::Tensor();
+  set_up_gradients(unit);
+}
 
 void ZeroDataParallel::State::set_up_gradients(FlatUnit& unit) {
   switch (options.stage) {

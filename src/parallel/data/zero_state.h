@@ -45,6 +45,9 @@ struct ZeroDataParallel::State {
   /// indices, forward order) and each parameter's group.
   void build_units(const std::vector<std::vector<size_t>>& blocks,
                    const std::vector<size_t>& group_of);
+  /// A new unit: broadcast from its group's first rank (and its replicas'), then its
+  /// gradients set up (stage 3: its shard kept and its full parameters freed).
+  void prepare(FlatUnit& unit);
   void set_up_gradients(FlatUnit& unit);
   void install_gradient_hooks();
   /// Post-AccumulateGrad hook body: parameter `i` of `unit` has its gradient.
