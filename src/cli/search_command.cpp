@@ -39,15 +39,19 @@ void print_search(const nlohmann::json& doc) {
   if (doc["layouts"].empty()) {
     fmt::print("no layout fits\n");
   } else {
-    fmt::print("{:>3} {:>3} {:>3} {:>5} {:>4} {:>4} {:>6} {:<9} {:<3} {:>9} {:>12} {:>8} {:>6} "
+    fmt::print("{:>3} {:>3} {:>3} {:>7} {:>4} {:>4} {:>6} {:<9} {:<3} {:>9} {:>12} {:>8} {:>6} "
                "{:>10}\n",
                "#", "tp", "pp", "dp", "zero", "mbs", "micro", "recompute", "sp", "step (s)",
                "tokens/s/GPU", "TFLOP/s", "MFU", "peak/GPU");
     for (const auto& l : doc["layouts"]) {
       const auto& y = l["layout"];
-      fmt::print("{:>3} {:>3} {:>3} {:>5} {:>4} {:>4} {:>6} {:<9} {:<3} {:>9.3f} {:>12.0f} {:>8.1f} "
+      // dp, or with HSDP its replicas × shard group ("2x8").
+      const int dp = y["dp"].get<int>(), shard = y.value("dp_shard", dp);
+      const std::string dp_text =
+          shard == dp ? std::to_string(dp) : fmt::format("{}x{}", dp / shard, shard);
+      fmt::print("{:>3} {:>3} {:>3} {:>7} {:>4} {:>4} {:>6} {:<9} {:<3} {:>9.3f} {:>12.0f} {:>8.1f} "
                  "{:>5.1f}% {:>10}{}\n",
-                 l["rank"].get<int>(), y["tp"].get<int>(), y["pp"].get<int>(), y["dp"].get<int>(),
+                 l["rank"].get<int>(), y["tp"].get<int>(), y["pp"].get<int>(), dp_text,
                  y["zero"].get<int>(), y["micro_batch_size"].get<int64_t>(),
                  y["micro_batches"].get<int>(), y["recompute"].get<std::string>(),
                  y["sequence_parallel"].get<bool>() ? "yes" : "no",

@@ -202,7 +202,7 @@ std::optional<int> open_mesh_and_folder(TrainRun& r) {
 nlohmann::json announce(const TrainRun& r) {
   const TrainConfig& config = r.config;
   DeviceMesh& mesh = *r.mesh;
-  const ParallelDims dims = ParallelDims::make(config.gpus, config.tp, config.pp);
+  const ParallelDims dims = layout_dims(config);
   ModelOptions model_options;
   model_options.shape = config.shape;
   const int64_t parameters = count_parameters(*build_model(config.model, model_options));
@@ -210,12 +210,13 @@ nlohmann::json announce(const TrainRun& r) {
       uses_mesh_layout(config)
           ? fmt::format(" as {}{}, zero {}{}, {} micro-batches, recompute {}", dims.describe(),
                         config.sequence_parallel ? " with sequence parallel" : "", config.zero,
-                        dims.pp > 1
+                        (config.reshard_after_forward ? "" : " (no reshard after forward)") +
+                            std::string(dims.pp > 1
                             ? ", " + config.schedule + " schedule" +
                                   (config.virtual_stages > 1
                                        ? fmt::format(" ({} virtual stages)", config.virtual_stages)
                                        : "")
-                            : "",
+                            : ""),
                         config.micro_batches, config.recompute)
           : "";
   if (r.leader())
@@ -237,7 +238,9 @@ nlohmann::json announce(const TrainRun& r) {
   return {{"world_size", config.gpus},
           {"strategy", config.strategy},
           {"layout", {{"dp", dims.dp}, {"tp", dims.tp}, {"pp", dims.pp},
-                      {"zero", config.zero}, {"schedule", config.schedule},
+                      {"zero", config.zero}, {"dp_shard", dims.dp_shard},
+                      {"reshard_after_forward", config.reshard_after_forward},
+                      {"schedule", config.schedule},
                       {"virtual_stages", config.virtual_stages},
                       {"micro_batches", config.micro_batches},
                       {"recompute", config.recompute},

@@ -28,6 +28,13 @@ void add_model_layout_flags(CLI::App& app, TrainConfig& c) {
   add_integer_flag(app, "--pp", c.pp, "pipeline stages")->capture_default_str();
   add_integer_flag(app, "--zero", c.zero, "ZeRO stage on the data-parallel dimension: 0 | 1 | 2 | 3")
       ->capture_default_str();
+  add_integer_flag(app, "--dp-shard", c.dp_shard,
+                   "HSDP: ZeRO shards within groups of this many data-parallel ranks and "
+                   "replicates across the dp / N groups (default: all of dp)",
+                   /*min=*/1);
+  app.add_flag("!--no-reshard-after-forward", c.reshard_after_forward,
+               "zero 3: keep each block's gathered parameters from its forward to its backward "
+               "(one all-gather less per block, more memory)");
   app.add_option("--schedule", c.schedule, "pipeline schedule: naive | gpipe | 1f1b")
       ->capture_default_str();
   add_integer_flag(app, "--virtual-stages", c.virtual_stages,

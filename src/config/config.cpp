@@ -16,6 +16,7 @@
 #include "config/validation_steps.h"
 #include "cost/hardware.h"
 #include "device/physical_device.h"
+#include "mesh/parallel_dims.h"
 #include "parallel/strategy.h"
 
 namespace meshsim {
@@ -26,6 +27,15 @@ void require(bool ok, const std::string& message) {
 
 bool listed(const std::vector<std::string>& names, const std::string& name) {
   return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+ParallelDims layout_dims(const TrainConfig& c) {
+  ParallelSizes sizes;
+  sizes.world = c.gpus;
+  sizes.tp = c.tp;
+  sizes.pp = c.pp;
+  sizes.dp_shard = c.dp_shard;
+  return ParallelDims::make(sizes);
 }
 
 bool uses_mesh_layout(const TrainConfig& c) {

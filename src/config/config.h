@@ -15,6 +15,8 @@
 
 namespace meshsim {
 
+struct ParallelDims;
+
 /// Limits of the flags: what this process can hold, and what its clock can count.
 constexpr int kMaxGpus = 1024;
 /// A plan runs on the meta device and executes one GPU per symmetry class: it may cover the
@@ -34,6 +36,8 @@ struct TrainConfig {
                               // --tie-head --rope-theta (gpt and llama)
   int tp = 1, pp = 1;         // dp = gpus / (tp · pp)
   int zero = 0;
+  int dp_shard = 0;             // --dp-shard N: HSDP, ZeRO shards within N dp ranks; 0: all of dp
+  bool reshard_after_forward = true;  // --no-reshard-after-forward: ZeRO 3 keeps blocks gathered
   std::string schedule = "1f1b";
   int virtual_stages = 1;       // model chunks per pipeline stage: interleaved 1F1B when > 1
   int micro_batches = 0;        // 0: not given: 1, or what micro_batch_size makes (validate)
@@ -123,6 +127,10 @@ constexpr double kMaxTensorNumbers = 576460752303423488.0;
 /// Whether the run needs the hybrid dp × tp × pp engine (any of --tp --pp --zero
 /// --micro-batches --recompute).
 bool uses_mesh_layout(const TrainConfig& config);
+
+/// The run's named dimensions (mesh/parallel_dims.h): --gpus, --tp, --pp and --dp-shard.
+/// Throws std::invalid_argument as ParallelDims::make does.
+ParallelDims layout_dims(const TrainConfig& config);
 
 /// Checks every field and resolves the derived ones (data default, batch per replica, the
 /// fault); throws std::invalid_argument with a one-line message.

@@ -14,6 +14,8 @@ StrategyOptions strategy_options(const TrainConfig& config) {
   options.pp = config.pp;
   options.sequence_parallel = config.sequence_parallel;
   options.zero = config.zero;
+  options.dp_shard = config.dp_shard;
+  options.reshard_after_forward = config.reshard_after_forward;
   options.schedule = config.schedule;
   options.virtual_stages = config.virtual_stages;
   options.micro_batches = config.micro_batches;

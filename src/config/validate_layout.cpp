@@ -50,6 +50,16 @@ void validate_layout(TrainConfig& c) {
                       static_cast<int64_t>(c.tp) * c.pp));
   const ParallelDims dims = ParallelDims::make(c.gpus, c.tp, c.pp);
   require(c.zero >= 0 && c.zero <= 3, fmt::format("--zero must be 0, 1, 2 or 3, got {}", c.zero));
+  // HSDP shards ZeRO's state within groups of --dp-shard ranks: stage 1 its optimizer state,
+  // 2 its gradients too, 3 its parameters too; without ZeRO nothing is sharded.
+  require(c.dp_shard >= 0, fmt::format("--dp-shard must be at least 1, got {}", c.dp_shard));
+  require(c.dp_shard == 0 || c.zero >= 1,
+          fmt::format("--dp-shard {} shards ZeRO's state: it needs --zero 1, 2 or 3", c.dp_shard));
+  require(c.dp_shard == 0 || dims.dp % c.dp_shard == 0,
+          fmt::format("--dp-shard {} does not divide the {} data-parallel ranks", c.dp_shard,
+                      dims.dp));
+  require(c.reshard_after_forward || c.zero == 3,
+          "--no-reshard-after-forward keeps ZeRO-3's gathered parameters: it needs --zero 3");
   require(listed(schedule_names(), c.schedule),
           fmt::format("unknown schedule '{}' (choose naive, gpipe or 1f1b)", c.schedule));
   resolve_micro_batches(c, dims);
@@ -73,9 +83,6 @@ void validate_layout(TrainConfig& c) {
   require(!uses_mesh_layout(c) || c.strategy == "ddp",
           fmt::format("--tp, --pp, --zero, --micro-batches and --recompute run with --strategy ddp "
                       "(the default), not {}", c.strategy));
-  require(c.zero <= 1 || (c.tp == 1 && c.pp == 1),
-          fmt::format("--zero {} runs with data parallelism alone so far; use --zero 1 with --tp or --pp",
-                      c.zero));
   require(!c.sequence_parallel || c.tp > 1,
           "--sequence-parallel needs --tp 2 or more: it splits the sequence over the tp group");
 

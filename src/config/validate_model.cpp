@@ -66,9 +66,6 @@ void validate_model_layout(const TrainConfig& c) {
                         "chunk needs a layer",
                         g.layers, c.pp, c.virtual_stages,
                         static_cast<int64_t>(c.pp) * c.virtual_stages));
-    require(!g.tie_head || c.zero < 3,
-            "--tie-head with --zero 3 is not supported yet: stage 3 frees the gathered embedding "
-            "weight that the tied head reads; use --no-tie-head");
     require(!g.tie_head || c.pp == 1,
             "--tie-head needs --pp 1: the embedding and the head would be on different stages");
     require(c.data == "synthetic" || g.vocab >= 256,

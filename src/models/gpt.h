@@ -62,6 +62,8 @@ class TiedHeadImpl : public torch::nn::Module {
 public:
   explicit TiedHeadImpl(GptEmbedding embed) : embed_(std::move(embed)) {}
   torch::Tensor forward(const torch::Tensor& x);
+  /// The embedding whose weight this head reads (ZeRO-3 gathers it for the head too).
+  const GptEmbedding& embedding() const { return embed_; }
 
 private:
   GptEmbedding embed_; // shared with the model's "embed" child, deliberately not a child here

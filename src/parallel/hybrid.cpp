@@ -9,9 +9,13 @@
 //      with V virtual stages its V chunks r, r+P, ... of the model cut into P·V (Megatron's
 //      interleaved placement), the pipeline then a ring;
 //   4. data parallel with ZeRO over the ranks that hold the same part: every parameter is in
-//      one parameter group over the "dp_cp" group (= dp while cp = 1); its flat buffers,
-//      allocated on this rank's GPU as `parameters`, take over the stage's parameters, so the
-//      GPU is charged once for what it keeps and never for the rest.
+//      one parameter group sharded over the "dp_shard_cp" group (= dp while cp = 1 and
+//      without HSDP) and, with HSDP (--dp-shard), averaged across the "dp_replicate" group
+//      too; its flat buffers, allocated on this rank's GPU as `parameters`, take over the
+//      stage's parameters, so the GPU is charged once for what it keeps and never for the
+//      rest. ZeRO 3 gathers each block's parameters for its forward and backward in every
+//      micro-batch the schedule runs, and reduce-scatters its gradients after each
+//      micro-batch's backward of it, as FSDP2 does (docs/zero.md).
 //
 // A step splits the replica's batch into micro-batches and runs them through the pipeline
 // schedule (or, with one stage, forward and backward in turn), then averages gradients over
@@ -216,6 +220,62 @@ std::vector<torch::Tensor> parameters_in_model_order(RankContext& ctx, const Par
   return all;
 }
 
+// The run's named dimensions: tp, pp and, with HSDP, the shard groups' size.
+ParallelDims mesh_dims(int world, const StrategyOptions& options) {
+  ParallelSizes sizes;
+  sizes.world = world;
+  sizes.tp = options.tp;
+  sizes.pp = options.pp;
+  sizes.dp_shard = options.dp_shard;
+  return ParallelDims::make(sizes);
+}
+
+// ZeRO-3's {reader, owner} children: a tied head reads the embedding's weight.
+std::vector<std::pair<size_t, size_t>> tied_children(const torch::nn::Sequential& stage) {
+  std::vector<std::pair<size_t, size_t>> shared;
+  for (size_t r = 0; r < stage->size(); ++r)
+    if (const auto* head = stage->ptr(r)->as<TiedHeadImpl>())
+      for (size_t o = 0; o < stage->size(); ++o)
+        if (stage->ptr(o).get() == head->embedding().ptr().get())
+          shared.emplace_back(r, o);
+  return shared;
+}
+
+// The dense parameters' group: sharded over dp_shard × cp, averaged across the replicas.
+ParamGroup dense_group(const torch::nn::Sequential& stage, const ParallelDims& dims, int rank) {
+  ParamGroup group = all_parameters(stage, dims.group(rank, "dp_shard_cp"), "dp_shard_cp");
+  if (dims.dp_replicate > 1)
+    group.replicate = dims.group(rank, "dp_replicate");
+  return group;
+}
+
+/// Sequence parallelism's partial gradients summed over the tp group: in .grad for ZeRO 0 and
+/// 1; for 2 and 3 the parts of this rank's gradient shards they cover (reduce-scatter over dp
+/// and the sum over tp are both linear, so their order does not matter; the tp peers have
+/// the same flat layout, so the same parts).
+void sum_sequence_gradients(ZeroDataParallel& zero, const std::vector<torch::Tensor>& params,
+                            Communicator& comm, const Group& tp) {
+  if (zero.stage() < 2 || tp.size() == 1 || params.empty()) {
+    all_reduce_sequence_parallel_gradients(params, comm, tp);
+    return;
+  }
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> parts = zero.shard_gradients_of(params);
+  torch::Tensor flat;
+  {
+    CategoryScope scope(MemoryCategory::Communication);
+    flat = torch::cat(parts);
+  }
+  if (flat.numel() == 0)
+    return;
+  comm.all_reduce(flat, ReduceOp::Sum, tp);
+  int64_t offset = 0;
+  for (auto& part : parts) {
+    part.copy_(flat.narrow(0, offset, part.numel()));
+    offset += part.numel();
+  }
+}
+
 // The model's parallel plan; empty for a family without one (cnn, lenet, resnet50: --tp
 // refuses them, and a pipeline cuts them at every child with parameters).
 ParallelPlan model_plan(const StrategyOptions& options) {
@@ -227,25 +287,27 @@ class HybridStrategy final : public Strategy {
 public:
   HybridStrategy(RankContext& ctx, const StrategyOptions& options)
       : ctx_(ctx), options_(options),
-        dims_(ParallelDims::make(ctx.world_size, options.tp, options.pp)),
+        dims_(mesh_dims(ctx.world_size, options)),
         coord_(dims_.coord(ctx.rank)), tp_(dims_.group(ctx.rank, "tp")),
         world_(Group::world(ctx.world_size)),
         micro_batches_(options.schedule == "naive" && dims_.pp > 1 ? 1 : options.micro_batches),
         plan_(model_plan(options)) {
-    if (options.sequence_parallel && options.zero >= 2) // its gradients leave .grad in backward
-      throw std::invalid_argument("--sequence-parallel runs with --zero 0 or 1");
     stage_ = build_stage();
     options_.initial.reset(); // the weights are in the stage: the host's copy may go
     // The optimizer updates this rank's shard (ZeRO >= 1) or all of its part.
     optimizer_numel_ = count_parameters(*stage_);
-    const int shards = dims_.size("dp_cp");
+    const int shards = dims_.size("dp_shard_cp");
     if (options.zero >= 1) optimizer_numel_ = (optimizer_numel_ + shards - 1) / shards;
-    // Every parameter is dense today: one group, reduced and sharded over dp × cp.
-    std::vector<ParamGroup> groups{
-        all_parameters(stage_, dims_.group(ctx.rank, "dp_cp"), "dp_cp")};
-    zero_ = std::make_unique<ZeroDataParallel>(
-        ctx, stage_, std::move(groups),
-        ZeroOptions{options.zero, options.bucket_mb, options.optimizer, options.overlap});
+    // Every parameter is dense today: one group, sharded over dp_shard × cp.
+    std::vector<ParamGroup> groups{dense_group(stage_, dims_, ctx.rank)};
+    ZeroOptions zero;
+    zero.stage = options.zero;
+    zero.bucket_mb = options.bucket_mb;
+    zero.optimizer = options.optimizer;
+    zero.overlap = options.overlap;
+    zero.reshard_after_forward = options.reshard_after_forward;
+    zero.shared_children = tied_children(stage_);
+    zero_ = std::make_unique<ZeroDataParallel>(ctx, stage_, std::move(groups), zero);
     if (options.sequence_parallel && dims_.tp > 1)
       sequence_params_ = sequence_parallel_parameters(stage_, plan_);
     pipe_ = wire_pipeline(zero_->module(), chunk_sizes_, dims_, coord_, options.virtual_stages);
@@ -267,7 +329,7 @@ public:
     zero_->finish_gradients(step_number);
     // After the dp reductions, as Megatron does: the cost model takes the reductions right
     // after a backward for its gradient buckets.
-    all_reduce_sequence_parallel_gradients(sequence_params_, ctx_.comm, tp_);
+    sum_sequence_gradients(*zero_, sequence_params_, ctx_.comm, tp_);
     ctx_.sample_memory(step_number, "gradients");
     // Every rank holds a different part (dp shards, tp and pp parts): all of them agree.
     const bool finite = gradients_finite(ctx_, *zero_->optimizer(), world_);
@@ -290,8 +352,14 @@ public:
   }
 
   std::vector<torch::Tensor> full_parameters() override {
-    std::vector<torch::Tensor> mine = zero_->full_parameters();  // whole over dp
-    if (dims_.tp > 1) mine = meshsim::full_parameters(stage_, ctx_.comm, tp_);  // whole over tp
+    std::vector<torch::Tensor> mine;
+    if (dims_.tp > 1)  // whole over dp (ZeRO 3 gathers), then over tp; copies: ZeRO 3 frees
+      zero_->with_full_parameters([&] {
+        mine = meshsim::full_parameters(stage_, ctx_.comm, tp_);
+        for (auto& p : mine) p = p.clone();
+      });
+    else
+      mine = zero_->full_parameters();  // whole over dp
     if (coord_.dp != 0 || coord_.tp != 0) return {};
     return parameters_in_model_order(ctx_, dims_, coord_, std::move(mine), chunk_parameters_);
   }

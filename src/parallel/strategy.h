@@ -40,6 +40,8 @@ struct StrategyOptions {
   int tp = 1, pp = 1;           // the mesh: dp = world / (tp · pp)
   bool sequence_parallel = false; // with tp > 1: norms and residuals on 1/tp of the sequence
   int zero = 0;                 // ZeRO stage on the data-parallel dimension
+  int dp_shard = 0;             // HSDP: ZeRO shards within groups of this many dp ranks (0: all)
+  bool reshard_after_forward = true; // ZeRO 3: free a block's gathered weights after forward
   std::string schedule = "1f1b";
   int virtual_stages = 1;       // model chunks per pipeline stage (interleaved 1F1B when > 1)
   int micro_batches = 1;

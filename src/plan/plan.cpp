@@ -51,15 +51,22 @@ std::vector<Recorder> replicate_replicas(const std::vector<Recorder>& executed,
     for (int t = 0; t < dims.tp; ++t) {
       // A member's image in replica d at tp index t: the coordinates its group spans are kept
       // (a dp group stays the dp group, a tp group the tp group), the others become (d, t).
+      // dp is two coordinates with HSDP, each kept or replaced alone: a shard group spans
+      // dp_shard only, a replicate group dp_replicate only.
+      const int shards = dims.dp_shard;
       auto rename = [&](const std::vector<int>& group, int rank) {
-        bool spans_dp = false, spans_tp = false;
+        bool spans_replica = false, spans_shard = false, spans_tp = false;
+        const ParallelCoord first = dims.coord(group.front());
         for (int g : group) {
-          spans_dp = spans_dp || dims.coord(g).dp != dims.coord(group.front()).dp;
-          spans_tp = spans_tp || dims.coord(g).tp != dims.coord(group.front()).tp;
+          const ParallelCoord c = dims.coord(g);
+          spans_replica = spans_replica || c.dp / shards != first.dp / shards;
+          spans_shard = spans_shard || c.dp % shards != first.dp % shards;
+          spans_tp = spans_tp || c.tp != first.tp;
         }
         ParallelCoord c = dims.coord(rank);
-        if (!spans_dp)
-          c.dp = d;
+        const int replica = spans_replica ? c.dp / shards : d / shards;
+        const int shard = spans_shard ? c.dp % shards : d % shards;
+        c.dp = replica * shards + shard;
         if (!spans_tp)
           c.tp = t;
         return dims.rank(c);
@@ -116,7 +123,7 @@ Plan make_plan(const TrainConfig& config, int64_t capacity_bytes, int64_t steps)
   check_plannable(config);
   check_plan_work(config, steps);
   Plan plan;
-  plan.dims = ParallelDims::make(config.gpus, config.tp, config.pp);
+  plan.dims = layout_dims(config);
   plan.steps = steps;
   plan.samples_per_step = config.batch_size * plan.dims.dp;
   // An image is one sample and no tokens; a plan's rates count it as one "token".

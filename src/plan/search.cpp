@@ -103,9 +103,10 @@ TrainConfig reduced(const TrainConfig& config, int64_t blocks, int micro_batches
 }
 
 std::string describe(const TrainConfig& c) {
-  return fmt::format("tp {} pp {} dp {} zero {} mbs {} recompute {}{}", c.tp, c.pp,
-                     c.gpus / (c.tp * c.pp), c.zero, micro_batch_size_of(c), c.recompute,
-                     c.sequence_parallel ? " sp" : "");
+  return fmt::format("tp {} pp {} dp {}{} zero {} mbs {} recompute {}{}", c.tp, c.pp,
+                     c.gpus / (c.tp * c.pp),
+                     c.dp_shard > 0 ? fmt::format(" (shard {})", c.dp_shard) : "", c.zero,
+                     micro_batch_size_of(c), c.recompute, c.sequence_parallel ? " sp" : "");
 }
 
 // Per stage: the most micro-batches it holds at once with `micro_batches` under the
@@ -118,13 +119,21 @@ std::vector<int> held_at_once(const TrainConfig& config, int micro_batches) {
 }
 
 // `base` laid out as one candidate of the search (validate() still to run).
-TrainConfig candidate(const TrainConfig& base, int world, int tp, int pp, int zero, bool sp,
-                      int64_t micro_batch_size, const char* recompute) {
+// How a candidate shards ZeRO's state: its stage, and HSDP's shard groups (0: all of dp).
+struct Sharding {
+  int zero = 0;
+  int dp_shard = 0;
+};
+
+TrainConfig candidate(const TrainConfig& base, int world, int tp, int pp, Sharding sharding,
+                      bool sp, int64_t micro_batch_size, const char* recompute) {
   TrainConfig c = base;
   c.gpus = world;
   c.tp = tp;
   c.pp = pp;
-  c.zero = zero;
+  c.zero = sharding.zero;
+  c.dp_shard = sharding.dp_shard;
+  c.reshard_after_forward = true;
   c.micro_batch_size = micro_batch_size;
   c.micro_batches = 0;
   c.sequence_parallel = sp;
@@ -224,7 +233,7 @@ PlanFigures estimate_layout(const TrainConfig& config, const ClusterSpec& cluste
 
 int64_t model_state_floor(const TrainConfig& c) {
   const int64_t psi = preset_parameter_count(c.model, c.shape);
-  const int dp = c.gpus / (c.tp * c.pp);
+  const int dp = c.dp_shard > 0 ? c.dp_shard : c.gpus / (c.tp * c.pp); // what ZeRO shards over
   const double element = c.precision == "fp32" ? 4 : 2;
   // The optimizer's fp32 state per parameter: Adam's two moments or SGD's momentum buffer,
   // and the fp32 master weights of mixed precision.
@@ -302,8 +311,16 @@ SearchResult search_layouts(const TrainConfig& base, const ClusterSpec& cluster,
   for (const auto& [tp, pp] : shapes) {
     Family& family = families.emplace_back();
     family.report.family = fmt::format("tp {}, pp {}", tp, pp);
-    const std::vector<int> zeros = tp == 1 && pp == 1 ? std::vector<int>{3, 2, 1, 0}
-                                                      : std::vector<int>{1, 0};
+    // ZeRO 3 to 0 in every family (FSDP composes with tp and pp), and between ZeRO 3 over
+    // all of dp and ZeRO 2, HSDP: ZeRO 3 sharded within a node's data-parallel ranks and
+    // replicated across nodes (its all-gathers stay on the node's links), where a node holds
+    // more than one and fewer than all of dp.
+    const int dp = world / (tp * pp), node_dp = std::max(1, cluster.gpus_per_node / tp);
+    std::vector<Sharding> zeros{{3, 0}};
+    if (node_dp > 1 && node_dp < dp && dp % node_dp == 0)
+      zeros.push_back({3, node_dp});
+    for (int zero : {2, 1, 0})
+      zeros.push_back({zero, 0});
     const std::vector<bool> sps = tp > 1 ? std::vector<bool>{true, false} : std::vector<bool>{false};
     if (base.shape.layers % pp != 0) { // Megatron's 1F1B needs equal stages too
       const int count = static_cast<int>(zeros.size() * sps.size()) * 4 * 3;
@@ -316,7 +333,7 @@ SearchResult search_layouts(const TrainConfig& base, const ClusterSpec& cluster,
     // Most memory saved first (more ZeRO sharding, sequence parallel, the smallest
     // micro-batch, full recompute): what does not fit there fits nowhere after it.
     bool family_fits_somewhere = true;
-    for (int zero : zeros) {
+    for (const Sharding& zero : zeros) {
       for (bool sp : sps) {
         double previous = 0; // tokens/s of the last micro-batch size that fit
         bool sizes_done = false; // the larger sizes hold more or run slower: validated only
@@ -335,7 +352,9 @@ SearchResult search_layouts(const TrainConfig& base, const ClusterSpec& cluster,
           }
           if (!family_fits_somewhere || sizes_done)
             continue;
-          const bool most_saving = zero == zeros.front() && sp == sps.front() && smallest;
+          const bool most_saving = zero.zero == zeros.front().zero &&
+                                   zero.dp_shard == zeros.front().dp_shard && sp == sps.front() &&
+                                   smallest;
           smallest = false;
           // The model state alone, at the ZeRO paper's bytes per parameter, spread evenly:
           // no layout of this family with this much sharding or less can fit.

@@ -52,6 +52,19 @@ TEST(CliMesh, BadLayoutsAreUsageErrors) {
   expect_usage_error("--gpus 2 --pp 2 --schedule zigzag", "unknown schedule 'zigzag'");
 }
 
+// HSDP's shard groups divide dp and shard ZeRO's state; keeping ZeRO-3's gathered parameters
+// needs ZeRO 3 (docs/zero.md).
+TEST(CliMesh, DpShardAndReshardAfterForwardRules) {
+  expect_usage_error("--gpus 4 --zero 3 --dp-shard 3",
+                     "--dp-shard 3 does not divide the 4 data-parallel ranks");
+  expect_usage_error("--gpus 4 --dp-shard 2",
+                     "--dp-shard 2 shards ZeRO's state: it needs --zero 1, 2 or 3");
+  expect_usage_error("--gpus 4 --zero 3 --dp-shard 0", "--dp-shard: must be at least 1, got 0");
+  expect_usage_error("--gpus 4 --zero 2 --no-reshard-after-forward",
+                     "--no-reshard-after-forward keeps ZeRO-3's gathered parameters: it needs "
+                     "--zero 3");
+}
+
 TEST(CliMesh, SequenceParallelNeedsTensorParallelAndASequenceThatSplits) {
   expect_usage_error("--gpus 2 --sequence-parallel",
                      "--sequence-parallel needs --tp 2 or more: it splits the sequence over the "

@@ -66,6 +66,7 @@ struct PlanLayout {
   int virtual_stages = 1; // more: interleaved 1F1B over as many more layers
   const char* attention = "fused";
   int64_t seq_len = 0; // 0: the default shape's
+  int dp_shard = 0;       // HSDP: ZeRO shards within this many dp ranks (0: all of dp)
 };
 
 class PlanMatchesTraining : public ::testing::TestWithParam<PlanLayout> {};
@@ -99,6 +100,7 @@ TEST_P(PlanMatchesTraining, PeakBytesByCategoryPerGpu) {
   c.micro_batches = l.micro_batches;
   c.sequence_parallel = l.sequence_parallel;
   c.virtual_stages = l.virtual_stages;
+  c.dp_shard = l.dp_shard;
   c.shape.layers = std::max<int64_t>(c.shape.layers, static_cast<int64_t>(l.pp) * l.virtual_stages);
   c.batch_size = 8;
   c.max_steps = kPlanSteps;
@@ -182,7 +184,14 @@ INSTANTIATE_TEST_SUITE_P(Layouts, PlanMatchesTraining,
                                            // a plan runs the first (fused_core.cpp)
                                            PlanLayout{"fused_three_tiles_llama_bf16_zero3", 2, 1, 1,
                                                   3, 1, "llama", "bf16", false, "none", 1, "fused",
-                                                  320}),
+                                                  320},
+                                           PlanLayout{"mesh_2x2x2_zero3", 8, 2, 2, 3, 2},
+                                           PlanLayout{"mesh_2x2x2_zero2_sequence_parallel", 8, 2, 2,
+                                                  2, 2, "gpt", "fp32", true},
+                                           PlanLayout{"hsdp_zero3", 4, 1, 1, 3, 2, "gpt", "fp32",
+                                                  false, "none", 1, "fused", 0, 2},
+                                           PlanLayout{"hsdp_tp2_zero3", 8, 2, 1, 3, 1, "gpt",
+                                                  "fp32", false, "none", 1, "fused", 0, 2}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 } // namespace

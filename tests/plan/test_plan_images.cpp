@@ -12,6 +12,7 @@ using namespace meshsim;
 struct ImageLayout {
   const char* name;
   int gpus, tp, pp, zero, micro_batches;
+  int dp_shard = 0; // HSDP: ZeRO shards within this many dp ranks (0: all of dp)
 };
 
 class PlanImages : public ::testing::TestWithParam<ImageLayout> {};
@@ -29,6 +30,7 @@ TrainConfig image_config_of(const ImageLayout& l, const char* precision = "fp32"
   c.pp = l.pp;
   c.zero = l.zero;
   c.micro_batches = l.micro_batches;
+  c.dp_shard = l.dp_shard;
   c.batch_size = 8;
   c.progress = false;
   validate(c);
@@ -70,7 +72,10 @@ INSTANTIATE_TEST_SUITE_P(Layouts, PlanImages,
                                            ImageLayout{"pp2_1f1b", 4, 1, 2, 0, 4},
                                            ImageLayout{"mesh_zero1", 8, 2, 2, 1, 2},
                                            ImageLayout{"zero2", 4, 1, 1, 2, 1},
-                                           ImageLayout{"zero3", 4, 1, 1, 3, 1}),
+                                           ImageLayout{"zero3", 4, 1, 1, 3, 1},
+                                           ImageLayout{"mesh_zero3", 8, 2, 2, 3, 2},
+                                           ImageLayout{"hsdp_zero3", 8, 1, 1, 3, 1, 2},
+                                           ImageLayout{"hsdp_pp2_zero2", 8, 1, 2, 2, 2, 2}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // A plan's steps after the first change nothing it reports: every executed GPU's peak bytes by

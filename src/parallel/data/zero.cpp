@@ -76,6 +76,10 @@ std::vector<size_t> group_of_each(const std::vector<ParamGroup>& groups, size_t 
     if (groups[g].group.index_of(rank) < 0)
       throw std::invalid_argument(fmt::format("zero: rank {} is not in its {} group [{}]", rank,
                                               groups[g].dim, groups[g].group.key()));
+    if (groups[g].replicate.size() > 0 && groups[g].replicate.index_of(rank) < 0)
+      throw std::invalid_argument(fmt::format("zero: rank {} is not in its {} group [{}]", rank,
+                                              groups[g].replicate_dim,
+                                              groups[g].replicate.key()));
     for (size_t i : groups[g].params) {
       if (i >= params)
         throw std::invalid_argument(fmt::format(
@@ -126,13 +130,9 @@ ZeroDataParallel::ZeroDataParallel(RankContext& ctx, torch::nn::Sequential model
 
   torch::NoGradGuard no_grad;
   s.build_units(blocks_of(model, s.params), group_of);
-  for (auto& unit : s.units) {
-    // Members start from their group's first rank's parameters, as DDP does.
-    s.ctx.comm.broadcast(unit->full, unit->group.ranks.front(), unit->group);
-    for (auto& p : unit->params)
-      p.mutable_grad() = torch::Tensor();
-    s.set_up_gradients(*unit);
-  }
+  if (options.stage < 3) // stage 3 prepared each unit as it built it
+    for (auto& unit : s.units)
+      s.prepare(*unit);
   std::vector<torch::Tensor> shards_to_update;
   for (auto& unit : s.units)
     shards_to_update.push_back(unit->shard);
@@ -156,9 +156,15 @@ void ZeroDataParallel::State::build_units(const std::vector<std::vector<size_t>>
     const int shards = options.stage == 0 ? 1 : groups[g].group.size();
     auto unit = std::make_shared<FlatUnit>(make_flat_unit(std::move(current[g]), shards));
     unit->group = groups[g].group;
+    unit->replicate = groups[g].replicate;
     unit->member = unit->group.index_of(ctx.rank);
     units.push_back(std::move(unit));
     current[g].clear();
+    // Stage 3 shards and frees each unit before the next is built: a GPU never holds more
+    // than its shards and one gathered unit, at construction as in a step (FSDP's
+    // fully_shard of a meta-initialized model holds less still: nothing whole).
+    if (options.stage == 3)
+      prepare(*units.back());
   };
   for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
     std::vector<std::vector<torch::Tensor>> parts(groups.size());
@@ -186,6 +192,16 @@ void ZeroDataParallel::State::build_units(const std::vector<std::vector<size_t>>
 }
 
 ZeroDataParallel::~ZeroDataParallel() = default;
+
+void ZeroDataParallel::State::prepare(FlatUnit& unit) {
+  // Members start from their group's first rank's parameters, as DDP does.
+  ctx.comm.broadcast(unit.full, unit.group.ranks.front(), unit.group);
+  if (unit.replicate.size() > 1) // HSDP: every replica from the first one's values
+    ctx.comm.broadcast(unit.full, unit.replicate.ranks.front(), unit.replicate);
+  for (auto& p : unit.params)
+    p.mutable_grad() = torch::Tensor();
+  set_up_gradients(unit);
+}
 
 void ZeroDataParallel::State::set_up_gradients(FlatUnit& unit) {
   switch (options.stage) {
@@ -275,6 +291,7 @@ void ZeroDataParallel::State::reduce_scatter(FlatUnit& unit) {
     return;
   }
   torch::Tensor part = ctx.comm.reduce_scatter(unit.bucket, ReduceOp::Avg, unit.group);
+  average_over_replicas(unit, part);
   unit.shard_grad.add_(part);
   ctx.sample_memory(step, "reduce_scatter");
   part = torch::Tensor();
@@ -291,9 +308,16 @@ void ZeroDataParallel::State::wait_in_flight() {
   InFlight done = std::move(in_flight);
   in_flight = InFlight{};
   done.work->wait();
+  average_over_replicas(*done.unit, done.part);
   done.unit->shard_grad.add_(done.part);
   ctx.sample_memory(step, "reduce_scatter");
   done.unit->bucket = torch::Tensor();
+}
+
+void ZeroDataParallel::State::average_over_replicas(FlatUnit& unit, torch::Tensor& t) {
+  // HSDP: the group's average, then the replicas' (equal sizes: the average of all of dp).
+  if (unit.replicate.size() > 1)
+    ctx.comm.all_reduce(t, ReduceOp::Avg, unit.replicate);
 }
 
 void ZeroDataParallel::State::gather(FlatUnit& unit) {
@@ -322,8 +346,10 @@ void ZeroDataParallel::finish_gradients(int64_t step) {
   torch::NoGradGuard no_grad;
   s.step = step;
   if (s.options.stage <= 1) {
-    for (auto& unit : s.units)
+    for (auto& unit : s.units) {
       s.ctx.comm.all_reduce(unit->grad, ReduceOp::Avg, unit->group);
+      s.average_over_replicas(*unit, unit->grad);
+    }
     s.ctx.sample_memory(step, "all_reduce");
     return;
   }
@@ -366,6 +392,44 @@ std::vector<torch::Tensor> ZeroDataParallel::full_parameters() {
   std::vector<torch::Tensor> out;
   for (const auto& p : s.params)
     out.push_back(copies.at(p.unsafeGetTensorImpl()));
+  return out;
+}
+
+void ZeroDataParallel::with_full_parameters(const std::function<void()>& read) {
+  State& s = *state_;
+  std::vector<FlatUnit*> gathered;
+  for (auto& unit : s.units)
+    if (!unit->materialized) {
+      gather_full(*unit, s.ctx.comm, unit->group);
+      gathered.push_back(unit.get());
+    }
+  read();
+  for (FlatUnit* unit : gathered)
+    release_full(*unit);
+}
+
+std::vector<torch::Tensor>
+ZeroDataParallel::shard_gradients_of(const std::vector<torch::Tensor>& params) {
+  State& s = *state_;
+  if (s.options.stage < 2)
+    throw std::invalid_argument("zero: stages 0 and 1 keep whole gradients in .grad");
+  std::unordered_map<const void*, std::pair<const FlatUnit*, size_t>> where;
+  for (const auto& unit : s.units)
+    for (size_t i = 0; i < unit->params.size(); ++i)
+      where.emplace(unit->params[i].unsafeGetTensorImpl(), std::make_pair(unit.get(), i));
+  std::vector<torch::Tensor> out;
+  for (const auto& p : params) {
+    const auto it = where.find(p.unsafeGetTensorImpl());
+    if (it == where.end())
+      throw std::invalid_argument("zero: shard_gradients_of a tensor that is no parameter");
+    const FlatUnit& unit = *it->second.first;
+    // The parameter's elements [begin, end) of the flat buffer, and this member's shard's.
+    const int64_t begin = unit.offsets[it->second.second], end = begin + p.numel();
+    const int64_t lo = unit.member * unit.shard_numel, hi = lo + unit.shard_numel;
+    const int64_t from = std::min(std::max(begin, lo), hi);
+    const int64_t to = std::max(from, std::min(end, hi));
+    out.push_back(unit.shard_grad.narrow(0, from - lo, to - from));
+  }
   return out;
 }
 

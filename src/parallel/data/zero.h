@@ -7,8 +7,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/torch.h>
@@ -24,6 +26,16 @@ struct ZeroOptions {
   double bucket_mb = 25; // stages 0-2: blocks are grouped into flat buckets of about this size
   OptimizerOptions optimizer;
   bool overlap = true;   // stage 2: a unit's reduce-scatter runs while backward fills the next
+  /// Stage 3, FSDP2's reshard_after_forward: free a block's gathered parameters after its
+  /// forward (true), or keep them until its backward has reduce-scattered its gradients
+  /// (false: one all-gather less per block and micro-batch, the gathered blocks held from
+  /// forward to backward). Forwards without autograd (evaluation) always free them.
+  bool reshard_after_forward = true;
+  /// Stage 3: children without parameters that read another child's parameters, as
+  /// {reader, owner} child indices of the Sequential (a tied LM head reading the embedding's
+  /// weight, as FSDP puts a shared weight in one unit): the reader is wrapped like a block
+  /// with the owner's units, gathered for its forward and backward.
+  std::vector<std::pair<size_t, size_t>> shared_children;
 };
 
 /// Parameters whose gradients are averaged, and whose state is sharded, over one group.
@@ -31,6 +43,11 @@ struct ParamGroup {
   std::string dim = "dp_cp";  // its ParallelDims group's name (mesh/parallel_dims.h): messages
   Group group;                // this rank's group of that name
   std::vector<size_t> params; // indices into the model's parameters()
+  /// HSDP: the ranks holding the same shard in the other replicas ("dp_replicate"): the
+  /// gradients reduced (or reduce-scattered) over `group` are then averaged over these. Empty
+  /// or one rank: no replication.
+  Group replicate;
+  std::string replicate_dim = "dp_replicate";
 };
 
 /// One group over `group` holding every parameter of `model`.
@@ -79,6 +96,17 @@ public:
   /// Collective over the groups: the full parameters in module().parameters() order of the
   /// unwrapped model (stage 3 gathers them); allocated under the caller's current GPU/category.
   std::vector<torch::Tensor> full_parameters();
+  /// Collective over the groups: runs `read` while every unit's full parameters have storage
+  /// (stage 3 gathers the units that are not, and frees them again after), so that code
+  /// reading module() parameters directly (tensor parallel's gather) sees their values.
+  /// Tensors `read` keeps must be copies.
+  void with_full_parameters(const std::function<void()>& read);
+  /// After finish_gradients, for stages 2 and 3: the part of each of `params` (parameters
+  /// of the model) that lies in this member's gradient shard, as views of the shard's
+  /// gradient (empty views where a parameter lies outside it). Members of different groups
+  /// with the same unit layout get views of the same sizes. Throws std::invalid_argument for
+  /// a tensor that is not a parameter of the model, or for stages 0 and 1 (use .grad).
+  std::vector<torch::Tensor> shard_gradients_of(const std::vector<torch::Tensor>& params);
   Optimizer* optimizer();
   int stage() const;
 

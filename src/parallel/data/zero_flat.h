@@ -23,6 +23,7 @@ struct FlatUnit {
   int64_t padded = 0;                // numel rounded up to a multiple of the shard count
   int64_t shard_numel = 0;           // padded / shards
   Group group;                       // the ranks it is reduced and sharded over
+  Group replicate;                   // HSDP: the replicas its shard's gradient is averaged over
   int member = 0;                    // this rank's index in `group`: which shard it owns
 
   torch::Tensor full;       // [padded], charged to parameters

@@ -45,6 +45,9 @@ struct ZeroDataParallel::State {
   /// indices, forward order) and each parameter's group.
   void build_units(const std::vector<std::vector<size_t>>& blocks,
                    const std::vector<size_t>& group_of);
+  /// A new unit: broadcast from its group's first rank (and its replicas'), then its
+  /// gradients set up (stage 3: its shard kept and its full parameters freed).
+  void prepare(FlatUnit& unit);
   void set_up_gradients(FlatUnit& unit);
   void install_gradient_hooks();
   /// Post-AccumulateGrad hook body: parameter `i` of `unit` has its gradient.
@@ -56,6 +59,9 @@ struct ZeroDataParallel::State {
   /// Stage 2: waits for the reduce-scatter in flight, if any, adds its part into the shard
   /// gradient and frees its bucket.
   void wait_in_flight();
+  /// HSDP: averages `t` (a unit's gradient, or its reduce-scattered shard) over the unit's
+  /// replicas; nothing without replication.
+  void average_over_replicas(FlatUnit& unit, torch::Tensor& t);
   /// Stage 3: materializes the unit's full parameters (all-gather) if they are not.
   void gather(FlatUnit& unit);
   /// Stage 3: a copy of `model` whose blocks gather their parameters around forward and
