@@ -62,6 +62,8 @@ class TiedHeadImpl : public torch::nn::Module {
 public:
   explicit TiedHeadImpl(GptEmbedding embed) : embed_(std::move(embed)) {}
   torch::Tensor forward(const torch::Tensor& x);
+  /// The word embedding it reads (the embedding's wte): what a pipeline copies to its last stage.
+  const torch::Tensor& weight() const { return embed_->wte; }
 
 private:
   GptEmbedding embed_; // shared with the model's "embed" child, deliberately not a child here

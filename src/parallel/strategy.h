@@ -42,6 +42,9 @@ struct StrategyOptions {
   int zero = 0;                 // ZeRO stage on the data-parallel dimension
   std::string schedule = "1f1b";
   int virtual_stages = 1;       // model chunks per pipeline stage (interleaved 1F1B when > 1)
+  /// Units (transformer blocks) of each model chunk, pp × virtual_stages of them in virtual
+  /// stage order; empty: the units split evenly (config/stage_layers.h resolves the flags).
+  std::vector<int64_t> stage_layers;
   int micro_batches = 1;
   Recompute recompute = Recompute::None; // what the transformer blocks recompute in backward
   torch::Dtype dtype = torch::kFloat32; // parameters and activations (float64 in tests)
