@@ -112,6 +112,11 @@ put("fuzz_cli", "plan-llama", "1" + "\n".join(["--preset", "llama3-8b", "--clust
 put("fuzz_cli", "plan-mesh", "1" + "\n".join(["--model", "gpt", "--cluster", "2x8xa100-80", "--inter", "4xhdr",
                                              "--tp", "8", "--pp", "2", "--layers", "24",
                                              "--micro-batch-size", "1", "--global-batch-size", "64"]))
+put("fuzz_cli", "train-stage-layers", "0" + "\n".join(["--model", "gpt", "--pp", "3", "--gpus", "3", "--layers", "7",
+                                                      "--stage-layers", "2, 3,2", "--tie-head"]))
+put("fuzz_cli", "plan-first-last", "1" + "\n".join(["--preset", "llama3-405b", "--cluster", "2048x8xh100", "--tp", "8",
+                                                   "--pp", "16", "--first-stage-layers", "7",
+                                                   "--last-stage-layers", "7"]))
 # fuzz_predict_values: the bytes choose how each number of the target's own records changes.
 put("fuzz_predict_values", "as-recorded", bytes(64))
 put("fuzz_predict_values", "resized", bytes([1, 0, 0, 2, 11, 11, 3]))

@@ -42,6 +42,15 @@ void add_model_layout_flags(CLI::App& app, TrainConfig& c) {
                    "micro-batches a multiple of --pp)",
                    /*min=*/1)
       ->capture_default_str();
+  add_integer_flag(app, "--first-stage-layers", c.first_stage_layers,
+                   "gpt/llama with --pp: transformer blocks on the first stage (the other stages "
+                   "share the rest evenly)",
+                   /*min=*/1);
+  add_integer_flag(app, "--last-stage-layers", c.last_stage_layers,
+                   "gpt/llama with --pp: transformer blocks on the last stage", /*min=*/1);
+  app.add_option("--stage-layers", c.stage_layers,
+                 "gpt/llama with --pp: the blocks of every stage, e.g. 3,4,4,3 (with "
+                 "--virtual-stages: of every model chunk, pp × V counts in virtual-stage order)");
   add_integer_flag(app, "--micro-batches", c.micro_batches,
                    "micro-batches per step (pipeline, or accumulation); default 1, or what "
                    "--micro-batch-size makes",

@@ -40,6 +40,9 @@ struct TrainConfig {
   bool reshard_after_forward = true;  // --no-reshard-after-forward: ZeRO 3 keeps blocks gathered
   std::string schedule = "1f1b";
   int virtual_stages = 1;       // model chunks per pipeline stage: interleaved 1F1B when > 1
+  int first_stage_layers = 0;   // transformer blocks on the first / last pipeline stage; 0: even
+  int last_stage_layers = 0;    // (the other stages share the rest evenly: config/stage_layers.h)
+  std::string stage_layers;     // "3,4,4,3": blocks of every stage (pp × virtual stages counts)
   int micro_batches = 0;        // 0: not given: 1, or what micro_batch_size makes (validate)
   int64_t micro_batch_size = 0; // samples per micro-batch; 0: batch ÷ micro_batches
   std::string recompute = "none";

@@ -1,5 +1,7 @@
 #include "config/strategy_options.h"
 
+#include "config/stage_layers.h"
+
 namespace meshsim {
 
 StrategyOptions strategy_options(const TrainConfig& config) {
@@ -18,6 +20,7 @@ StrategyOptions strategy_options(const TrainConfig& config) {
   options.reshard_after_forward = config.reshard_after_forward;
   options.schedule = config.schedule;
   options.virtual_stages = config.virtual_stages;
+  options.stage_layers = stage_layer_counts(config);
   options.micro_batches = config.micro_batches;
   options.recompute = parse_recompute(config.recompute);
   options.attention = parse_attention(config.attention);

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "config/config.h"
+#include "config/stage_layers.h"
 #include "config/validation_steps.h"
 #include "models/family.h"
 #include "models/presets.h"
@@ -48,6 +49,7 @@ void validate_model_layout(const TrainConfig& c) {
   require(family.transformer || c.attention == "fused",
           fmt::format("--attention applies to the attention of --model gpt and llama, not {}",
                       c.model));
+  stage_layer_counts(c); // unequal stages: refused in one line unless they can be
   if (family.transformer) {
     const auto& g = c.shape;
     validate_shape(c.model, g);
@@ -66,8 +68,12 @@ void validate_model_layout(const TrainConfig& c) {
                         "chunk needs a layer",
                         g.layers, c.pp, c.virtual_stages,
                         static_cast<int64_t>(c.pp) * c.virtual_stages));
-    require(!g.tie_head || c.pp == 1,
-            "--tie-head needs --pp 1: the embedding and the head would be on different stages");
+    // With a pipeline the last stage holds a copy of the embedding whose gradient the
+    // embedding group sums after the dp reduction: on whole gradients (ZeRO 0 and 1).
+    require(!g.tie_head || c.pp == 1 || c.zero <= 1,
+            fmt::format("--tie-head with --pp {} runs with --zero 0 or 1, not {}: the embedding "
+                        "group sums whole gradients; use --no-tie-head",
+                        c.pp, c.zero));
     require(c.data == "synthetic" || g.vocab >= 256,
             fmt::format("--vocab {} is too small for byte-level text (256 byte values)", g.vocab));
   } else {

@@ -113,6 +113,18 @@ Group ParallelDims::group(int r, std::string_view name) const {
   return g;
 }
 
+Group ParallelDims::embedding_group(int r) const {
+  const ParallelCoord c = coord(r);
+  Group g;
+  if (c.pp != 0 && c.pp != pp - 1) return g;  // a middle stage holds neither copy
+  ParallelCoord first = c, last = c;
+  first.pp = 0;
+  last.pp = pp - 1;
+  g.ranks.push_back(rank(first));
+  if (pp > 1) g.ranks.push_back(rank(last));
+  return g;
+}
+
 int ParallelDims::size(std::string_view name) const {
   if (name == "tp") return tp;
   if (name == "cp") return cp;

@@ -73,6 +73,13 @@ struct ParallelDims {
   /// Every name group() knows.
   static const std::vector<std::string>& group_names();
 
+  /// Megatron's embedding group: the first and the last pipeline stage's ranks with the same
+  /// dp, cp and tp index as `rank`, which hold the two copies of a tied word embedding (the
+  /// embedding, and the head's copy) and sum their gradients. With one stage, the rank alone;
+  /// a middle stage's rank is in none (an empty group). Not one of group_names(): its groups
+  /// do not cover the world.
+  Group embedding_group(int rank) const;
+
   /// The groups of `rank`, each in index order of its dimension.
   Group tp_group(int rank) const { return group(rank, "tp"); }
   Group dp_group(int rank) const { return group(rank, "dp"); }

@@ -64,6 +64,8 @@ public:
   torch::Tensor forward(const torch::Tensor& x);
   /// The embedding whose weight this head reads (ZeRO-3 gathers it for the head too).
   const GptEmbedding& embedding() const { return embed_; }
+  /// The word embedding it reads (the embedding's wte): what a pipeline copies to its last stage.
+  const torch::Tensor& weight() const { return embed_->wte; }
 
 private:
   GptEmbedding embed_; // shared with the model's "embed" child, deliberately not a child here

@@ -38,6 +38,7 @@
 #include "parallel/pipeline/pipeline.h"
 #include "parallel/replica.h"
 #include "parallel/pipeline/schedule.h"
+#include "parallel/pipeline/tied_embedding.h"
 #include "parallel/tensor/sequence_parallel.h"
 #include "parallel/strategy.h"
 #include "parallel/tensor/tensor_parallel.h"
@@ -330,6 +331,8 @@ public:
     // After the dp reductions, as Megatron does: the cost model takes the reductions right
     // after a backward for its gradient buckets.
     sum_sequence_gradients(*zero_, sequence_params_, ctx_.comm, tp_);
+    // Then the two copies of a tied word embedding (first and last stage) sum theirs.
+    all_reduce_word_embedding_grads(ctx_.comm, tied_);
     ctx_.sample_memory(step_number, "gradients");
     // Every rank holds a different part (dp shards, tp and pp parts): all of them agree.
     const bool finite = gradients_finite(ctx_, *zero_->optimizer(), world_);
@@ -360,6 +363,8 @@ public:
       });
     else
       mine = zero_->full_parameters();  // whole over dp
+    // The head's copy of a tied embedding is not in the single-device model: one copy is.
+    if (tied_.copy_index >= 0) mine.erase(mine.begin() + tied_.copy_index);
     if (coord_.dp != 0 || coord_.tp != 0) return {};
     return parameters_in_model_order(ctx_, dims_, coord_, std::move(mine), chunk_parameters_);
   }
@@ -386,6 +391,12 @@ private:
     {
       GpuGuard host(nullptr);  // each GPU is charged only for the part it keeps
       full = build_model(options_.model, model_options);
+      // A tied head with a pipeline: the last stage's head is a copy of the word embedding,
+      // a head of its own (so tensor parallelism splits it over the vocabulary).
+      const torch::Tensor word =
+          dims_.pp > 1 ? tied_word_embedding(full, plan_.vocab_head) : torch::Tensor();
+      if (word.defined() && coord_.pp == dims_.pp - 1)
+        full = with_head_copy(full, plan_.vocab_head, word);
       if (dims_.tp > 1)
         parallelize_tensor(full, plan_, ctx_.comm, tp_, coord_.tp,
                            options_.sequence_parallel);
@@ -394,16 +405,42 @@ private:
       const int chunks = dims_.pp * options_.virtual_stages;
       std::vector<size_t> mine;
       for (int c = 0; c < chunks; ++c) {
-        const std::vector<size_t> indices = stage_children(full, plan_, chunks, c);
+        const std::vector<size_t> indices =
+            stage_children(full, plan_, chunks, c, options_.stage_layers);
         chunk_parameters_.push_back(children_module(full, indices)->parameters().size());
         if (c % dims_.pp != coord_.pp) continue;
         chunk_sizes_.push_back(indices.size());
         mine.insert(mine.end(), indices.begin(), indices.end());
       }
       stage = dims_.pp > 1 ? children_module(full, mine) : full;
+      if (word.defined()) note_tied_embedding(stage, word);
       set_recompute(stage, options_.recompute);
     }
     return stage;
+  }
+
+  // The first and last stage note the weight whose gradient their embedding group sums: the
+  // embedding's, or the head's copy (charged to the last stage's GPU with its other
+  // parameters). A copy split over the vocabulary (parallelize_tensor's rule: tp > 1 and a
+  // vocabulary that divides) pairs with the first stage's rows of its shard.
+  void note_tied_embedding(const torch::nn::Sequential& stage, const torch::Tensor& word) {
+    if (coord_.pp != 0 && coord_.pp != dims_.pp - 1) return;
+    tied_.group = dims_.embedding_group(ctx_.rank);
+    if (coord_.pp == 0) {
+      tied_.weight = word;
+      if (dims_.tp > 1 && word.size(0) % dims_.tp == 0) {
+        tied_.tp = tp_;
+        tied_.tp_index = coord_.tp;
+        tied_.rows = word.size(0) / dims_.tp;
+      }
+      return;
+    }
+    const auto params = stage->named_parameters();
+    for (size_t i = 0; i < params.size(); ++i)
+      if (params[i].key() == plan_.vocab_head + ".weight") {
+        tied_.weight = params[i].value();
+        tied_.copy_index = static_cast<int>(i);
+      }
   }
 
   // The last stage's first tensor-parallel member speaks for its replica.
@@ -422,6 +459,7 @@ private:
   std::unique_ptr<ZeroDataParallel> zero_;
   PipelineStage pipe_;
   std::vector<Action> actions_;
+  TiedEmbedding tied_;  // a tied head's copy on the first or last stage, and their group
   std::vector<size_t> chunk_sizes_;       // children of each of this rank's chunks, in order
   std::vector<size_t> chunk_parameters_;  // parameter tensors of every chunk of the model
 };

@@ -44,6 +44,9 @@ struct StrategyOptions {
   bool reshard_after_forward = true; // ZeRO 3: free a block's gathered weights after forward
   std::string schedule = "1f1b";
   int virtual_stages = 1;       // model chunks per pipeline stage (interleaved 1F1B when > 1)
+  /// Units (transformer blocks) of each model chunk, pp × virtual_stages of them in virtual
+  /// stage order; empty: the units split evenly (config/stage_layers.h resolves the flags).
+  std::vector<int64_t> stage_layers;
   int micro_batches = 1;
   Recompute recompute = Recompute::None; // what the transformer blocks recompute in backward
   AttentionKind attention = AttentionKind::Eager; // the attention core (ModelOptions::attention)

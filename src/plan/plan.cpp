@@ -16,13 +16,15 @@
 #include "mesh/rank_runner.h"
 #include "models/family.h"
 #include "parallel/strategy.h"
+#include "config/stage_layers.h"
 #include "config/strategy_options.h"
 
 namespace meshsim {
 namespace {
 
 // The ranks that differ: one per pipeline stage, data-parallel index 0 and tensor-parallel
-// index 0. The other members of a tp group hold shards of equal size (heads and the MLP split
+// index 0 (every stage runs: the first holds the embedding, the last the head, and stages of
+// unequal size, --stage-layers, differ in their blocks too). The other members of a tp group hold shards of equal size (heads and the MLP split
 // evenly) and the same replicated layers, and the other replicas are copies: all are images.
 std::vector<int> executed_ranks(const ParallelDims& dims) {
   std::vector<int> ranks;
@@ -104,7 +106,14 @@ void check_plan_work(const TrainConfig& config, int64_t steps) {
   if (!model_family(config.model).transformer)
     return; // an image model's layers are fixed
   const double layers = static_cast<double>(config.shape.layers);
-  const double per_stage = std::ceil(layers / (config.pp * config.virtual_stages)) * config.virtual_stages;
+  double per_stage = std::ceil(layers / (config.pp * config.virtual_stages)) * config.virtual_stages;
+  const std::vector<int64_t> stages = stage_layer_counts(config);  // unequal stages: the largest
+  if (!stages.empty()) {
+    std::vector<double> on_rank(static_cast<size_t>(config.pp), 0.0);
+    for (size_t c = 0; c < stages.size(); ++c)
+      on_rank[c % on_rank.size()] += static_cast<double>(stages[c]);
+    per_stage = *std::max_element(on_rank.begin(), on_rank.end());
+  }
   if (per_stage > kMaxPlannedBlocksPerStage)
     throw std::invalid_argument(fmt::format(
         "--layers {} puts {:.0f} transformer blocks on each of --pp {} stages; a plan builds at "

@@ -140,6 +140,8 @@ TrainConfig candidate(const TrainConfig& base, int world, int tp, int pp, Shardi
   c.recompute = recompute;
   c.schedule = "1f1b";
   c.virtual_stages = 1; // the search plans plain 1F1B
+  c.first_stage_layers = c.last_stage_layers = 0; // and even stages: its own pp
+  c.stage_layers.clear();
   return c;
 }
 

@@ -9,7 +9,9 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h> // fmt::join (in fmt/format.h before fmt 11)
 
+#include "config/stage_layers.h"
 #include "data/dataset.h"
 #include "memory/allocator.h"
 #include "mesh/parallel_dims.h"
@@ -237,6 +239,10 @@ CheckpointIdentity checkpoint_identity(const TrainConfig& config) {
                                 ? fmt::format(" with {} virtual stages", config.virtual_stages)
                                 : "",
                             config.zero, config.bucket_mb);
+  // Unequal stages hold other layers too: named only when asked for, as virtual stages are.
+  const std::vector<int64_t> stages = stage_layer_counts(config);
+  if (id.kind == kPerRankCheckpoint && !stages.empty())
+    id.layout += fmt::format(", stages of {} blocks", fmt::join(stages, ","));
   return id;
 }
 

@@ -219,6 +219,11 @@ TEST_F(CliExport, GptLayoutsGatherTheSameStateDict) {
   const fs::path tied =
       train_and_export("gpt-tied", kExportGpt + "--gpus 2 --tp 2 --batch-size 8 --tie-head");
   checks.add("gpt tied tp2", tied, data, "gpt " + kGptShape + " 1 128");
+  // Across a pipeline the last stage trains a copy of wte; the export holds one, the same.
+  const fs::path tied_pp = train_and_export(
+      "gpt-tied-pp2", kExportGpt + "--gpus 2 --pp 2 --micro-batches 2 --batch-size 8 --tie-head");
+  checks.add("gpt tied pp2", tied_pp, data, "gpt " + kGptShape + " 1 128");
+  expect_same_tensors("gpt tied pp2", tied, tied_pp);
   // Trained well enough (8% to 14% next-token accuracy, chance is 1.6%) that a wrongly
   // gathered tensor shows: heads over tp and layers over pp at once, and an interleaved
   // pipeline's chunks (rank 0 holds layers 0 and 2).
@@ -237,6 +242,8 @@ TEST_F(CliExport, GptLayoutsGatherTheSameStateDict) {
              data, "gpt 4 32 4 16 64 0 128");
   checks.run();
   for (const auto& [key, value] : read_state_dict(tied))
+    EXPECT_NE(key, "head.weight");
+  for (const auto& [key, value] : read_state_dict(tied_pp))
     EXPECT_NE(key, "head.weight");
 }
 

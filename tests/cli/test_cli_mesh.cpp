@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "cli_harness.h"
+#include "config/validation_steps.h"
 
 using namespace meshsim::testing;
 namespace fs = std::filesystem;
@@ -222,4 +223,76 @@ TEST(CliMesh, MicroBatchSizeSetsTheMicroBatchesAndSurvivesConfigJson) {
   EXPECT_EQ(second["micro_batch_size"], 0);
   fs::remove_all(out);
   fs::remove_all(again);
+}
+
+// --stage-layers, --first-stage-layers, --last-stage-layers: each bad value is one line and
+// exit 2, before anything runs.
+TEST(CliMesh, UnequalStagesBadValuesAreOneLineUsageErrors) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"--gpus 2 --pp 2 --layers 4 --stage-layers 1,2",
+       "--stage-layers '1,2' sums to 3 blocks, --layers is 4"},
+      {"--gpus 2 --pp 2 --layers 4 --stage-layers 1,2,1", "--stage-layers lists 3 stages, --pp has 2"},
+      {"--gpus 2 --pp 2 --layers 4 --stage-layers 4,0",
+       "--stage-layers '4,0': stage 1 has no block: every stage needs one"},
+      {"--gpus 2 --pp 2 --layers 4 --stage-layers 2,x",
+       "--stage-layers '2,x': 'x' is not a whole number of blocks (give e.g. 3,4,4,3)"},
+      {"--gpus 2 --pp 2 --layers 4 --stage-layers 2,-2",
+       "--stage-layers '2,-2': '-2' is not a whole number of blocks"},
+      {"--gpus 2 --layers 4 --stage-layers 4",
+       "--stage-layers and --first/--last-stage-layers need --pp 2 or more, got --pp 1"},
+      {"--gpus 2 --pp 2 --layers 4 --first-stage-layers 1 --last-stage-layers 2",
+       "--first-stage-layers 1 + --last-stage-layers 2 = 3 is not --layers 4 (--pp 2 has no "
+       "other stage)"},
+      {"--gpus 4 --pp 4 --layers 6 --first-stage-layers 3 --last-stage-layers 2",
+       "--first-stage-layers 3 and --last-stage-layers 2 leave 1 of --layers 6 for the other 2 "
+       "stages: every stage needs a block"},
+      {"--gpus 2 --pp 2 --layers 4 --stage-layers 2,2 --first-stage-layers 2",
+       "--stage-layers lists every stage: give it or --first-stage-layers / --last-stage-layers, "
+       "not both"},
+      {"--gpus 2 --pp 2 --layers 4 --micro-batches 2 --virtual-stages 2 --first-stage-layers 1",
+       "--first/--last-stage-layers run without --virtual-stages (got 2); give --stage-layers "
+       "with --pp × --virtual-stages counts instead"},
+      {"--gpus 2 --pp 2 --layers 4 --micro-batches 2 --virtual-stages 2 --stage-layers 2,2",
+       "--stage-layers lists 2 counts, --pp 2 × --virtual-stages 2 has 4 model chunks"},
+      {"--gpus 2 --pp 2 --first-stage-layers 0", "--first-stage-layers: must be at least 1, got 0"},
+  };
+  for (const auto& [args, message] : cases) {
+    const auto out = fresh_dir("stage-layers-bad");
+    const auto r = run_meshsim(kGpt + args + " --out " + out.string());
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n" << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << "\n" << r.output;
+    EXPECT_FALSE(fs::exists(out)) << args;
+  }
+  const auto r = run_meshsim("train --model cnn --data synthetic --gpus 2 --pp 2 --stage-layers 1,3");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("count transformer blocks (gpt, llama); cnn is cut at its layers with "
+                          "parameters"),
+            std::string::npos)
+      << r.output;
+}
+
+// A tied head with a pipeline trains (exit 0), and with ZeRO 2 or 3, which shard the
+// gradients the embedding group sums whole, it is one line (the rule is the model's: reached
+// once --zero 2 runs with --pp).
+TEST(CliMesh, TiedHeadWithAPipeline) {
+  const auto out = fresh_dir("tied-pp");
+  const auto r = run_meshsim(kGpt + "--gpus 2 --pp 2 --layers 3 --tie-head --micro-batches 2 "
+                                    "--batch-size 8 --max-steps 3 --first-stage-layers 1 --out " +
+                             out.string());
+  EXPECT_EQ(r.code, 0) << r.output;
+  fs::remove_all(out);
+  meshsim::TrainConfig c;
+  c.model = "gpt";
+  c.gpus = 4;
+  c.pp = 2;
+  c.zero = 2;
+  c.shape.tie_head = true;
+  try {
+    meshsim::validate_model_layout(c);
+    ADD_FAILURE() << "--tie-head --pp 2 --zero 2 was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), "--tie-head with --pp 2 runs with --zero 0 or 1, not 2: the "
+                                     "embedding group sums whole gradients; use --no-tie-head");
+  }
 }

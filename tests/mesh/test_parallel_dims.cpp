@@ -194,3 +194,20 @@ TEST(ParallelDims, RejectsSizesInOneLine) {
             "unknown parallel group 'dpcp' (one of tp, cp, pp, dp_replicate, dp_shard, dp, "
             "dp_shard_cp, dp_cp, ep, edp)");
 }
+
+// Megatron's embedding group, by hand: 8 GPUs as dp 2 × tp 2 × pp 2 (stage 0 ranks 0-3,
+// stage 1 ranks 4-7): each first-stage rank pairs with the last-stage rank of its dp and tp
+// index. With pp 4 the middle stages hold neither copy; with one stage a rank is alone.
+TEST(ParallelDims, EmbeddingGroupPairsTheFirstAndLastStage) {
+  const ParallelDims d = ParallelDims::make(8, 2, 2);
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(d.embedding_group(r).ranks, (std::vector<int>{r, r + 4}));
+    EXPECT_EQ(d.embedding_group(r + 4).ranks, (std::vector<int>{r, r + 4}));
+  }
+  const ParallelDims four = ParallelDims::make(8, 1, 4);  // dp 2: stages of ranks {0,1} ... {6,7}
+  EXPECT_EQ(four.embedding_group(1).ranks, (std::vector<int>{1, 7}));
+  EXPECT_EQ(four.embedding_group(6).ranks, (std::vector<int>{0, 6}));
+  EXPECT_TRUE(four.embedding_group(2).ranks.empty());
+  EXPECT_TRUE(four.embedding_group(5).ranks.empty());
+  EXPECT_EQ(ParallelDims::make(4, 2, 1).embedding_group(3).ranks, (std::vector<int>{3}));
+}

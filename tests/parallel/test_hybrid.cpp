@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <iostream>
+#include <map>
+#include <mutex>
 
 #include "data/text.h"
+#include "mesh/parallel_dims.h"
 #include "strategy_harness.h"
 
 using namespace meshsim;
@@ -44,8 +47,9 @@ const HarnessRun& mesh_reference() {
   return ref;
 }
 
-void expect_mesh_matches_single(int world, const StrategyOptions& options, const std::string& what) {
-  const HarnessRun& ref = mesh_reference();
+void expect_mesh_matches_single(int world, const StrategyOptions& options, const std::string& what,
+                                const HarnessRun* reference = nullptr) {
+  const HarnessRun& ref = reference ? *reference : mesh_reference();
   const HarnessRun got = run_mesh(world, options);
   ASSERT_EQ(got.losses.size(), ref.losses.size()) << what;
   for (int k = 0; k < kMeshSteps; ++k)
@@ -137,4 +141,106 @@ TEST(MeshEquivalence, RecomputeAndAccumulation) {
   expect_mesh_matches_single(4, mesh_with(1, 1, 3, "1f1b", 2, Recompute::Selective),
                         "zero3 with 2 micro-batches, selective");
   expect_mesh_matches_single(2, mesh_with(1, 1, 0, "1f1b", 4), "dp2 with 4 micro-batches");
+}
+
+namespace {
+
+// A tied head, or another depth: its own single-device reference, trained once.
+const HarnessRun& shape_reference(bool tie_head, int64_t layers) {
+  static std::map<std::pair<bool, int64_t>, HarnessRun> refs;
+  const auto key = std::make_pair(tie_head, layers);
+  if (!refs.count(key)) {
+    StrategyOptions o = gpt_sgd();
+    o.shape.tie_head = tie_head;
+    o.shape.layers = layers;
+    refs.emplace(key, run_mesh(1, o));
+  }
+  return refs.at(key);
+}
+
+StrategyOptions shaped(StrategyOptions o, bool tie_head, int64_t layers,
+                       std::vector<int64_t> stage_layers = {}, int virtual_stages = 1) {
+  o.shape.tie_head = tie_head;
+  o.shape.layers = layers;
+  o.stage_layers = std::move(stage_layers);
+  o.virtual_stages = virtual_stages;
+  return o;
+}
+
+} // namespace
+
+// A tied head across stages, as Megatron shares the word embedding: the first stage holds the
+// embedding, the last a copy for the head, and the embedding group sums the copies' gradients.
+// Single-device training of the tied model sums the two uses' gradients into one weight: the
+// same sum, so every layout must match it (one copy comes back from full_parameters()).
+TEST(MeshEquivalence, TiedEmbeddingAcrossStages) {
+  const HarnessRun& ref = shape_reference(true, 4);
+  expect_mesh_matches_single(2, shaped(mesh_with(1, 2, 0, "gpipe", 4), true, 4), "tied pp2 gpipe", &ref);
+  expect_mesh_matches_single(2, shaped(mesh_with(1, 2, 0, "1f1b", 4), true, 4), "tied pp2 1f1b", &ref);
+  expect_mesh_matches_single(4, shaped(mesh_with(1, 4, 0, "1f1b", 4), true, 4),
+                             "tied pp4 1f1b (middle stages hold neither copy)", &ref);
+  expect_mesh_matches_single(4, shaped(mesh_with(1, 2, 1, "1f1b", 2), true, 4), "tied dp2 pp2 zero1",
+                             &ref);
+  expect_mesh_matches_single(4, shaped(mesh_with(2, 2, 0, "1f1b", 2), true, 4), "tied tp2 pp2", &ref);
+  // Interleaved: the embedding is in chunk 0 (rank 0), the head in chunk 3 (rank 1).
+  expect_mesh_matches_single(2, shaped(mesh_with(1, 2, 0, "1f1b", 2), true, 4, {}, 2),
+                             "tied pp2 V2 interleaved", &ref);
+}
+
+// Stages of unequal size (Megatron's uneven first and last stage, or a list): the cut moves,
+// the computation does not. 5 blocks on 2 stages as 2+3, on 3 stages as 1,3,1, and as 4
+// interleaved chunks of 1,2,1,1; a tied head with them too.
+TEST(MeshEquivalence, UnequalPipelineStages) {
+  const HarnessRun& ref = shape_reference(false, 5);
+  expect_mesh_matches_single(2, shaped(mesh_with(1, 2, 0, "1f1b", 4), false, 5, {2, 3}),
+                             "pp2 stages 2,3", &ref);
+  expect_mesh_matches_single(3, shaped(mesh_with(1, 3, 0, "gpipe", 2), false, 5, {1, 3, 1}),
+                             "pp3 stages 1,3,1", &ref);
+  expect_mesh_matches_single(2, shaped(mesh_with(1, 2, 0, "1f1b", 2), false, 5, {1, 2, 1, 1}, 2),
+                             "pp2 V2 chunks 1,2,1,1", &ref);
+  expect_mesh_matches_single(4, shaped(mesh_with(1, 2, 1, "1f1b", 2), true, 5, {4, 1}),
+                             "tied dp2 pp2 zero1 stages 4,1", &shape_reference(true, 5));
+}
+
+// The two copies of a tied embedding stay bitwise equal step after step, under mixed
+// precision (bf16 parameters and gradients, fp32 master weights in Adam) with dp 2 and ZeRO 1:
+// the embedding group's sum of two gradients is the same bits on both, and the same update of
+// the same values is too.
+TEST(MeshEquivalence, TiedEmbeddingCopiesStayBitwiseEqual) {
+  StrategyOptions o = shaped(mesh_with(1, 2, 1, "1f1b", 2), true, 4);
+  o.dtype = torch::kFloat32;
+  o.precision = "bf16";
+  o.optimizer.name = "adam";
+  o.optimizer.lr = 1e-2;
+  o.optimizer.momentum = 0;
+  MeshOptions m;
+  m.world_size = 4;
+  m.capacity_bytes = int64_t{1} << 30;
+  DeviceMesh mesh(m);
+  std::mutex lock;
+  std::map<std::pair<int, int>, torch::Tensor> copies;  // (rank, step) -> its copy
+  const ParallelDims dims = ParallelDims::make(4, 1, 2);
+  torch::manual_seed(5);
+  const HarnessRun run = run_strategy(
+      mesh, "ddp", o, mesh_text(), kMeshGlobalBatch, 4, [&](RankContext& ctx, Strategy& s, int step) {
+        const std::string name = dims.coord(ctx.rank).pp == 0 ? "embed.wte" : "head.weight";
+        for (const auto& p : s.model()->named_parameters())
+          if (p.key() == name) {
+            GpuGuard host(nullptr);
+            std::lock_guard<std::mutex> guard(lock);
+            copies[{ctx.rank, step}] = p.value().detach().clone();
+          }
+      });
+  ASSERT_EQ(copies.size(), 16u) << "every rank holds one copy";
+  for (int step = 1; step <= 4; ++step)
+    for (int dp = 0; dp < 2; ++dp) {
+      const torch::Tensor& first = copies.at({dims.rank({dp, 0, 0}), step});
+      const torch::Tensor& last = copies.at({dims.rank({dp, 0, 1}), step});
+      EXPECT_EQ(first.scalar_type(), torch::kBFloat16);
+      EXPECT_TRUE(torch::equal(first, last)) << "step " << step << " replica " << dp;
+      if (step > 1)
+        EXPECT_FALSE(torch::equal(first, copies.at({dims.rank({dp, 0, 0}), step - 1})))
+            << "the embedding did not train at step " << step;
+    }
+  EXPECT_EQ(run.losses.size(), 4u);
 }

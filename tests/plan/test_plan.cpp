@@ -14,6 +14,7 @@
 #include "memory/allocator.h"
 #include "mesh/device_mesh.h"
 #include "plan/plan.h"
+#include "models/gpt.h"
 #include "models/presets.h"
 #include "train/trainer.h"
 
@@ -67,6 +68,9 @@ struct PlanLayout {
   const char* attention = "fused";
   int64_t seq_len = 0; // 0: the default shape's
   int dp_shard = 0;       // HSDP: ZeRO shards within this many dp ranks (0: all of dp)
+  int64_t layers = 0;           // 0: the default, or pp × virtual_stages when more
+  const char* stage_layers = ""; // unequal stages (--stage-layers)
+  bool tie_head = false;         // with pp: the last stage holds a copy of the embedding
 };
 
 class PlanMatchesTraining : public ::testing::TestWithParam<PlanLayout> {};
@@ -102,6 +106,9 @@ TEST_P(PlanMatchesTraining, PeakBytesByCategoryPerGpu) {
   c.virtual_stages = l.virtual_stages;
   c.dp_shard = l.dp_shard;
   c.shape.layers = std::max<int64_t>(c.shape.layers, static_cast<int64_t>(l.pp) * l.virtual_stages);
+  if (l.layers > 0) c.shape.layers = l.layers;
+  c.stage_layers = l.stage_layers;
+  c.shape.tie_head = l.tie_head;
   c.batch_size = 8;
   c.max_steps = kPlanSteps;
   c.synthetic_train = 256;
@@ -191,8 +198,59 @@ INSTANTIATE_TEST_SUITE_P(Layouts, PlanMatchesTraining,
                                            PlanLayout{"hsdp_zero3", 4, 1, 1, 3, 2, "gpt", "fp32",
                                                   false, "none", 1, "fused", 0, 2},
                                            PlanLayout{"hsdp_tp2_zero3", 8, 2, 1, 3, 1, "gpt",
-                                                  "fp32", false, "none", 1, "fused", 0, 2}),
+                                                  "fp32", false, "none", 1, "fused", 0, 2},
+                                           PlanLayout{"pp2_unequal_tied", 2, 1, 2, 0, 2, "gpt",
+                                                  "fp32", false, "none", 1, "fused", 0, 0, 5, "1,4", true},
+                                           PlanLayout{"dp2_pp3_unequal_zero1", 6, 1, 3, 1, 2,
+                                                  "llama", "fp32", false, "none", 1, "fused", 0, 0, 5, "2,1,2"},
+                                           PlanLayout{"tp2_pp2_interleaved_unequal_tied_bf16", 4,
+                                                  2, 2, 1, 2, "gpt", "bf16", false, "none", 2, "fused", 0, 0,
+                                                  5, "1,2,1,1", true}),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// Unequal stages in a plan: every stage runs, and moving blocks between stages moves exactly
+// their parameters' bytes. A GPT of 5 blocks on 2 stages as 1,4 and as 4,1 (fp32, dp 1: the
+// flat buffers have no padding): stage 0's parameters grow by 3 blocks, stage 1's shrink by
+// as many; a block holds gpt_parameter_count(2 layers) - gpt_parameter_count(1 layer)
+// parameters. Tied, the last stage's copy of the embedding is charged there: V·H, what an
+// untied head's weight costs, so each stage holds what the untied model's does.
+TEST(Plan, UnequalStagesMoveBlocksBetweenStages) {
+  auto planned = [](const char* stage_layers, bool tie_head) {
+    TrainConfig c;
+    c.model = "gpt";
+    c.data = "synthetic";
+    c.gpus = 2;
+    c.pp = 2;
+    c.micro_batches = 2;
+    c.batch_size = 4;
+    c.shape.layers = 5;
+    c.shape.tie_head = tie_head;
+    c.stage_layers = stage_layers;
+    validate(c);
+    const Plan plan = make_plan(c, int64_t{1} << 40);
+    std::vector<int64_t> params;
+    for (const PlannedRank& r : plan.ranks)
+      params.push_back(r.stats.peak_by_category[static_cast<size_t>(MemoryCategory::Parameters)]);
+    return std::make_pair(c.shape, params);
+  };
+  const auto [shape, front] = planned("4,1", false);
+  const auto back = planned("1,4", false).second;
+  ASSERT_EQ(front.size(), 2u);
+  ASSERT_EQ(back.size(), 2u);
+  TransformerShape one = shape, two = shape;
+  one.layers = 1;
+  two.layers = 2;
+  const int64_t block_bytes = 4 * (gpt_parameter_count(two) - gpt_parameter_count(one));
+  EXPECT_EQ(front[0] - back[0], 3 * block_bytes);
+  EXPECT_EQ(back[1] - front[1], 3 * block_bytes);
+  // The tied model: the head's copy on the last stage is V·H floats, as an untied head's
+  // weight is; the first stage is unchanged.
+  const auto tied = planned("1,4", true).second;
+  EXPECT_EQ(tied[0], back[0]);
+  EXPECT_EQ(tied[1], back[1]);
+  std::cout << "stage parameters, 4,1: " << front[0] << " / " << front[1] << " B; 1,4: " << back[0]
+            << " / " << back[1] << " B; a block " << block_bytes << " B\n";
+}
 
 } // namespace
 } // namespace meshsim

@@ -142,6 +142,29 @@ TEST(TrainResume, InterleavedPipelineResumesAndRefusesAnotherVirtualStageCount) 
     fs::remove_all(d);
 }
 
+// A tied head across unequal stages: the last stage's copy of the embedding travels in its
+// part, and the resumed run ends exactly where the uninterrupted one does; the stages' split
+// is part of the layout, so another split is refused in one line.
+TEST(TrainResume, TiedHeadOnUnequalStagesResumes) {
+  std::string gpt3 = kSmallGpt;
+  gpt3.replace(gpt3.find("--layers 2"), 10, "--layers 3");
+  const std::string layout = "--gpus 2 --pp 2 --tie-head --micro-batches 2 ";
+  expect_resume_matches("tied-unequal", gpt3 + layout + "--stage-layers 1,2 ", 10, 4, 2,
+                        [](const fs::path&) {});
+  const auto run = fresh_dir("tied-unequal-run"), out = fresh_dir("tied-unequal-out");
+  ASSERT_EQ(run_meshsim(gpt3 + layout + "--stage-layers 1,2 --max-steps 2 --out " + run.string()).code, 0);
+  const auto r = run_meshsim(gpt3 + layout + "--last-stage-layers 1 --max-steps 4 --resume " +
+                             run.string() + " --out " + out.string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("stages of 1,2 blocks; this run is 2 GPUs as dp=1 × tp=1 × pp=2, zero "
+                          "0, buckets of 25 MiB, stages of 2,1 blocks"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(out));
+  for (const auto& d : {run, out})
+    fs::remove_all(d);
+}
+
 TEST(TrainResume, ACheckpointOfAnotherLayoutIsRefusedInOneLine) {
   const auto mesh = fresh_dir("layout-mesh"), plain = fresh_dir("layout-plain"), out = fresh_dir("layout-out");
   ASSERT_EQ(run_meshsim(kSmallGpt + "--gpus 4 --tp 2 --max-steps 2 --out " + mesh.string()).code, 0);

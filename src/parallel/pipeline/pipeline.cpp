@@ -47,9 +47,34 @@ std::vector<size_t> unit_starts(const torch::nn::Sequential& model,
   return starts;
 }
 
+// Stage `stage`'s units [first, end) of `count`: unit_counts[i] each, or as evenly as can be.
+std::pair<int, int> stage_unit_range(int count, int stages, int stage,
+                                     const std::vector<int64_t>& unit_counts) {
+  if (unit_counts.empty()) {
+    const int base = count / stages, extra = count % stages;
+    const int first = stage * base + std::min(stage, extra);
+    return {first, first + base + (stage < extra ? 1 : 0)};
+  }
+  if (static_cast<int>(unit_counts.size()) != stages)
+    throw std::invalid_argument("pipeline: " + std::to_string(unit_counts.size()) +
+                                " stage sizes for " + std::to_string(stages) + " stages");
+  int64_t first = 0, total = 0;
+  for (size_t i = 0; i < unit_counts.size(); ++i) {
+    if (unit_counts[i] < 1)
+      throw std::invalid_argument("pipeline: stage " + std::to_string(i) + " would hold " +
+                                  std::to_string(unit_counts[i]) + " units: every stage needs one");
+    if (static_cast<int>(i) < stage) first += unit_counts[i];
+    total += unit_counts[i];
+  }
+  if (total != count)
+    throw std::invalid_argument("pipeline: the stage sizes add up to " + std::to_string(total) +
+                                " units, the model has " + std::to_string(count));
+  return {static_cast<int>(first), static_cast<int>(first + unit_counts[static_cast<size_t>(stage)])};
+}
+
 std::vector<size_t> stage_children_at(const torch::nn::Sequential& model,
                                       const std::vector<std::string>& units, int stages,
-                                      int stage) {
+                                      int stage, const std::vector<int64_t>& unit_counts = {}) {
   if (stages < 1 || stage < 0 || stage >= stages)
     throw std::invalid_argument("pipeline stage " + std::to_string(stage) + " is not in [0, " +
                                 std::to_string(stages) + ")");
@@ -59,9 +84,7 @@ std::vector<size_t> stage_children_at(const torch::nn::Sequential& model,
     throw std::invalid_argument("cannot cut the model into " + std::to_string(stages) +
                                 " pipeline stages: it has only " + std::to_string(count) +
                                 " units (layers with parameters, or transformer blocks)");
-  const int base = count / stages, extra = count % stages;
-  const int first_unit = stage * base + std::min(stage, extra);
-  const int end_unit = first_unit + base + (stage < extra ? 1 : 0);
+  const auto [first_unit, end_unit] = stage_unit_range(count, stages, stage, unit_counts);
   const size_t begin = starts[first_unit];
   const size_t end = end_unit < count ? starts[end_unit] : model->size();
   std::vector<size_t> out;
@@ -122,6 +145,11 @@ int pipeline_grad_tag(int micro_batch, int chunk, int virtual_stages) {
 std::vector<size_t> stage_children(const torch::nn::Sequential& model, const ParallelPlan& plan,
                                    int stages, int stage) {
   return stage_children_at(model, plan.pipeline_units, stages, stage);
+}
+
+std::vector<size_t> stage_children(const torch::nn::Sequential& model, const ParallelPlan& plan,
+                                   int stages, int stage, const std::vector<int64_t>& unit_counts) {
+  return stage_children_at(model, plan.pipeline_units, stages, stage, unit_counts);
 }
 
 std::vector<size_t> stage_children(const torch::nn::Sequential& model, int stages, int stage) {

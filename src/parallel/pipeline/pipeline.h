@@ -25,6 +25,13 @@ namespace meshsim {
 std::vector<size_t> stage_children(const torch::nn::Sequential& model, const ParallelPlan& plan,
                                    int stages, int stage);
 
+/// The same with stages of unequal size: stage i takes unit_counts[i] units (Megatron's
+/// uneven first and last stage, or any list; config/stage_layers.h). An empty unit_counts is
+/// the even cut. Throws std::invalid_argument with a one-line message when unit_counts does
+/// not have `stages` entries, one is below 1, or they do not add up to the model's units.
+std::vector<size_t> stage_children(const torch::nn::Sequential& model, const ParallelPlan& plan,
+                                   int stages, int stage, const std::vector<int64_t>& unit_counts);
+
 /// The same for a model without a plan: if it has children named "block*" the units are
 /// those, otherwise a unit is a child with parameters plus the parameter-less children after
 /// it (leading parameter-less children join the first). An empty plan.pipeline_units does the
