@@ -90,6 +90,10 @@ void add_model_layout_flags(CLI::App& app, TrainConfig& c) {
                "gpt: the LM head shares the token embedding (--no-tie-head: its own weight)");
   app.add_option("--rope-theta", c.shape.rope_theta, "llama: the rotary embedding's base")
       ->capture_default_str();
+  app.add_option("--dropout", c.dropout,
+                 "gpt/llama: dropout probability in training, on the attention probabilities and "
+                 "the attention's and MLP's outputs (the same masks on every layout)")
+      ->capture_default_str();
 }
 
 // The device, the training's length and optimizer, the communication, checkpoints and

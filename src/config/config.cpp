@@ -139,6 +139,11 @@ void validate(TrainConfig& c) {
   // 0 is allowed: the weights then stay as they start, and the run measures their loss.
   require(std::isfinite(c.optimizer.lr) && c.optimizer.lr >= 0,
           fmt::format("--lr must be a finite number of at least 0, got {}", c.optimizer.lr));
+  require(c.dropout >= 0 && c.dropout < 1,
+          fmt::format("--dropout must be in [0, 1), got {}", c.dropout));
+  require(c.dropout == 0 || c.strategy != "dp",
+          "--dropout runs with --strategy single or ddp (dp's scatter does not give its rows' "
+          "places in the global batch)");
   require(c.optimizer.momentum >= 0 && c.optimizer.momentum < 1,
           fmt::format("--momentum must be in [0, 1), got {}", c.optimizer.momentum));
   require(std::isfinite(c.bucket_mb) && c.bucket_mb > 0 && c.bucket_mb <= kMaxBucketMb,

@@ -49,6 +49,9 @@ struct TrainConfig {
   std::string attention = "fused"; // fused | eager: the attention core (gpt, llama)
   std::string precision = "fp32";  // fp32 | bf16 | fp16 (mixed precision: optim/optimizer.h)
   bool sequence_parallel = false;  // with tp > 1: norms and residuals on 1/tp of the sequence
+  /// --dropout P (gpt, llama): on the attention probabilities and the attention's and MLP's
+  /// outputs in training, masks the same on every layout (models/layers/dropout.h); 0: none
+  double dropout = 0;
   int64_t global_batch_size = 0;  // 0: batch_size × dp (a flag value must be positive)
   std::string device = "cpu";
   /// sim: every GPU a thread of this process; c10d: one rank per process, started by

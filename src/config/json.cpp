@@ -42,6 +42,7 @@ nlohmann::json to_json(const TrainConfig& c) {
           {"preset", c.preset},
           {"precision", c.precision},
           {"sequence_parallel", c.sequence_parallel},
+          {"dropout", c.dropout},
           {"gpt",
            {{"layers", c.shape.layers},
             {"hidden", c.shape.hidden},
@@ -190,6 +191,7 @@ TrainConfig config_from_json(const json& doc) {
       {"attention", to(c.attention)},
       {"precision", to(c.precision)},
       {"sequence_parallel", to(c.sequence_parallel)},
+      {"dropout", to(c.dropout)},
       {"gpt",
        [&](const json& v, const std::string& k) {
          if (!v.is_object())

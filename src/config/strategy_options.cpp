@@ -12,6 +12,7 @@ StrategyOptions strategy_options(const TrainConfig& config) {
   options.bucket_mb = config.bucket_mb;
   options.overlap = config.overlap;
   options.shape = config.shape;
+  options.shape.dropout = config.dropout;
   options.tp = config.tp;
   options.pp = config.pp;
   options.sequence_parallel = config.sequence_parallel;

@@ -82,6 +82,7 @@ void validate_model_layout(const TrainConfig& c) {
                         c.model));
     require(c.tp == 1, "--tp needs --model gpt: its plan splits attention and the MLP");
     require(c.recompute == "none", "--recompute applies to the transformer blocks of --model gpt");
+    require(c.dropout == 0, "--dropout applies to the transformer blocks of --model gpt and llama");
     ModelOptions shapes; // the layers' count only: on meta where the model can be
     if (family.builds_on_meta)
       shapes.device = torch::kMeta;

@@ -50,8 +50,10 @@ GptBlockImpl::GptBlockImpl(const TransformerShape& o, int64_t layer, const torch
     : PreNormBlockImpl(
           BlockParts{"ln1", "ln2", nn::AnyModule(make_layer_norm(o.hidden, t)),
                      nn::AnyModule(make_layer_norm(o.hidden, t)),
-                     Attention(AttentionOptions{o.hidden, o.heads, o.heads, true, "out", 0}, t),
-                     gpt_feed_forward(o, layer, t)}) {}
+                     Attention(AttentionOptions{o.hidden, o.heads, o.heads, true, "out", 0,
+                                                o.dropout, layer},
+                               t),
+                     gpt_feed_forward(o, layer, t), o.dropout, layer}) {}
 
 std::shared_ptr<FeedForward> gpt_feed_forward(const TransformerShape& o, int64_t,
                                               const torch::TensorOptions& t) {

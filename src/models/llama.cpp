@@ -35,8 +35,10 @@ LlamaBlockImpl::LlamaBlockImpl(const TransformerShape& o, const torch::TensorOpt
           "attn_norm", "mlp_norm", nn::AnyModule(RmsNorm(o.hidden, kRmsNormEps, t)),
           nn::AnyModule(RmsNorm(o.hidden, kRmsNormEps, t)),
           Attention(
-              AttentionOptions{o.hidden, o.heads, llama_kv_heads(o), false, "o", o.rope_theta}, t),
-          llama_feed_forward(o, layer, t)}) {}
+              AttentionOptions{o.hidden, o.heads, llama_kv_heads(o), false, "o", o.rope_theta,
+                               o.dropout, layer},
+              t),
+          llama_feed_forward(o, layer, t), o.dropout, layer}) {}
 
 std::shared_ptr<FeedForward> llama_feed_forward(const TransformerShape& o, int64_t,
                                                 const torch::TensorOptions& t) {

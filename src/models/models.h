@@ -20,6 +20,10 @@ struct TransformerShape {
   int64_t kv_heads = 0;      // key/value heads (llama, grouped-query attention); 0: heads
   int64_t ffn_hidden = 0;    // the MLP's inner width; 0: the family's default
   double rope_theta = 10000; // llama's rotary base
+  /// Dropout in training on the attention probabilities and on the attention's and the MLP's
+  /// outputs before their residual adds (Megatron's attention_dropout and hidden_dropout;
+  /// models/layers/dropout.h); 0: none. Set from --dropout, not a part of the shape's identity.
+  double dropout = 0;
 };
 
 /// What a transformer keeps for backward (Korthikanti et al. 2022): None keeps every

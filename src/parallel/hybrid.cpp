@@ -113,13 +113,15 @@ void split_micro_batches(RankContext& ctx, const Batch& batch, torch::Dtype dtyp
 
 /// One pipeline stage: forward and backward of each micro-batch in turn, gradients summed;
 /// every backward starts from the loss times `scale` (fp16). Returns the local mean loss.
-double accumulate_micro_batches(RankContext& ctx, torch::nn::Sequential model,
+double accumulate_micro_batches(RankContext& ctx, const PipelineStage& pipe,
                                 const std::vector<torch::Tensor>& inputs,
                                 const std::vector<torch::Tensor>& targets, int64_t local_batch,
                                 int64_t step, double scale) {
+  torch::nn::Sequential model = pipe.module;
   model->train();
   double loss_sum = 0;
   for (size_t m = 0; m < inputs.size(); ++m) {
+    const DropoutScope dropout(m < pipe.dropout.size() ? pipe.dropout[m] : nullptr);
     const double weight = static_cast<double>(inputs[m].size(0)) / static_cast<double>(local_batch);
     auto t = ctx.mark();
     std::vector<LayerWork> work;
@@ -147,11 +149,37 @@ double forward_backward(RankContext& ctx, PipelineStage& pipe, const std::vector
                         const std::vector<torch::Tensor>& targets, int64_t local_batch,
                         int64_t step, double scale) {
   if (pipe.stages == 1)
-    return accumulate_micro_batches(ctx, pipe.module, inputs, targets, local_batch, step, scale);
+    return accumulate_micro_batches(ctx, pipe, inputs, targets, local_batch, step, scale);
   auto scaled_loss = [scale](const torch::Tensor& out, const torch::Tensor& target) {
     return scale != 1.0 ? loss_fn(out, target) * scale : loss_fn(out, target);
   };
   return run_pipeline_step(ctx, pipe, actions, inputs, targets, scaled_loss, step) / scale;
+}
+
+/// The step's dropout draw of each of the M micro-batches (models/layers/dropout.h): their
+/// rows' indices in the global batch, and under sequence parallelism the tokens of this tp
+/// member's part of the sequence, [i·T/t, (i+1)·T/t) for member i.
+std::vector<std::shared_ptr<const DropoutDraw>> micro_batch_draws(
+    const StrategyOptions& options, const ParallelDims& dims, const ParallelCoord& coord,
+    const Batch& batch, const std::vector<torch::Tensor>& inputs, int M, int64_t step) {
+  if (!(options.shape.dropout > 0)) return {};
+  GpuGuard host(nullptr);  // indices, read by kernels as arguments
+  const std::vector<torch::Tensor> samples = batch_samples(batch, coord.dp).tensor_split(M);
+  std::vector<std::shared_ptr<const DropoutDraw>> draws;
+  for (int m = 0; m < M; ++m) {
+    auto draw = std::make_shared<DropoutDraw>();
+    draw->seed = options.seed;
+    draw->step = step;
+    draw->samples = samples[static_cast<size_t>(m)];
+    if (options.sequence_parallel && dims.tp > 1) {
+      const int64_t T = static_cast<size_t>(m) < inputs.size() ? inputs[static_cast<size_t>(m)].size(1)
+                                                               : options.shape.seq_len;
+      const int64_t part = T / dims.tp;
+      draw->positions = torch::arange(coord.tp * part, (coord.tp + 1) * part, torch::kLong);
+    }
+    draws.push_back(std::move(draw));
+  }
+  return draws;
 }
 
 /// The optimizer step on this rank's part, recorded as one compute region with its counted
@@ -324,6 +352,8 @@ public:
       CategoryScope scope(MemoryCategory::Activations);
       split_micro_batches(ctx_, batch, compute_dtype(options_), micro_batches_, step_number,
                           inputs, targets);
+      pipe_.dropout = micro_batch_draws(options_, dims_, coord_, batch, inputs, micro_batches_,
+                                        step_number);
       local_loss = forward_backward(ctx_, pipe_, actions_, inputs, targets, batch.size(),
                                     step_number, zero_->optimizer()->loss_scale());
     }

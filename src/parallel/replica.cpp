@@ -1,6 +1,7 @@
 // The phases shared by every strategy.
 #include "parallel/replica.h"
 
+#include "models/layers/dropout.h"
 #include "models/layers/flops.h"
 #include "memory/allocator.h"
 #include "models/gpt.h"
@@ -14,6 +15,8 @@ Replica::Replica(const StrategyOptions& options, int rank, bool with_optimizer) 
     CategoryScope scope(MemoryCategory::Parameters);
     ModelOptions model_options;
     model_options.seed = options.seed;
+    seed = options.seed;
+    dropout = options.shape.dropout;
     model_options.rank = rank;
     model_options.shape = options.shape;
     model_options.attention = options.attention;
@@ -79,6 +82,14 @@ double Replica::forward_backward(RankContext& ctx, const Batch& batch, int64_t s
   CategoryScope scope(MemoryCategory::Activations);
   model->train();
   ctx.sample_memory(step, "batch");
+  std::shared_ptr<DropoutDraw> draw;
+  if (dropout > 0) {
+    draw = std::make_shared<DropoutDraw>();
+    draw->seed = seed;
+    draw->step = step;
+    draw->samples = batch_samples(batch, ctx.rank);
+  }
+  const DropoutScope dropout_scope(draw);
   auto t = ctx.mark();
   std::vector<LayerWork> layers;
   torch::Tensor x = forward_counting(model, model_inputs(batch.inputs, dtype), layers);

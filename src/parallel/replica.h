@@ -21,13 +21,16 @@ torch::Tensor forward_counting(torch::nn::Sequential& model, torch::Tensor x,
 struct Replica {
   Replica(const StrategyOptions& options, int rank, bool with_optimizer);
 
-  /// Forward and backward on `batch`; returns the batch's mean loss. Gradients accumulate
+  /// Forward and backward on `batch` (with dropout, the rows are the global batch's
+  /// batch_samples(batch, ctx.rank): rank r's shard); returns the batch's mean loss. Gradients accumulate
   /// into the preallocated `.grad`s (multiplied by the optimizer's loss scale, if any).
   double forward_backward(RankContext& ctx, const Batch& batch, int64_t step);
   /// The optimizer's step; `grads_finite` false skips it (fp16 overflow).
   void optimizer_step(RankContext& ctx, int64_t step, bool grads_finite = true);
 
   torch::Dtype dtype; // the model's (compute_dtype)
+  uint64_t seed = 0;   // the run's: its dropout masks' (models/layers/dropout.h)
+  double dropout = 0;  // the model's dropout probability; 0: no draw is installed
   torch::nn::Sequential model;
   std::vector<torch::Tensor> params;
   std::unique_ptr<Optimizer> optimizer;

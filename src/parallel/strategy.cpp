@@ -72,6 +72,14 @@ void ensure_kernels_for(torch::Dtype dtype) {
   });
 }
 
+torch::Tensor batch_samples(const Batch& batch, int replica) {
+  if (batch.samples.defined())
+    return batch.samples;
+  GpuGuard host(nullptr); // indices, not activations: a GPU kernel reads them as arguments
+  const int64_t n = batch.size();
+  return torch::arange(replica * n, (replica + 1) * n, torch::kLong);
+}
+
 torch::Tensor model_inputs(const torch::Tensor& inputs, torch::Dtype dtype) {
   if (!inputs.defined() || !inputs.is_floating_point() || inputs.scalar_type() == dtype)
     return inputs;

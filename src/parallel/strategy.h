@@ -17,13 +17,21 @@ namespace meshsim {
 struct Batch {
   torch::Tensor inputs;
   torch::Tensor targets;
+  /// int64 [B]: each row's index in the step's global batch (what dropout masks are drawn
+  /// from, models/layers/dropout.h); undefined: the rows are the replica's contiguous slice,
+  /// replica r of a global batch of R·B holding r·B .. r·B + B - 1.
+  torch::Tensor samples;
   int64_t size() const { return inputs.defined() ? inputs.size(0) : 0; }
   /// The batch on `device` (a part that is not there stays undefined).
   Batch to(const torch::Device& device) const {
     return {inputs.defined() ? inputs.to(device) : inputs,
-            targets.defined() ? targets.to(device) : targets};
+            targets.defined() ? targets.to(device) : targets, samples};
   }
 };
+
+/// `batch.samples`, or replica `replica`'s contiguous slice (see Batch::samples), int64 on the
+/// CPU.
+torch::Tensor batch_samples(const Batch& batch, int replica);
 
 /// Which slice of the data a rank trains on: `index` of `replicas` equal shards, as
 /// DistributedSampler(num_replicas, rank) gives it. Ranks that hold parts of one model replica

@@ -150,6 +150,15 @@ private:
       const auto first = indices.begin() + s * batch_;
       const auto last = indices.begin() + std::min<int64_t>((s + 1) * batch_, indices.size());
       std::tie(b.inputs, b.targets) = gather_batch(s_.data.train, {first, last});
+      // Each row's index in the step's global batch (dropout's masks): the sampler deals the
+      // epoch's order round-robin, so row j of replica r is the global batch's j·R + r.
+      const int replicas = global_loader_ ? 1 : shard_.replicas;
+      const int replica = global_loader_ ? 0 : shard_.index;
+      {
+        GpuGuard host(nullptr); // indices that kernels read as arguments, not activations
+        b.samples =
+            torch::arange(static_cast<int64_t>(last - first), torch::kLong) * replicas + replica;
+      }
       if (ctx_.mesh.on_card())
         b = b.to(torch::Device(torch::kCUDA, 0));
     }

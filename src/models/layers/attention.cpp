@@ -27,6 +27,16 @@ void AttentionImpl::set_core(std::shared_ptr<const AttentionCore> core) {
   core_ = core ? std::move(core) : std::make_shared<EagerCausalCore>();
 }
 
+torch::Tensor AttentionCore::forward_with_dropout(const torch::Tensor& q, const torch::Tensor& k,
+                                                  const torch::Tensor& v,
+                                                  const torch::Tensor& positions,
+                                                  const AttentionDropout& dropout) const {
+  if (dropout.p > 0)
+    throw std::invalid_argument("this attention core has no dropout: --dropout runs with the "
+                                "eager core");
+  return forward(q, k, v, positions);
+}
+
 torch::Tensor sequence_positions(int64_t length, const torch::Tensor& like) {
   return arange_allocated(0, length, 1, like.options().dtype(torch::kLong));
 }
@@ -71,17 +81,23 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
 torch::Tensor AttentionImpl::run_core(const torch::Tensor& q, const torch::Tensor& k,
                                       const torch::Tensor& v, const torch::Tensor& given,
                                       const torch::Tensor& positions) const {
+  // Dropout on the probabilities in training only; its masks are a function of the draw
+  // (which a checkpoint's recompute reinstalls), so the recompute draws the same.
+  const AttentionDropout dropout{is_training() ? options_.dropout : 0.0, options_.layer,
+                                 first_head_};
   if (!recompute_core || !core_recomputable())
-    return core_->forward(q, k, v, positions);
+    return dropout.p > 0 ? core_->forward_with_dropout(q, k, v, positions, dropout)
+                         : core_->forward(q, k, v, positions);
   // Selective recomputation: backward keeps q, k, v, not what the core saves. Positions
   // 0..T-1 (none given) are made again in the recompute, as the mask is, so nothing more is
   // kept; given positions are kept. The core outlives the graph (the model owns it through
   // this module).
   const AttentionCore* core = core_.get();
   return checkpoint(
-      [core, given](const std::vector<torch::Tensor>& in) {
+      [core, given, dropout](const std::vector<torch::Tensor>& in) {
         const torch::Tensor at = given.defined() ? given : sequence_positions(in[0].size(2), in[0]);
-        return core->forward(in[0], in[1], in[2], at);
+        return dropout.p > 0 ? core->forward_with_dropout(in[0], in[1], in[2], at, dropout)
+                             : core->forward(in[0], in[1], in[2], at);
       },
       {q, k, v});
 }

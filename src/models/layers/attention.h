@@ -19,6 +19,15 @@
 
 namespace meshsim {
 
+/// Dropout on one attention module's probabilities in training (models/layers/dropout.h):
+/// its probability, its layer, and the global index of the first head it runs (tensor
+/// parallelism gives member i the heads from i·heads/t).
+struct AttentionDropout {
+  double p = 0;
+  int64_t layer = 0;
+  int64_t first_head = 0;
+};
+
 /// The part of attention after the projections. q [B, heads, T, d]; k and v with as many
 /// heads as q (grouped-query attention has repeated them already); positions int64 [T], the
 /// place in the whole sequence of each of the T tokens (the causal mask and any position
@@ -32,6 +41,13 @@ public:
   /// and backward recomputes them, so there is nothing for selective recomputation to drop,
   /// and the FLOP counts add that recompute instead of the scores' traffic (flops.h).
   virtual bool fused() const { return false; }
+  /// forward() with dropout on the probabilities, masks from attention_dropout_keep
+  /// (models/layers/dropout.h) at the current draw's samples. A core without dropout throws
+  /// std::invalid_argument for dropout.p > 0.
+  virtual torch::Tensor forward_with_dropout(const torch::Tensor& q, const torch::Tensor& k,
+                                             const torch::Tensor& v,
+                                             const torch::Tensor& positions,
+                                             const AttentionDropout& dropout) const;
 };
 
 struct AttentionOptions {
@@ -40,6 +56,8 @@ struct AttentionOptions {
   bool bias = true;             // biases on q, k, v and out
   std::string out_name = "out"; // the output projection's child name ("o" in Llama)
   double rope_theta = 0;        // rotary embedding of q and k at the positions; 0: none
+  double dropout = 0;           // on the probabilities, in training (attention_dropout)
+  int64_t layer = 0;            // the block's index in the whole model (dropout's masks)
 };
 
 /// Self-attention: q [H -> heads·d], k and v [H -> kv_heads·d], out [heads·d -> H], then
@@ -67,6 +85,9 @@ public:
   void set_core(std::shared_ptr<const AttentionCore> core);
   bool fused_core() const override { return core_->fused(); }
   bool core_recomputable() const override { return !core_->fused(); }
+  /// The global index of this module's first head: tensor parallelism sets it on a shard of
+  /// whole heads, so its dropout masks are those of the same heads on one device.
+  void set_first_head(int64_t head) { first_head_ = head; }
 
 private:
   torch::nn::AnyModule& slot(const std::string& name);
@@ -75,6 +96,7 @@ private:
                          const torch::Tensor& given, const torch::Tensor& positions) const;
   AttentionOptions options_;
   int64_t head_dim_;
+  int64_t first_head_ = 0;
   std::shared_ptr<const AttentionCore> core_;
   torch::nn::AnyModule q_, k_, v_, out_;
 };

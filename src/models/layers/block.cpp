@@ -3,10 +3,13 @@
 
 #include <stdexcept>
 
+#include "models/layers/dropout.h"
+
 namespace meshsim {
 
 PreNormBlockImpl::PreNormBlockImpl(BlockParts parts)
-    : norm1_(std::move(parts.norm1)), norm2_(std::move(parts.norm2)) {
+    : norm1_(std::move(parts.norm1)), norm2_(std::move(parts.norm2)), dropout_(parts.dropout),
+      layer_(parts.layer) {
   if (norm1_.is_empty() || norm2_.is_empty() || !parts.attention || !parts.feed_forward)
     throw std::invalid_argument("block: every part (two norms, attention, feed-forward) is needed");
   register_module(parts.norm1_name, norm1_.ptr());
@@ -16,8 +19,13 @@ PreNormBlockImpl::PreNormBlockImpl(BlockParts parts)
 }
 
 torch::Tensor PreNormBlockImpl::forward_plain(const torch::Tensor& x) {
-  torch::Tensor h = x + attn_->forward(norm1_.forward(x));
-  return h + mlp_->forward(norm2_.forward(h));
+  const bool drop = is_training() && dropout_ > 0;
+  torch::Tensor a = attn_->forward(norm1_.forward(x));
+  if (drop) a = hidden_dropout(a, dropout_, layer_, DropoutSite::AttentionOutput);
+  const torch::Tensor h = x + a;
+  a = mlp_->forward(norm2_.forward(h));
+  if (drop) a = hidden_dropout(a, dropout_, layer_, DropoutSite::MlpOutput);
+  return h + a;
 }
 
 } // namespace meshsim

@@ -1,5 +1,6 @@
 // A pre-norm transformer block assembled from slots: x + attn(norm1(x)), then
-// x + mlp(norm2(x)), optionally checkpointed. The model picks each slot per layer: the
+// x + mlp(norm2(x)), optionally checkpointed, with Megatron's hidden dropout on each branch's
+// output before its residual add in training (models/layers/dropout.h). The model picks each slot per layer: the
 // normalization (LayerNorm, RMSNorm), the attention (its projections and core) and the
 // feed-forward (dense today; a mixture of experts in some layers tomorrow).
 #pragma once
@@ -22,6 +23,8 @@ struct BlockParts {
   torch::nn::AnyModule norm1, norm2;
   Attention attention{nullptr};
   std::shared_ptr<FeedForward> feed_forward;
+  double dropout = 0; // hidden dropout of the attention's and the feed-forward's outputs
+  int64_t layer = 0;  // the block's index in the whole model (dropout's masks)
 };
 
 class PreNormBlockImpl : public torch::nn::Module, public CheckpointedBlock {
@@ -34,6 +37,8 @@ private:
   torch::nn::AnyModule norm1_, norm2_;
   Attention attn_{nullptr};
   std::shared_ptr<FeedForward> mlp_;
+  double dropout_;
+  int64_t layer_;
 };
 
 } // namespace meshsim

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "models/layers/dropout.h"
+
 namespace meshsim {
 namespace {
 
@@ -58,8 +60,18 @@ torch::Tensor checkpoint(const Recomputable& fn, const std::vector<torch::Tensor
   // such a function plainly (torch.utils.checkpoint warns in that case instead).
   const bool any_grad = std::any_of(inputs.begin(), inputs.end(),
                                     [](const torch::Tensor& t) { return t.requires_grad(); });
-  if (torch::GradMode::is_enabled() && any_grad)
-    return Checkpoint::apply(torch::TensorList(inputs), fn);
+  if (torch::GradMode::is_enabled() && any_grad) {
+    // The recompute runs in backward, when another micro-batch's draw may be installed: it
+    // reinstalls this forward's, so its dropout masks are the ones this forward drew.
+    const std::shared_ptr<const DropoutDraw> draw = current_dropout_draw();
+    if (!draw)
+      return Checkpoint::apply(torch::TensorList(inputs), fn);
+    return Checkpoint::apply(torch::TensorList(inputs),
+                             Recomputable([fn, draw](const std::vector<torch::Tensor>& in) {
+                               DropoutScope scope(draw);
+                               return fn(in);
+                             }));
+  }
   return fn(inputs);
 }
 

@@ -39,7 +39,7 @@ public:
         int64_t offset = 0;
         for (int r = 0; r < ctx_.world_size; ++r) {
           Batch part{global.inputs.narrow(0, offset, sizes[r]),
-                     global.targets.narrow(0, offset, sizes[r])};
+                     global.targets.narrow(0, offset, sizes[r]), {}};
           offset += sizes[r];
           if (r == kRoot) {
             local = part;

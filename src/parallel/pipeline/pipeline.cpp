@@ -214,6 +214,9 @@ double run_pipeline_step(
         mb.input.requires_grad_(true);
       break;
     case ActionKind::Forward: {
+      const DropoutScope dropout(static_cast<size_t>(m) < stage.dropout.size()
+                                     ? stage.dropout[static_cast<size_t>(m)]
+                                     : nullptr);
       const auto t = ctx.mark();
       torch::Tensor out = forward_counting(module_of(k), first ? inputs[m] : mb.input, mb.work);
       if (last) {

@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "mesh/rank_runner.h"
+#include "models/layers/dropout.h"
 #include "models/parallel_plan.h"
 #include "parallel/pipeline/schedule.h"
 
@@ -58,6 +59,9 @@ struct PipelineStage {
   /// Interleaved schedules: the V model chunks this rank runs, chunks[k] being virtual stage
   /// stage + k·stages of stages·V (the Megatron placement). Empty: V = 1, `module`.
   std::vector<torch::nn::Sequential> chunks;
+  /// This step's dropout draw of each micro-batch, installed around its forwards (empty: no
+  /// dropout; models/layers/dropout.h).
+  std::vector<std::shared_ptr<const DropoutDraw>> dropout;
   int virtual_stages() const { return chunks.empty() ? 1 : static_cast<int>(chunks.size()); }
 };
 

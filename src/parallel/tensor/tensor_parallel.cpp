@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "models/layers/attention.h"
 #include "models/layers/slots.h"
 #include "models/models.h"
 #include "parallel/autograd_group.h"
@@ -371,6 +372,12 @@ void parallelize_tensor(nn::Sequential& model, const ParallelPlan& plan, Communi
                                                   group, sequence_parallel)));
     }
   }
+  // Member `index` runs heads index·H/n ..: its attention dropout draws those heads' masks.
+  const auto modules = model->named_modules();
+  for (const std::string& name : plan.attention)
+    if (const auto* found = modules.find(name))
+      if (auto* attention = dynamic_cast<AttentionImpl*>(found->get()))
+        attention->set_first_head(index * (attention->query_features() / attention->head_dim()));
   if (n > 1)
     model = with_vocab_parallel_head(model, plan.vocab_head, comm, group, index);
   if (sequence_parallel)
