@@ -74,8 +74,10 @@ void print_plan(const nlohmann::json& doc, const TrainConfig& c) {
              "micro-batch{} of {} per replica), recompute {}\n",
              c.preset.empty() ? c.model : c.preset, short_count(doc["parameters"].get<int64_t>()),
              doc["cluster"].get<std::string>(),
-             ParallelDims::make(c.gpus, c.tp, c.pp).describe(),
-             c.sequence_parallel ? " with sequence parallel" : "", c.zero, c.precision,
+             ParallelDims::make(c.gpus, c.tp, c.pp, c.cp).describe(),
+             std::string(c.sequence_parallel ? " with sequence parallel" : "") +
+                 (c.cp > 1 ? " (cp by " + c.cp_comm + ")" : ""),
+             c.zero, c.precision,
              doc["global_batch_size"].get<int64_t>(), c.micro_batches, c.micro_batches == 1 ? "" : "es",
              doc["layout"]["micro_batch_size"].get<int64_t>(), c.recompute);
   fmt::print("{:<6} {:<4} {:>11} {:>12} {:>11} {:>11} {:>11} {:>12} {:>14} {:>10}\n", "stage",
@@ -105,7 +107,9 @@ void print_plan(const nlohmann::json& doc, const TrainConfig& c) {
 } // namespace
 
 nlohmann::json layout_json(const TrainConfig& c) {
-  return {{"dp", c.gpus / (c.tp * c.pp)},
+  return {{"dp", c.gpus / (c.tp * c.pp * c.cp)},
+          {"cp", c.cp},
+          {"cp_comm", c.cp_comm},
           {"tp", c.tp},
           {"pp", c.pp},
           {"virtual_stages", c.virtual_stages},

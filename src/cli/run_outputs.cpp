@@ -121,7 +121,7 @@ void write_outputs(RunFolder& run, DeviceMesh& mesh, const TrainConfig& config,
   std::string plot_error;
   const std::string layout =
       uses_mesh_layout(config) ? fmt::format(" (dp={} x tp={} x pp={}, zero {})",
-                                             config.gpus / (config.tp * config.pp), config.tp,
+                                             config.gpus / (config.tp * config.pp * config.cp), config.tp,
                                              config.pp, config.zero)
                                : "";
   picture.title = fmt::format("meshsim: {} {} on {} virtual GPUs{}", config.model,

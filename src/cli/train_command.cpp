@@ -202,14 +202,15 @@ std::optional<int> open_mesh_and_folder(TrainRun& r) {
 nlohmann::json announce(const TrainRun& r) {
   const TrainConfig& config = r.config;
   DeviceMesh& mesh = *r.mesh;
-  const ParallelDims dims = ParallelDims::make(config.gpus, config.tp, config.pp);
+  const ParallelDims dims = ParallelDims::make(config.gpus, config.tp, config.pp, config.cp);
   ModelOptions model_options;
   model_options.shape = config.shape;
   const int64_t parameters = count_parameters(*build_model(config.model, model_options));
   const std::string layout =
       uses_mesh_layout(config)
-          ? fmt::format(" as {}{}, zero {}{}, {} micro-batches, recompute {}", dims.describe(),
-                        config.sequence_parallel ? " with sequence parallel" : "", config.zero,
+          ? fmt::format(" as {}{}{}, zero {}{}, {} micro-batches, recompute {}", dims.describe(),
+                        config.sequence_parallel ? " with sequence parallel" : "",
+                        dims.cp > 1 ? " (cp by " + config.cp_comm + ")" : "", config.zero,
                         dims.pp > 1
                             ? ", " + config.schedule + " schedule" +
                                   (config.virtual_stages > 1
@@ -241,7 +242,8 @@ nlohmann::json announce(const TrainRun& r) {
                       {"virtual_stages", config.virtual_stages},
                       {"micro_batches", config.micro_batches},
                       {"recompute", config.recompute},
-                      {"sequence_parallel", config.sequence_parallel}}},
+                      {"sequence_parallel", config.sequence_parallel},
+                      {"cp", dims.cp}, {"cp_comm", config.cp_comm}}},
           {"model", config.model},
           {"parameters", parameters},
           {"device", config.device},

@@ -29,7 +29,8 @@ bool listed(const std::vector<std::string>& names, const std::string& name) {
 }
 
 bool uses_mesh_layout(const TrainConfig& c) {
-  return c.tp > 1 || c.pp > 1 || c.zero > 0 || c.micro_batches > 1 || c.recompute != "none";
+  return c.tp > 1 || c.pp > 1 || c.zero > 0 || c.micro_batches > 1 || c.recompute != "none" ||
+         c.cp > 1;
 }
 
 namespace {

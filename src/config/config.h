@@ -32,7 +32,9 @@ struct TrainConfig {
   std::string preset;         // --preset NAME (or a preset name as --model): the shape started from
   TransformerShape shape;             // --layers --hidden --heads --kv-heads --ffn-hidden --seq-len --vocab
                               // --tie-head --rope-theta (gpt and llama)
-  int tp = 1, pp = 1;         // dp = gpus / (tp · pp)
+  int tp = 1, pp = 1;         // dp = gpus / (tp · pp · cp)
+  int cp = 1;                 // context parallel: each rank holds 2 of 2·cp chunks of the sequence
+  std::string cp_comm = "allgather";  // how cp brings K/V: allgather | ring
   int zero = 0;
   std::string schedule = "1f1b";
   int virtual_stages = 1;       // model chunks per pipeline stage: interleaved 1F1B when > 1

@@ -12,6 +12,8 @@ StrategyOptions strategy_options(const TrainConfig& config) {
   options.shape = config.shape;
   options.tp = config.tp;
   options.pp = config.pp;
+  options.cp = config.cp;
+  options.cp_comm = config.cp_comm;
   options.sequence_parallel = config.sequence_parallel;
   options.zero = config.zero;
   options.schedule = config.schedule;

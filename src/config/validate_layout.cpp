@@ -45,10 +45,12 @@ void resolve_micro_batches(TrainConfig& c, const ParallelDims& dims) {
 
 void validate_layout(TrainConfig& c) {
   // Caught here because tp × pp would overflow an int in ParallelDims for sizes past --gpus.
+  require(c.cp >= 1, fmt::format("--cp must be at least 1, got {}", c.cp));
+  require(c.cp <= c.gpus, fmt::format("--gpus {} is not divisible by --cp {}", c.gpus, c.cp));
   require(c.tp < 1 || c.pp < 1 || (c.tp <= c.gpus && c.pp <= c.gpus),
           fmt::format("--gpus {} is not divisible by --tp {} × --pp {} = {}", c.gpus, c.tp, c.pp,
                       static_cast<int64_t>(c.tp) * c.pp));
-  const ParallelDims dims = ParallelDims::make(c.gpus, c.tp, c.pp);
+  const ParallelDims dims = ParallelDims::make(c.gpus, c.tp, c.pp, c.cp);
   require(c.zero >= 0 && c.zero <= 3, fmt::format("--zero must be 0, 1, 2 or 3, got {}", c.zero));
   require(listed(schedule_names(), c.schedule),
           fmt::format("unknown schedule '{}' (choose naive, gpipe or 1f1b)", c.schedule));
@@ -76,6 +78,8 @@ void validate_layout(TrainConfig& c) {
   require(c.zero <= 1 || (c.tp == 1 && c.pp == 1),
           fmt::format("--zero {} runs with data parallelism alone so far; use --zero 1 with --tp or --pp",
                       c.zero));
+  require(c.cp_comm == "allgather" || c.cp_comm == "ring",
+          fmt::format("unknown --cp-comm '{}' (choose allgather or ring)", c.cp_comm));
   require(!c.sequence_parallel || c.tp > 1,
           "--sequence-parallel needs --tp 2 or more: it splits the sequence over the tp group");
 

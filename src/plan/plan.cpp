@@ -48,33 +48,44 @@ std::vector<Recorder> replicate_replicas(const std::vector<Recorder>& executed,
                                          const ParallelDims& dims) {
   std::vector<Recorder> out(static_cast<size_t>(dims.world));
   for (int d = 0; d < dims.dp; ++d) {
-    for (int t = 0; t < dims.tp; ++t) {
-      // A member's image in replica d at tp index t: the coordinates its group spans are kept
-      // (a dp group stays the dp group, a tp group the tp group), the others become (d, t).
-      auto rename = [&](const std::vector<int>& group, int rank) {
-        bool spans_dp = false, spans_tp = false;
-        for (int g : group) {
-          spans_dp = spans_dp || dims.coord(g).dp != dims.coord(group.front()).dp;
-          spans_tp = spans_tp || dims.coord(g).tp != dims.coord(group.front()).tp;
+    for (int cp = 0; cp < dims.cp; ++cp) {
+      for (int t = 0; t < dims.tp; ++t) {
+        // A member's image in replica d at cp index cp and tp index t: the coordinates its
+        // group spans are kept (a dp group stays the dp group, a tp group the tp group), the
+        // others become (d, cp, t); a message's peer in the cp ring moves round with it.
+        auto rename = [&](const std::vector<int>& group, int rank, bool peer) {
+          bool spans_dp = false, spans_tp = false, spans_cp = false;
+          for (int g : group) {
+            spans_dp = spans_dp || dims.coord(g).dp != dims.coord(group.front()).dp;
+            spans_tp = spans_tp || dims.coord(g).tp != dims.coord(group.front()).tp;
+            spans_cp = spans_cp || dims.coord(g).cp != dims.coord(group.front()).cp;
+          }
+          ParallelCoord c = dims.coord(rank);
+          if (!spans_dp)
+            c.dp = d;
+          if (!spans_tp)
+            c.tp = t;
+          if (peer)
+            c.cp = (c.cp + cp) % dims.cp;
+          else if (!spans_cp)
+            c.cp = cp;
+          return dims.rank(c);
+        };
+        for (int s = 0; s < dims.pp; ++s) {
+          const int original = dims.rank({0, 0, s});
+          Recorder copy = executed[static_cast<size_t>(original)];
+          for (CollectiveRecord& c : copy.collectives) {
+            const std::vector<int> group = c.group;
+            const bool p2p = c.peer >= 0;
+            if (p2p)
+              c.peer = rename({c.peer}, c.peer, true);
+            for (int& g : c.group)
+              g = rename(p2p ? std::vector<int>{g} : group, g, p2p);
+          }
+          ParallelCoord image{d, t, s};
+          image.cp = cp;
+          out[static_cast<size_t>(dims.rank(image))] = std::move(copy);
         }
-        ParallelCoord c = dims.coord(rank);
-        if (!spans_dp)
-          c.dp = d;
-        if (!spans_tp)
-          c.tp = t;
-        return dims.rank(c);
-      };
-      for (int s = 0; s < dims.pp; ++s) {
-        const int original = dims.rank({0, 0, s});
-        Recorder copy = executed[static_cast<size_t>(original)];
-        for (CollectiveRecord& c : copy.collectives) {
-          const std::vector<int> group = c.group;
-          if (c.peer >= 0)
-            c.peer = rename({c.peer}, c.peer);
-          for (int& g : c.group)
-            g = rename(group, g);
-        }
-        out[static_cast<size_t>(dims.rank({d, t, s}))] = std::move(copy);
       }
     }
   }
@@ -116,7 +127,7 @@ Plan make_plan(const TrainConfig& config, int64_t capacity_bytes, int64_t steps)
   check_plannable(config);
   check_plan_work(config, steps);
   Plan plan;
-  plan.dims = ParallelDims::make(config.gpus, config.tp, config.pp);
+  plan.dims = ParallelDims::make(config.gpus, config.tp, config.pp, config.cp);
   plan.steps = steps;
   plan.samples_per_step = config.batch_size * plan.dims.dp;
   // An image is one sample and no tokens; a plan's rates count it as one "token".

@@ -232,7 +232,7 @@ CheckpointIdentity checkpoint_identity(const TrainConfig& config) {
   // so that the layouts of older checkpoints read as before.
   if (id.kind == kPerRankCheckpoint)
     id.layout = fmt::format("{} GPUs as {}{}, zero {}, buckets of {} MiB", config.gpus,
-                            ParallelDims::make(config.gpus, config.tp, config.pp).describe(),
+                            ParallelDims::make(config.gpus, config.tp, config.pp, config.cp).describe(),
                             config.virtual_stages > 1
                                 ? fmt::format(" with {} virtual stages", config.virtual_stages)
                                 : "",

@@ -64,6 +64,8 @@ struct PlanLayout {
   bool sequence_parallel = false;
   const char* recompute = "none";
   int virtual_stages = 1; // more: interleaved 1F1B over as many more layers
+  int cp = 1;
+  const char* cp_comm = "allgather";
 };
 
 class PlanMatchesTraining : public ::testing::TestWithParam<PlanLayout> {};
@@ -80,6 +82,7 @@ class PlanMatchesTraining : public ::testing::TestWithParam<PlanLayout> {};
 //    its threads' timing left in flight; a plan charges none (comm/record_only.h): the CPU
 //    run holds at least the plan's bytes, and at most the messages of one step more (each
 //    micro-batch's activation, or its gradient, is sent once a step into each chunk).
+//    The same holds for context parallelism's ring, whose messages go round every layer.
 TEST_P(PlanMatchesTraining, PeakBytesByCategoryPerGpu) {
   const PlanLayout l = GetParam();
   TrainConfig c;
@@ -94,6 +97,8 @@ TEST_P(PlanMatchesTraining, PeakBytesByCategoryPerGpu) {
   c.micro_batches = l.micro_batches;
   c.sequence_parallel = l.sequence_parallel;
   c.virtual_stages = l.virtual_stages;
+  c.cp = l.cp;
+  c.cp_comm = l.cp_comm;
   c.shape.layers = std::max<int64_t>(c.shape.layers, static_cast<int64_t>(l.pp) * l.virtual_stages);
   c.batch_size = 8;
   c.max_steps = kPlanSteps;
@@ -124,21 +129,27 @@ TEST_P(PlanMatchesTraining, PeakBytesByCategoryPerGpu) {
   // Every GPU of the CPU run against the plan's rank for its stage: the GPUs a plan does not
   // run are, as it assumes, images of the one it ran.
   ASSERT_EQ(plan.ranks.size(), static_cast<size_t>(c.pp));
-  const ParallelDims dims = ParallelDims::make(c.gpus, c.tp, c.pp);
+  const ParallelDims dims = ParallelDims::make(c.gpus, c.tp, c.pp, c.cp);
+  const bool ring = c.cp > 1 && std::string(c.cp_comm) == "ring";
   for (int r = 0; r < c.gpus; ++r) {
     const PlannedRank& p = plan.ranks[static_cast<size_t>(dims.coord(r).pp)];
     const MemoryStats real = mesh.gpu(r).stats();
     const std::string where = std::string(l.name) + ": gpu" + std::to_string(r) + " ";
     for (int k = 0; k < kNumCategories; ++k) {
       const auto cat = static_cast<MemoryCategory>(k);
-      if (cat == MemoryCategory::Other || (cat == MemoryCategory::Communication && c.pp > 1))
+      if (cat == MemoryCategory::Other ||
+          (cat == MemoryCategory::Communication && (c.pp > 1 || ring)))
         continue;
       EXPECT_EQ(at(p.stats, cat), at(real, cat)) << where << category_name(cat);
     }
     const int64_t other = at(real, MemoryCategory::Other) - at(p.stats, MemoryCategory::Other);
     EXPECT_GE(other, 0) << where << "other";
     EXPECT_LE(other, 4) << where << "other";
-    if (c.pp > 1) {
+    if (ring) // the ring's messages in flight: at least the plan's bytes
+      EXPECT_GE(at(real, MemoryCategory::Communication),
+                at(p.stats, MemoryCategory::Communication))
+          << where << "communication";
+    if (c.pp > 1 && !ring) {
       const int64_t ahead = at(real, MemoryCategory::Communication) -
                             at(p.stats, MemoryCategory::Communication);
       EXPECT_GE(ahead, 0) << where << "communication";
@@ -166,7 +177,13 @@ INSTANTIATE_TEST_SUITE_P(Layouts, PlanMatchesTraining,
                                            PlanLayout{"pp2_interleaved", 4, 1, 2, 0, 4, "gpt", "fp32",
                                                   false, "none", 2},
                                            PlanLayout{"mesh_2x2x2_zero1_interleaved", 8, 2, 2, 1, 2,
-                                                  "llama", "fp32", false, "none", 2}),
+                                                  "llama", "fp32", false, "none", 2},
+                                           PlanLayout{"cp2_dp2_allgather", 4, 1, 1, 0, 1, "gpt",
+                                                  "fp32", false, "none", 1, 2, "allgather"},
+                                           PlanLayout{"llama_cp2_ring_zero1", 4, 1, 1, 1, 1,
+                                                  "llama", "fp32", false, "none", 1, 2, "ring"},
+                                           PlanLayout{"llama_cp2_tp2_sp_pp2_ring", 8, 2, 2, 1, 2,
+                                                  "llama", "fp32", true, "none", 1, 2, "ring"}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 } // namespace

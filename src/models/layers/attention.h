@@ -26,6 +26,12 @@ public:
   virtual ~AttentionCore() = default;
   virtual torch::Tensor forward(const torch::Tensor& q, const torch::Tensor& k,
                                 const torch::Tensor& v, const torch::Tensor& positions) const = 0;
+  /// True for a core that takes k and v with their own kv heads (not repeated to q's) and
+  /// repeats them itself: a context-parallel core sends them over the network first.
+  virtual bool takes_grouped_kv() const { return false; }
+  /// Each query's keys span this many times the T tokens it is given (context parallelism:
+  /// the cp group's whole sequence); what the FLOP counts read.
+  virtual int64_t context_parts() const { return 1; }
 };
 
 struct AttentionOptions {
@@ -50,13 +56,17 @@ public:
   AttentionImpl(const AttentionOptions& options, const torch::TensorOptions& tensors = {},
                 std::shared_ptr<const AttentionCore> core = nullptr);
   /// x [B, T', H] (T' = T, or this member's part of it under sequence parallelism) ->
-  /// [B, T', H]. `positions` [T] of the tokens q sees; undefined: 0..T-1, the whole sequence.
+  /// [B, T', H]. `positions` [T] of the tokens q sees; undefined: the PositionsScope's
+  /// (models/layers/positions.h), or outside one 0..T-1, the whole sequence.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& positions = {});
   void replace_linear(const std::string& name, torch::nn::AnyModule module) override;
   int64_t shard_granularity(const std::string&) const override { return head_dim_; }
   int64_t head_dim() const override { return head_dim_; }
   int64_t query_features() const override;
   const AttentionCore& core() const { return *core_; }
+  /// Replaces the core (context parallelism installs its own in every attention module).
+  void set_core(std::shared_ptr<const AttentionCore> core);
+  int64_t context_parts() const override { return core_->context_parts(); }
 
 private:
   torch::nn::AnyModule& slot(const std::string& name);

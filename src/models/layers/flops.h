@@ -49,6 +49,8 @@ public:
   virtual int64_t head_dim() const = 0;
   /// heads · head_dim of the queries this module computes.
   virtual int64_t query_features() const = 0;
+  /// How many times its queries' tokens the keys span (context parallelism: the cp size).
+  virtual int64_t context_parts() const { return 1; }
 };
 
 /// Implemented by composite modules whose leaves see tensors of different shapes (a ResNet
