@@ -13,12 +13,13 @@ BlockAttention partial_attention_reference(const torch::Tensor& q, const torch::
   const double inf = std::numeric_limits<double>::infinity();
   const torch::Tensor scores =
       torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(q.size(-1))));
-  const torch::Tensor seen = k_positions.unsqueeze(0) <= q_positions.unsqueeze(1); // [Tq, Tk]
-  const torch::Tensor masked = scores.masked_fill(seen.logical_not(), -inf);
+  // future[i][j]: key j comes after query i, which does not see it.
+  const torch::Tensor future = k_positions.unsqueeze(0) > q_positions.unsqueeze(1); // [Tq, Tk]
+  const torch::Tensor masked = scores.masked_fill(future, -inf);
   // The row's maximum as a constant shift (log Σ exp(s) = m + log Σ exp(s - m) for any m,
   // so its gradient is not needed), 0 for a row that sees nothing, whose exp() are then 0.
   torch::Tensor shift = std::get<0>(masked.max(-1, /*keepdim=*/true)).detach();
-  const torch::Tensor empty = shift.isinf();  // [B, h, Tq, 1]: only -inf (masked row)
+  const torch::Tensor empty = shift.eq(-inf); // [B, h, Tq, 1]: the row sees no key
   shift = shift.masked_fill(empty, 0.0);
   const torch::Tensor weights = torch::exp(masked - shift);  // 0 where masked
   // Σ exp over a row that sees nothing is 0: divide by 1 there instead (its weights are 0),
