@@ -75,7 +75,9 @@ void print_plan(const nlohmann::json& doc, const TrainConfig& c) {
              c.preset.empty() ? c.model : c.preset, short_count(doc["parameters"].get<int64_t>()),
              doc["cluster"].get<std::string>(),
              layout_dims(c).describe(),
-             c.sequence_parallel ? " with sequence parallel" : "", c.zero, c.precision,
+             std::string(c.sequence_parallel ? " with sequence parallel" : "") +
+                 (c.cp > 1 ? " (cp by " + c.cp_comm + ")" : ""),
+             c.zero, c.precision,
              doc["global_batch_size"].get<int64_t>(), c.micro_batches, c.micro_batches == 1 ? "" : "es",
              doc["layout"]["micro_batch_size"].get<int64_t>(), c.recompute,
              model_family(c.model).transformer ? ", attention " + c.attention : "");
@@ -106,7 +108,9 @@ void print_plan(const nlohmann::json& doc, const TrainConfig& c) {
 } // namespace
 
 nlohmann::json layout_json(const TrainConfig& c) {
-  return {{"dp", c.gpus / (c.tp * c.pp)},
+  return {{"dp", c.gpus / (c.tp * c.pp * c.cp)},
+          {"cp", c.cp},
+          {"cp_comm", c.cp_comm},
           {"tp", c.tp},
           {"pp", c.pp},
           {"virtual_stages", c.virtual_stages},

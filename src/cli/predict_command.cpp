@@ -54,7 +54,7 @@ nlohmann::json read_records(const std::filesystem::path& dir) {
 void write_run_reports(const std::filesystem::path& dir, const TrainConfig& config,
                        const std::vector<Recorder>& recorders,
                        const std::vector<MemorySample>& memory, nlohmann::json& summary) {
-  const int64_t samples_per_step = config.batch_size * (config.gpus / (config.tp * config.pp));
+  const int64_t samples_per_step = config.batch_size * (config.gpus / (config.tp * config.pp * config.cp));
   nlohmann::json trace;
   try {
     write_file_atomic(dir / "records.json",

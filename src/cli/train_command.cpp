@@ -208,8 +208,9 @@ nlohmann::json announce(const TrainRun& r) {
   const int64_t parameters = count_parameters(*build_model(config.model, model_options));
   const std::string layout =
       uses_mesh_layout(config)
-          ? fmt::format(" as {}{}, zero {}{}, {} micro-batches, recompute {}", dims.describe(),
-                        config.sequence_parallel ? " with sequence parallel" : "", config.zero,
+          ? fmt::format(" as {}{}{}, zero {}{}, {} micro-batches, recompute {}", dims.describe(),
+                        config.sequence_parallel ? " with sequence parallel" : "",
+                        dims.cp > 1 ? " (cp by " + config.cp_comm + ")" : "", config.zero,
                         (config.reshard_after_forward ? "" : " (no reshard after forward)") +
                             std::string(dims.pp > 1
                             ? ", " + config.schedule + " schedule" +
@@ -244,7 +245,8 @@ nlohmann::json announce(const TrainRun& r) {
                       {"virtual_stages", config.virtual_stages},
                       {"micro_batches", config.micro_batches},
                       {"recompute", config.recompute},
-                      {"sequence_parallel", config.sequence_parallel}}},
+                      {"sequence_parallel", config.sequence_parallel},
+                      {"cp", dims.cp}, {"cp_comm", config.cp_comm}}},
           {"model", config.model},
           {"parameters", parameters},
           {"device", config.device},

@@ -26,6 +26,13 @@ void add_model_layout_flags(CLI::App& app, TrainConfig& c) {
                "with --tp: norms and residuals on 1/tp of the sequence each, reduce-scatter and "
                "all-gather instead of all-reduce");
   add_integer_flag(app, "--pp", c.pp, "pipeline stages")->capture_default_str();
+  add_integer_flag(app, "--cp", c.cp,
+                   "context-parallel size (gpt, llama): each rank holds 2 of 2·cp chunks of the "
+                   "sequence")
+      ->capture_default_str();
+  app.add_option("--cp-comm", c.cp_comm,
+                 "how --cp brings keys and values to the queries: allgather | ring")
+      ->capture_default_str();
   add_integer_flag(app, "--zero", c.zero, "ZeRO stage on the data-parallel dimension: 0 | 1 | 2 | 3")
       ->capture_default_str();
   add_integer_flag(app, "--dp-shard", c.dp_shard,

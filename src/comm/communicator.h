@@ -25,6 +25,12 @@ namespace meshsim {
 
 enum class ReduceOp { Sum, Avg, Max };
 
+/// Point-to-point tags from here up mark a ring's exchange: every member of a group sends a
+/// message to its next and receives one of the same shape from its previous (context
+/// parallelism's K/V ring). A plan runs one member of such a group, so the record-only
+/// backend records these messages without a peer; every other backend sends them as usual.
+constexpr int kSymmetricTagBase = 1 << 29;
+
 /// A set of global ranks. The order is the group order (index = "group rank").
 struct Group {
   std::vector<int> ranks;

@@ -152,6 +152,11 @@ private:
 
 std::unique_ptr<Work> RecordOnlyCommunicator::isend(const torch::Tensor& tensor, int dst,
                                                     int tag) {
+  if (tag >= kSymmetricTagBase) { // a ring's exchange: the peer may not run (communicator.h)
+    record("send", Group{{rank(), dst}}, tensor);
+    records_.back().peer = dst;
+    return std::make_unique<RecordedWork>(*this, records_.size() - 1);
+  }
   std::unique_ptr<Work> work;
   {
     GpuGuard host(nullptr); // as send's: the message is not charged
@@ -163,6 +168,11 @@ std::unique_ptr<Work> RecordOnlyCommunicator::isend(const torch::Tensor& tensor,
 }
 
 std::unique_ptr<Work> RecordOnlyCommunicator::irecv(torch::Tensor output, int src, int tag) {
+  if (tag >= kSymmetricTagBase) { // the output keeps its shape: a meta tensor has no values
+    record("recv", Group{{src, rank()}}, output);
+    records_.back().peer = src;
+    return std::make_unique<RecordedWork>(*this, records_.size() - 1);
+  }
   std::unique_ptr<Work> work = p2p_->irecv(std::move(output), src, tag);
   take_p2p_record();
   return std::make_unique<MessageWork>(*this, std::move(work), records_.size() - 1,

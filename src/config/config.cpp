@@ -34,12 +34,14 @@ ParallelDims layout_dims(const TrainConfig& c) {
   sizes.world = c.gpus;
   sizes.tp = c.tp;
   sizes.pp = c.pp;
+  sizes.cp = c.cp;
   sizes.dp_shard = c.dp_shard;
   return ParallelDims::make(sizes);
 }
 
 bool uses_mesh_layout(const TrainConfig& c) {
-  return c.tp > 1 || c.pp > 1 || c.zero > 0 || c.micro_batches > 1 || c.recompute != "none";
+  return c.tp > 1 || c.pp > 1 || c.zero > 0 || c.micro_batches > 1 || c.recompute != "none" ||
+         c.cp > 1;
 }
 
 namespace {

@@ -34,7 +34,9 @@ struct TrainConfig {
   std::string preset;         // --preset NAME (or a preset name as --model): the shape started from
   TransformerShape shape;             // --layers --hidden --heads --kv-heads --ffn-hidden --seq-len --vocab
                               // --tie-head --rope-theta (gpt and llama)
-  int tp = 1, pp = 1;         // dp = gpus / (tp · pp)
+  int tp = 1, pp = 1;         // dp = gpus / (tp · pp · cp)
+  int cp = 1;                 // context parallel: each rank holds 2 of 2·cp chunks of the sequence
+  std::string cp_comm = "allgather";  // how cp brings K/V: allgather | ring
   int zero = 0;
   int dp_shard = 0;             // --dp-shard N: HSDP, ZeRO shards within N dp ranks; 0: all of dp
   bool reshard_after_forward = true;  // --no-reshard-after-forward: ZeRO 3 keeps blocks gathered

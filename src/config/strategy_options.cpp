@@ -15,6 +15,8 @@ StrategyOptions strategy_options(const TrainConfig& config) {
   options.shape.dropout = config.dropout;
   options.tp = config.tp;
   options.pp = config.pp;
+  options.cp = config.cp;
+  options.cp_comm = config.cp_comm;
   options.sequence_parallel = config.sequence_parallel;
   options.zero = config.zero;
   options.dp_shard = config.dp_shard;

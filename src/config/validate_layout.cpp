@@ -45,10 +45,12 @@ void resolve_micro_batches(TrainConfig& c, const ParallelDims& dims) {
 
 void validate_layout(TrainConfig& c) {
   // Caught here because tp × pp would overflow an int in ParallelDims for sizes past --gpus.
+  require(c.cp >= 1, fmt::format("--cp must be at least 1, got {}", c.cp));
+  require(c.cp <= c.gpus, fmt::format("--gpus {} is not divisible by --cp {}", c.gpus, c.cp));
   require(c.tp < 1 || c.pp < 1 || (c.tp <= c.gpus && c.pp <= c.gpus),
           fmt::format("--gpus {} is not divisible by --tp {} × --pp {} = {}", c.gpus, c.tp, c.pp,
                       static_cast<int64_t>(c.tp) * c.pp));
-  const ParallelDims dims = ParallelDims::make(c.gpus, c.tp, c.pp);
+  const ParallelDims dims = ParallelDims::make(c.gpus, c.tp, c.pp, c.cp);
   require(c.zero >= 0 && c.zero <= 3, fmt::format("--zero must be 0, 1, 2 or 3, got {}", c.zero));
   // HSDP shards ZeRO's state within groups of --dp-shard ranks: stage 1 its optimizer state,
   // 2 its gradients too, 3 its parameters too; without ZeRO nothing is sharded.
@@ -83,6 +85,8 @@ void validate_layout(TrainConfig& c) {
   require(!uses_mesh_layout(c) || c.strategy == "ddp",
           fmt::format("--tp, --pp, --zero, --micro-batches and --recompute run with --strategy ddp "
                       "(the default), not {}", c.strategy));
+  require(c.cp_comm == "allgather" || c.cp_comm == "ring",
+          fmt::format("unknown --cp-comm '{}' (choose allgather or ring)", c.cp_comm));
   require(!c.sequence_parallel || c.tp > 1,
           "--sequence-parallel needs --tp 2 or more: it splits the sequence over the tp group");
 

@@ -61,6 +61,11 @@ void validate_model_layout(const TrainConfig& c) {
             fmt::format("--seq-len {} is not divisible by --tp {} (--sequence-parallel splits the "
                         "sequence over the tp group)",
                         g.seq_len, c.tp));
+    // Context parallelism: 2·cp chunks, each cut again over tp under sequence parallelism.
+    const int64_t cp_parts = int64_t{2} * c.cp * (c.sequence_parallel ? c.tp : 1);
+    require(c.cp == 1 || g.seq_len % cp_parts == 0,
+            fmt::format("--seq-len {} is not divisible by 2 × --cp {}{} = {}", g.seq_len, c.cp,
+                        c.sequence_parallel ? fmt::format(" × --tp {}", c.tp) : "", cp_parts));
     require(g.layers >= c.pp,
             fmt::format("--layers {} is fewer than --pp {}: every stage needs a layer", g.layers, c.pp));
     require(g.layers / c.pp >= c.virtual_stages,
@@ -81,6 +86,7 @@ void validate_model_layout(const TrainConfig& c) {
             fmt::format("--init-from reads the Hugging Face folders of gpt and llama; {} has none",
                         c.model));
     require(c.tp == 1, "--tp needs --model gpt: its plan splits attention and the MLP");
+    require(c.cp == 1, "--cp needs a transformer (gpt, llama): it splits the sequence");
     require(c.recompute == "none", "--recompute applies to the transformer blocks of --model gpt");
     require(c.dropout == 0, "--dropout applies to the transformer blocks of --model gpt and llama");
     ModelOptions shapes; // the layers' count only: on meta where the model can be

@@ -52,6 +52,17 @@ int owner_of(const CollectiveRecord& c, int rank) {
   return c.group.empty() ? rank : *std::min_element(c.group.begin(), c.group.end());
 }
 
+// owner_of, except that a message from a rank with no records (an image, in a plan) is its
+// receiver's: a ring's previous member is such an image when one member of the ring runs.
+int owner_for_step(const std::vector<Recorder>& ranks, const CollectiveRecord& c, int rank,
+                   const PredictOptions& o) {
+  const int owner = owner_of(c, rank);
+  if (o.images && owner != rank && owner >= 0 && owner < static_cast<int>(ranks.size()) &&
+      ranks[static_cast<size_t>(owner)].compute.empty())
+    return rank;
+  return owner;
+}
+
 struct Window {
   double begin = kInf;
   double end = kInf;
@@ -160,8 +171,9 @@ public:
     return id;
   }
 
-  // `after`: the task it waits for (default: the last blocking task).
-  void comm(const CollectiveRecord& c, const std::string& key, const std::string* after = nullptr) {
+  // `after`: the task it waits for (default: the last blocking task). Returns its id.
+  std::string comm(const CollectiveRecord& c, const std::string& key,
+                   const std::string* after = nullptr) {
     const std::string id = next_id(c.op);
     const int n = static_cast<int>(c.group.size());
     double bytes = static_cast<double>(c.bytes);
@@ -180,7 +192,9 @@ public:
       out_.back().peer_bytes.push_back(static_cast<double>(b));
     if (c.op != "send")
       last_ = id; // a send is buffered: nothing waits for it
+    return id;
   }
+  const std::string& last() const { return last_; }
 
 private:
   std::vector<std::string> deps() const {
@@ -228,7 +242,8 @@ Program build_step_program(const std::vector<Recorder>& ranks, int64_t step, con
   std::set<std::string> included;
   for (int r = 0; r < n; ++r)
     for (const CollectiveRecord& c : ranks[r].collectives)
-      if (owner_of(c, r) == r && place_s(c) >= windows[r].begin && place_s(c) < windows[r].end)
+      if (owner_for_step(ranks, c, r, o) == r && place_s(c) >= windows[r].begin &&
+          place_s(c) < windows[r].end)
         included.insert(keys.at(&c));
 
   Program program;
@@ -272,12 +287,27 @@ Program build_step_program(const std::vector<Recorder>& ranks, int64_t step, con
         double sum = 0;
         for (double s : segments)
           sum += s;
+        // The tasks of this region so far, each with where it ends in the rank's program.
+        std::vector<std::pair<double, std::string>> placed{{c.start_s, b.last()}};
         for (size_t i = 0; i < segments.size(); ++i) {
           const double share =
               sum > 0 ? segments[i] / sum : 1.0 / static_cast<double>(segments.size());
-          b.compute(c.name, measured ? segments[i] : target * share);
-          if (i < inside.size())
-            b.comm(*inside[i], keys.at(inside[i]));
+          const std::string piece = b.compute(c.name, measured ? segments[i] : target * share);
+          if (i == inside.size())
+            break;
+          const CollectiveRecord& x = *inside[i];
+          placed.emplace_back(place_s(x), piece);
+          // A message started with isend/irecv (the ring of context parallelism) runs from
+          // where it was started, beside the compute up to its wait: it waits for the task
+          // that ended last before its start, and what follows its wait waits for it, so only
+          // the part of it longer than that compute is exposed.
+          std::string issued_after;
+          if (x.waited_s >= 0 && (x.op == "send" || x.op == "recv"))
+            for (const auto& [at, id] : placed)
+              if (at <= x.start_s) issued_after = id;
+          const std::string id = b.comm(x, keys.at(inside[i]),
+                                        issued_after.empty() ? nullptr : &issued_after);
+          placed.emplace_back(place_s(x), id);
         }
         continue;
       }

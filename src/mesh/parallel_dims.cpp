@@ -18,11 +18,12 @@ void require_positive(const char* flag, int value) {
 
 } // namespace
 
-ParallelDims ParallelDims::make(int world, int tp, int pp) {
+ParallelDims ParallelDims::make(int world, int tp, int pp, int cp) {
   ParallelSizes sizes;
   sizes.world = world;
   sizes.tp = tp;
   sizes.pp = pp;
+  sizes.cp = cp;
   return make(sizes);
 }
 

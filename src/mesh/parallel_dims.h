@@ -59,8 +59,8 @@ struct ParallelDims {
   /// size is not positive, world is not divisible by tp · pp · cp, dp_shard does not divide
   /// dp, or ep does not divide dp_shard · cp.
   static ParallelDims make(const ParallelSizes& sizes);
-  /// make({world, tp, pp}): cp = ep = 1, dp_shard = dp.
-  static ParallelDims make(int world, int tp, int pp);
+  /// make({world, tp, pp, cp}): ep = 1, dp_shard = dp.
+  static ParallelDims make(int world, int tp, int pp, int cp = 1);
 
   ParallelCoord coord(int rank) const;
   int rank(const ParallelCoord& c) const;

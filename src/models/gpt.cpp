@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "models/device_layers.h"
+#include "models/layers/positions.h"
 
 namespace meshsim {
 namespace {
@@ -41,8 +42,8 @@ torch::Tensor GptEmbeddingImpl::forward(const torch::Tensor& tokens,
   if (positions.defined() && (positions.dim() != 1 || positions.size(0) != tokens.size(1)))
     throw std::invalid_argument("gpt: expected positions [" + std::to_string(tokens.size(1)) +
                                 "], got " + c10::str(positions.sizes()));
-  const torch::Tensor at =
-      positions.defined() ? positions : sequence_positions(tokens.size(1), wpe);
+  const torch::Tensor given = resolve_positions(positions, tokens.size(1)); // or the scope's
+  const torch::Tensor at = given.defined() ? given : sequence_positions(tokens.size(1), wpe);
   return nn::functional::embedding(tokens, wte) + wpe.index_select(0, at);
 }
 

@@ -35,6 +35,8 @@
 #include "models/family.h"
 #include "mesh/parallel_dims.h"
 #include "models/gpt.h"
+#include "models/layers/positions.h"
+#include "parallel/context/context_parallel.h"
 #include "parallel/pipeline/pipeline.h"
 #include "parallel/replica.h"
 #include "parallel/pipeline/schedule.h"
@@ -255,6 +257,7 @@ ParallelDims mesh_dims(int world, const StrategyOptions& options) {
   sizes.world = world;
   sizes.tp = options.tp;
   sizes.pp = options.pp;
+  sizes.cp = options.cp;
   sizes.dp_shard = options.dp_shard;
   return ParallelDims::make(sizes);
 }
@@ -318,6 +321,7 @@ public:
       : ctx_(ctx), options_(options),
         dims_(mesh_dims(ctx.world_size, options)),
         coord_(dims_.coord(ctx.rank)), tp_(dims_.group(ctx.rank, "tp")),
+        cp_(dims_.group(ctx.rank, "cp")),
         world_(Group::world(ctx.world_size)),
         micro_batches_(options.schedule == "naive" && dims_.pp > 1 ? 1 : options.micro_batches),
         plan_(model_plan(options)) {
@@ -344,12 +348,14 @@ public:
     ctx.sample_memory(0, "model");
   }
 
-  double step(const Batch& batch, int64_t step_number) override {
+  double step(const Batch& whole, int64_t step_number) override {
     zero_->zero_grad();
     std::vector<torch::Tensor> inputs, targets;
     double local_loss = 0;
     {
       CategoryScope scope(MemoryCategory::Activations);
+      const Batch batch = context_shard(whole);  // this cp rank's tokens, at their positions
+      PositionsScope positions(positions_of(batch));
       split_micro_batches(ctx_, batch, compute_dtype(options_), micro_batches_, step_number,
                           inputs, targets);
       pipe_.dropout = micro_batch_draws(options_, dims_, coord_, batch, inputs, micro_batches_,
@@ -369,12 +375,14 @@ public:
     recorded_optimizer_step(ctx_, *zero_, options_.optimizer, optimizer_numel_, step_number,
                             finite);
     return global_mean_loss(ctx_, world_, reports_loss() ? local_loss : 0.0,
-                            reports_loss() ? batch.size() : 0);
+                            reports_loss() ? whole.size() : 0);
   }
 
   DataShard data_shard(const RankContext&) const override { return {dims_.dp, coord_.dp}; }
 
-  std::pair<int64_t, int64_t> evaluate(const Batch& batch) override {
+  std::pair<int64_t, int64_t> evaluate(const Batch& whole) override {
+    const Batch batch = context_shard(whole);  // each cp rank scores its own tokens
+    PositionsScope positions(positions_of(batch));
     auto model = zero_->module();
     model->eval();
     torch::Tensor out = forward_through_chunks(
@@ -395,7 +403,7 @@ public:
       mine = zero_->full_parameters();  // whole over dp
     // The head's copy of a tied embedding is not in the single-device model: one copy is.
     if (tied_.copy_index >= 0) mine.erase(mine.begin() + tied_.copy_index);
-    if (coord_.dp != 0 || coord_.tp != 0) return {};
+    if (coord_.dp != 0 || coord_.tp != 0 || coord_.cp != 0) return {};
     return parameters_in_model_order(ctx_, dims_, coord_, std::move(mine), chunk_parameters_);
   }
 
@@ -430,6 +438,9 @@ private:
       if (dims_.tp > 1)
         parallelize_tensor(full, plan_, ctx_.comm, tp_, coord_.tp,
                            options_.sequence_parallel);
+      if (dims_.cp > 1)  // every attention module's core brings K/V from the cp group
+        parallelize_context(full, plan_, ctx_.comm, cp_, options_.cp_comm,
+                            options_.attention == AttentionKind::Fused);
       // Parameter tensors of every chunk, in model order, for full_parameters(); and the
       // children of this rank's chunks, which form its stage.
       const int chunks = dims_.pp * options_.virtual_stages;
@@ -473,14 +484,30 @@ private:
       }
   }
 
-  // The last stage's first tensor-parallel member speaks for its replica.
+  // The last stage's first tensor-parallel member speaks for its replica's tokens (each cp
+  // rank for its own share of them: the same number of tokens on each).
   bool reports_loss() const { return coord_.pp == dims_.pp - 1 && coord_.tp == 0; }
+
+  // Context parallelism: this rank's two chunks of every sample's tokens and targets
+  // (context_parallel.h); the batch itself without it.
+  Batch context_shard(const Batch& batch) const {
+    if (dims_.cp == 1 || batch.size() == 0) return batch;
+    return {cp_shard_sequence(batch.inputs, dims_.cp, coord_.cp),
+            batch.targets.defined() ? cp_shard_sequence(batch.targets, dims_.cp, coord_.cp)
+                                    : batch.targets};
+  }
+  // The positions of those tokens in their sequence; undefined (0..T-1) without cp.
+  torch::Tensor positions_of(const Batch& batch) const {
+    if (dims_.cp == 1 || batch.size() == 0) return {};
+    return cp_positions(batch.inputs.size(1) * dims_.cp, dims_.cp, coord_.cp,
+                        batch.inputs.options());
+  }
 
   RankContext& ctx_;
   StrategyOptions options_;
   ParallelDims dims_;
   ParallelCoord coord_;
-  Group tp_, world_;
+  Group tp_, cp_, world_;
   int micro_batches_;
   ParallelPlan plan_;  // the model's, read once: tensor and sequence parallel, the cuts
   int64_t optimizer_numel_ = 0;

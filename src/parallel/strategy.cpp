@@ -36,7 +36,7 @@ std::vector<torch::Tensor> Strategy::full_parameters() {
 
 bool uses_hybrid(const StrategyOptions& o) {
   return o.tp > 1 || o.pp > 1 || o.zero > 0 || o.micro_batches > 1 ||
-         o.recompute != Recompute::None;
+         o.recompute != Recompute::None || o.cp > 1;
 }
 
 torch::Dtype compute_dtype(const StrategyOptions& options) {
@@ -135,7 +135,7 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name, RankContext& ct
                                         const StrategyOptions& options) {
   if (name == "ddp" && uses_hybrid(options)) return make_hybrid(ctx, options);
   if (uses_hybrid(options))
-    throw std::invalid_argument("--tp, --pp, --zero, --micro-batches and --recompute need --strategy ddp");
+    throw std::invalid_argument("--tp, --pp, --cp, --zero, --micro-batches and --recompute need --strategy ddp");
   if (name == "single") {
     if (ctx.world_size != 1)
       throw std::invalid_argument("--strategy single runs on one GPU; use --gpus 1");

@@ -45,7 +45,9 @@ struct StrategyOptions {
   std::string model = "cnn";
   uint64_t seed = 0;
   TransformerShape shape;               // --model gpt
-  int tp = 1, pp = 1;           // the mesh: dp = world / (tp · pp)
+  int tp = 1, pp = 1;           // the mesh: dp = world / (tp · pp · cp)
+  int cp = 1;                   // context parallel: the sequence over cp ranks
+  std::string cp_comm = "allgather"; // how cp brings K/V to the queries: allgather | ring
   bool sequence_parallel = false; // with tp > 1: norms and residuals on 1/tp of the sequence
   int zero = 0;                 // ZeRO stage on the data-parallel dimension
   int dp_shard = 0;             // HSDP: ZeRO shards within groups of this many dp ranks (0: all)

@@ -50,40 +50,51 @@ std::vector<Recorder> replicate_replicas(const std::vector<Recorder>& executed,
                                          const ParallelDims& dims) {
   std::vector<Recorder> out(static_cast<size_t>(dims.world));
   for (int d = 0; d < dims.dp; ++d) {
-    for (int t = 0; t < dims.tp; ++t) {
-      // A member's image in replica d at tp index t: the coordinates its group spans are kept
-      // (a dp group stays the dp group, a tp group the tp group), the others become (d, t).
-      // dp is two coordinates with HSDP, each kept or replaced alone: a shard group spans
-      // dp_shard only, a replicate group dp_replicate only.
-      const int shards = dims.dp_shard;
-      auto rename = [&](const std::vector<int>& group, int rank) {
-        bool spans_replica = false, spans_shard = false, spans_tp = false;
-        const ParallelCoord first = dims.coord(group.front());
-        for (int g : group) {
-          const ParallelCoord c = dims.coord(g);
-          spans_replica = spans_replica || c.dp / shards != first.dp / shards;
-          spans_shard = spans_shard || c.dp % shards != first.dp % shards;
-          spans_tp = spans_tp || c.tp != first.tp;
+    for (int cp = 0; cp < dims.cp; ++cp) {
+      for (int t = 0; t < dims.tp; ++t) {
+        // A member's image in replica d at cp index cp and tp index t: the coordinates its
+        // group spans are kept (a dp group stays the dp group, a tp group the tp group), the
+        // others become (d, cp, t); a message's peer in the cp ring moves round with it. dp
+        // is two coordinates with HSDP, each kept or replaced alone: a shard group spans
+        // dp_shard only, a replicate group dp_replicate only.
+        const int shards = dims.dp_shard;
+        auto rename = [&](const std::vector<int>& group, int rank, bool peer) {
+          bool spans_replica = false, spans_shard = false, spans_tp = false, spans_cp = false;
+          const ParallelCoord first = dims.coord(group.front());
+          for (int g : group) {
+            const ParallelCoord c = dims.coord(g);
+            spans_replica = spans_replica || c.dp / shards != first.dp / shards;
+            spans_shard = spans_shard || c.dp % shards != first.dp % shards;
+            spans_tp = spans_tp || c.tp != first.tp;
+            spans_cp = spans_cp || c.cp != first.cp;
+          }
+          ParallelCoord c = dims.coord(rank);
+          const int replica = spans_replica ? c.dp / shards : d / shards;
+          const int shard = spans_shard ? c.dp % shards : d % shards;
+          c.dp = replica * shards + shard;
+          if (!spans_tp)
+            c.tp = t;
+          if (peer)
+            c.cp = (c.cp + cp) % dims.cp;
+          else if (!spans_cp)
+            c.cp = cp;
+          return dims.rank(c);
+        };
+        for (int s = 0; s < dims.pp; ++s) {
+          const int original = dims.rank({0, 0, s});
+          Recorder copy = executed[static_cast<size_t>(original)];
+          for (CollectiveRecord& c : copy.collectives) {
+            const std::vector<int> group = c.group;
+            const bool p2p = c.peer >= 0;
+            if (p2p)
+              c.peer = rename({c.peer}, c.peer, true);
+            for (int& g : c.group)
+              g = rename(p2p ? std::vector<int>{g} : group, g, p2p);
+          }
+          ParallelCoord image{d, t, s};
+          image.cp = cp;
+          out[static_cast<size_t>(dims.rank(image))] = std::move(copy);
         }
-        ParallelCoord c = dims.coord(rank);
-        const int replica = spans_replica ? c.dp / shards : d / shards;
-        const int shard = spans_shard ? c.dp % shards : d % shards;
-        c.dp = replica * shards + shard;
-        if (!spans_tp)
-          c.tp = t;
-        return dims.rank(c);
-      };
-      for (int s = 0; s < dims.pp; ++s) {
-        const int original = dims.rank({0, 0, s});
-        Recorder copy = executed[static_cast<size_t>(original)];
-        for (CollectiveRecord& c : copy.collectives) {
-          const std::vector<int> group = c.group;
-          if (c.peer >= 0)
-            c.peer = rename({c.peer}, c.peer);
-          for (int& g : c.group)
-            g = rename(group, g);
-        }
-        out[static_cast<size_t>(dims.rank({d, t, s}))] = std::move(copy);
       }
     }
   }

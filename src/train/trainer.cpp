@@ -50,7 +50,7 @@ int64_t steps_per_epoch(const TrainConfig& config, int64_t train_samples) {
   // DataParallel loads whole global batches on GPU 0; the others shard the data set the
   // way torch's DistributedSampler does, one shard per data-parallel replica.
   const bool global_loader = config.strategy == "dp";
-  const int replicas = global_loader ? 1 : config.gpus / (config.tp * config.pp);
+  const int replicas = global_loader ? 1 : config.gpus / (config.tp * config.pp * config.cp);
   const int64_t batch = global_loader ? config.batch_size * config.gpus : config.batch_size;
   const int64_t samples =
       DistributedSampler(train_samples, replicas, 0, true, config.seed).num_samples();

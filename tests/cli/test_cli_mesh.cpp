@@ -296,3 +296,45 @@ TEST(CliMesh, TiedHeadWithAPipeline) {
                                      "embedding group sums whole gradients; use --no-tie-head");
   }
 }
+
+// Context parallelism: a sequence that does not cut into 2·cp chunks (× tp with sequence
+// parallel), an unknown --cp-comm and --cp on a model without a sequence are one line and exit
+// 2; a cp run says its layout, keeps cp in config.json, and a run from that config.json is
+// the same run (its losses equal, step by step).
+TEST(CliMesh, ContextParallelChecksTrainsAndSurvivesConfigJson) {
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--model llama --gpus 4 --cp 4", "--seq-len 12 is not divisible by 2 × --cp 4 = 8"},
+           {"--model gpt --gpus 4 --cp 2 --tp 2 --sequence-parallel",
+            "--seq-len 12 is not divisible by 2 × --cp 2 × --tp 2 = 8"}}) {
+    const auto out = fresh_dir("cp-bad");
+    const auto r = run_meshsim("train --data synthetic --vocab 64 --hidden 32 --heads 4 "
+                               "--seq-len 12 " + args + " --out " + out.string());
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n" << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << "\n" << r.output;
+    EXPECT_FALSE(fs::exists(out)) << args;
+  }
+  expect_usage_error("--gpus 2 --cp 2 --cp-comm ring2", "unknown --cp-comm 'ring2' (choose allgather or ring)");
+  expect_usage_error("--gpus 3 --cp 2", "--gpus 3 is not divisible by --tp 1 × --pp 1 × --cp 2 = 2");
+  expect_usage_error("--gpus 2 --cp 0", "--cp must be at least 1, got 0");
+  const auto out = fresh_dir("cp");
+  const auto r = run_meshsim(kGpt +
+                             "--layers 2 --gpus 4 --cp 2 --cp-comm ring --batch-size 8 "
+                             "--max-steps 4 --log-every 1 --eval-limit 16 --out " +
+                             out.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("dp=2 × cp=2 × tp=1 × pp=1 (cp by ring)"), std::string::npos) << r.output;
+  const auto config = read_json(out / "config.json");
+  EXPECT_EQ(config["cp"], 2);
+  EXPECT_EQ(config["cp_comm"], "ring");
+  EXPECT_EQ(config["dp"], 2);
+  EXPECT_EQ(read_json(out / "summary.json")["layout"]["cp"], 2);
+  const auto again = fresh_dir("cp-again");
+  const auto rerun =
+      run_meshsim("train --config " + (out / "config.json").string() + " --out " + again.string());
+  ASSERT_EQ(rerun.code, 0) << rerun.output;
+  EXPECT_EQ(run_losses(again), run_losses(out));
+  EXPECT_EQ(run_losses(out).size(), 4u);
+  fs::remove_all(out);
+  fs::remove_all(again);
+}

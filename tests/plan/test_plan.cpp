@@ -71,6 +71,8 @@ struct PlanLayout {
   int64_t layers = 0;           // 0: the default, or pp × virtual_stages when more
   const char* stage_layers = ""; // unequal stages (--stage-layers)
   bool tie_head = false;         // with pp: the last stage holds a copy of the embedding
+  int cp = 1;
+  const char* cp_comm = "allgather";
 };
 
 class PlanMatchesTraining : public ::testing::TestWithParam<PlanLayout> {};
@@ -87,6 +89,7 @@ class PlanMatchesTraining : public ::testing::TestWithParam<PlanLayout> {};
 //    its threads' timing left in flight; a plan charges none (comm/record_only.h): the CPU
 //    run holds at least the plan's bytes, and at most the messages of one step more (each
 //    micro-batch's activation, or its gradient, is sent once a step into each chunk).
+//    The same holds for context parallelism's ring, whose messages go round every layer.
 TEST_P(PlanMatchesTraining, PeakBytesByCategoryPerGpu) {
   const PlanLayout l = GetParam();
   TrainConfig c;
@@ -105,6 +108,8 @@ TEST_P(PlanMatchesTraining, PeakBytesByCategoryPerGpu) {
   c.sequence_parallel = l.sequence_parallel;
   c.virtual_stages = l.virtual_stages;
   c.dp_shard = l.dp_shard;
+  c.cp = l.cp;
+  c.cp_comm = l.cp_comm;
   c.shape.layers = std::max<int64_t>(c.shape.layers, static_cast<int64_t>(l.pp) * l.virtual_stages);
   if (l.layers > 0) c.shape.layers = l.layers;
   c.stage_layers = l.stage_layers;
@@ -138,21 +143,27 @@ TEST_P(PlanMatchesTraining, PeakBytesByCategoryPerGpu) {
   // Every GPU of the CPU run against the plan's rank for its stage: the GPUs a plan does not
   // run are, as it assumes, images of the one it ran.
   ASSERT_EQ(plan.ranks.size(), static_cast<size_t>(c.pp));
-  const ParallelDims dims = ParallelDims::make(c.gpus, c.tp, c.pp);
+  const ParallelDims dims = ParallelDims::make(c.gpus, c.tp, c.pp, c.cp);
+  const bool ring = c.cp > 1 && std::string(c.cp_comm) == "ring";
   for (int r = 0; r < c.gpus; ++r) {
     const PlannedRank& p = plan.ranks[static_cast<size_t>(dims.coord(r).pp)];
     const MemoryStats real = mesh.gpu(r).stats();
     const std::string where = std::string(l.name) + ": gpu" + std::to_string(r) + " ";
     for (int k = 0; k < kNumCategories; ++k) {
       const auto cat = static_cast<MemoryCategory>(k);
-      if (cat == MemoryCategory::Other || (cat == MemoryCategory::Communication && c.pp > 1))
+      if (cat == MemoryCategory::Other ||
+          (cat == MemoryCategory::Communication && (c.pp > 1 || ring)))
         continue;
       EXPECT_EQ(at(p.stats, cat), at(real, cat)) << where << category_name(cat);
     }
     const int64_t other = at(real, MemoryCategory::Other) - at(p.stats, MemoryCategory::Other);
     EXPECT_GE(other, 0) << where << "other";
     EXPECT_LE(other, 4) << where << "other";
-    if (c.pp > 1) {
+    if (ring) // the ring's messages in flight: at least the plan's bytes
+      EXPECT_GE(at(real, MemoryCategory::Communication),
+                at(p.stats, MemoryCategory::Communication))
+          << where << "communication";
+    if (c.pp > 1 && !ring) {
       const int64_t ahead = at(real, MemoryCategory::Communication) -
                             at(p.stats, MemoryCategory::Communication);
       EXPECT_GE(ahead, 0) << where << "communication";
@@ -205,7 +216,13 @@ INSTANTIATE_TEST_SUITE_P(Layouts, PlanMatchesTraining,
                                                   "llama", "fp32", false, "none", 1, "fused", 0, 0, 5, "2,1,2"},
                                            PlanLayout{"tp2_pp2_interleaved_unequal_tied_bf16", 4,
                                                   2, 2, 1, 2, "gpt", "bf16", false, "none", 2, "fused", 0, 0,
-                                                  5, "1,2,1,1", true}),
+                                                  5, "1,2,1,1", true},
+                                           PlanLayout{"cp2_dp2_allgather", 4, 1, 1, 0, 1, "gpt",
+                                                  "fp32", false, "none", 1, "fused", 0, 0, 0, "", false, 2, "allgather"},
+                                           PlanLayout{"llama_cp2_ring_zero1", 4, 1, 1, 1, 1,
+                                                  "llama", "fp32", false, "none", 1, "fused", 0, 0, 0, "", false, 2, "ring"},
+                                           PlanLayout{"llama_cp2_tp2_sp_pp2_ring", 8, 2, 2, 1, 2,
+                                                  "llama", "fp32", true, "none", 1, "fused", 0, 0, 0, "", false, 2, "ring"}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // Unequal stages in a plan: every stage runs, and moving blocks between stages moves exactly

@@ -5,6 +5,7 @@
 
 #include "models/device_layers.h"
 #include "models/layers/eager_core.h"
+#include "models/layers/positions.h"
 #include "models/layers/rotary.h"
 
 namespace meshsim {
@@ -52,7 +53,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
     throw std::invalid_argument(
         "attention: q has " + std::to_string(q_features) + " and k " + std::to_string(kv_features) +
         " features, not whole groups of heads of " + std::to_string(head_dim_));
-  const torch::Tensor at = positions.defined() ? positions : sequence_positions(t, q);
+  const torch::Tensor given = resolve_positions(positions, t); // explicit, or the scope's
+  const torch::Tensor at = given.defined() ? given : sequence_positions(t, q);
   auto split = [&](const torch::Tensor& y, int64_t n) {
     return y.view({b, t, n, head_dim_}).transpose(1, 2); // [B, n, T, head_dim]
   };
@@ -63,7 +65,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
     q = apply_rotary(q, at, options_.rope_theta);
     k = apply_rotary(k, at, options_.rope_theta);
   }
-  if (kv_heads != heads) { // kv head j serves query heads j·group .. (j+1)·group - 1
+  if (kv_heads != heads && !core_->takes_grouped_kv()) { // kv head j serves query heads j·group .. (j+1)·group - 1
     const int64_t group = heads / kv_heads;
     const auto repeat = [&](const torch::Tensor& y) {
       return y.unsqueeze(2)
@@ -74,7 +76,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
     v = repeat(v);
   }
   torch::Tensor y =
-      run_core(q, k, v, positions, at).transpose(1, 2).contiguous().view({b, t, q_features});
+      run_core(q, k, v, given, at).transpose(1, 2).contiguous().view({b, t, q_features});
   return out_.forward(y);
 }
 
@@ -100,6 +102,12 @@ torch::Tensor AttentionImpl::run_core(const torch::Tensor& q, const torch::Tenso
                              : core->forward(in[0], in[1], in[2], at);
       },
       {q, k, v});
+}
+
+void AttentionImpl::set_core(std::shared_ptr<const AttentionCore> core) {
+  if (!core)
+    throw std::invalid_argument("attention: a core is needed");
+  core_ = std::move(core);
 }
 
 int64_t AttentionImpl::query_features() const {

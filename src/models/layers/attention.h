@@ -48,6 +48,12 @@ public:
                                              const torch::Tensor& v,
                                              const torch::Tensor& positions,
                                              const AttentionDropout& dropout) const;
+  /// True for a core that takes k and v with their own kv heads (not repeated to q's) and
+  /// repeats them itself: a context-parallel core sends them over the network first.
+  virtual bool takes_grouped_kv() const { return false; }
+  /// Each query's keys span this many times the T tokens it is given (context parallelism:
+  /// the cp group's whole sequence); what the FLOP counts read.
+  virtual int64_t context_parts() const { return 1; }
 };
 
 struct AttentionOptions {
@@ -74,7 +80,8 @@ public:
   AttentionImpl(const AttentionOptions& options, const torch::TensorOptions& tensors = {},
                 std::shared_ptr<const AttentionCore> core = nullptr);
   /// x [B, T', H] (T' = T, or this member's part of it under sequence parallelism) ->
-  /// [B, T', H]. `positions` [T] of the tokens q sees; undefined: 0..T-1, the whole sequence.
+  /// [B, T', H]. `positions` [T] of the tokens q sees; undefined: the PositionsScope's
+  /// (models/layers/positions.h), or outside one 0..T-1, the whole sequence.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& positions = {});
   void replace_linear(const std::string& name, torch::nn::AnyModule module) override;
   int64_t shard_granularity(const std::string&) const override { return head_dim_; }
@@ -88,6 +95,7 @@ public:
   /// The global index of this module's first head: tensor parallelism sets it on a shard of
   /// whole heads, so its dropout masks are those of the same heads on one device.
   void set_first_head(int64_t head) { first_head_ = head; }
+  int64_t context_parts() const override { return core_->context_parts(); }
 
 private:
   torch::nn::AnyModule& slot(const std::string& name);

@@ -88,14 +88,16 @@ void count_composite(const torch::nn::Module& m, double rows, double width, doub
     // queries' features say.
     const double d = static_cast<double>(heads->query_features());
     const double whole = seq * parts;
+    // Under context parallelism the queries' tokens see keys of the whole sequence.
+    const double keys = whole * static_cast<double>(heads->context_parts());
     // QK^T and AV as one kernel: q, k, v read, the output written.
-    add_gemm(total, 4 * batch * whole * whole * d, 4 * rows * parts * d * eb);
+    add_gemm(total, 4 * batch * whole * keys * d, 4 * rows * parts * d * eb);
     if (heads->fused_core())
-      total.rerun_flops += 2 * batch * whole * whole * d; // backward's S = QKᵀ again
+      total.rerun_flops += 2 * batch * whole * keys * d; // backward's S = QKᵀ again
     else if (heads->head_dim() > 0)
       total.score_bytes += kScorePassesForward * batch * (d / static_cast<double>(heads->head_dim())) *
-                           whole * whole * eb;
-    total.attention_flops += 4 * batch * whole * whole * d;
+                           whole * keys * eb;
+    total.attention_flops += 4 * batch * whole * keys * d;
     total.attention_bytes += 4 * rows * parts * d * eb;
   }
   for (const auto& item : m.named_children()) {

@@ -57,6 +57,8 @@ public:
   /// Its core is fused (AttentionCore::fused): no score traffic, the scores recomputed in
   /// backward.
   virtual bool fused_core() const { return false; }
+  /// How many times its queries' tokens the keys span (context parallelism: the cp size).
+  virtual int64_t context_parts() const { return 1; }
 };
 
 /// Implemented by composite modules whose leaves see tensors of different shapes (a ResNet

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "models/layers/dropout.h"
+#include "models/layers/positions.h"
 
 namespace meshsim {
 namespace {
@@ -78,9 +79,15 @@ torch::Tensor checkpoint(const Recomputable& fn, const std::vector<torch::Tensor
 torch::Tensor CheckpointedBlock::checkpointed(const torch::Tensor& x) {
   if (!recompute)
     return forward_plain(x);
-  // The block outlives the graph (the model owns it).
-  return checkpoint([this](const std::vector<torch::Tensor>& in) { return forward_plain(in[0]); },
-                    {x});
+  // The block outlives the graph (the model owns it). The recompute runs in backward, maybe on
+  // another thread (a device's autograd worker): it gets the forward's positions scope.
+  const torch::Tensor positions = scoped_positions();
+  return checkpoint(
+      [this, positions](const std::vector<torch::Tensor>& in) {
+        PositionsScope scope(positions);
+        return forward_plain(in[0]);
+      },
+      {x});
 }
 
 void set_recompute(torch::nn::Sequential& model, Recompute recompute) {
