@@ -131,6 +131,7 @@ TrainConfig candidate(const TrainConfig& base, int world, int tp, int pp, int ze
   c.recompute = recompute;
   c.schedule = "1f1b";
   c.virtual_stages = 1; // the search plans plain 1F1B
+  c.cp = 1;             // nor does it search context parallelism
   return c;
 }
 
