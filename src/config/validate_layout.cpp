@@ -83,7 +83,7 @@ void validate_layout(TrainConfig& c) {
   require(c.schedule != "naive" || c.micro_batches == 1,
           "--schedule naive runs the whole batch at once; use --micro-batches 1, or gpipe or 1f1b");
   require(!uses_mesh_layout(c) || c.strategy == "ddp",
-          fmt::format("--tp, --pp, --zero, --micro-batches and --recompute run with --strategy ddp "
+          fmt::format("--tp, --pp, --cp, --zero, --micro-batches and --recompute run with --strategy ddp "
                       "(the default), not {}", c.strategy));
   require(c.cp_comm == "allgather" || c.cp_comm == "ring",
           fmt::format("unknown --cp-comm '{}' (choose allgather or ring)", c.cp_comm));

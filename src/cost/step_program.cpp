@@ -149,9 +149,10 @@ std::vector<double> pieces(const ComputeRecord& c,
   };
   std::vector<double> out;
   double prev = at(c.start_s, c.start_charges);
+  // A collective started with *_async splits the region where the rank waited for it.
   for (const auto* x : inside)
-    out.push_back(std::max(0.0, at(x->start_s, x->start_charges) - prev)),
-        prev = at(x->end_s, x->end_charges);
+    out.push_back(std::max(0.0, at(place_s(*x), x->start_charges) - prev)),
+        prev = at(x->waited_s >= 0 ? x->waited_s : x->end_s, x->end_charges);
   out.push_back(std::max(0.0, at(c.end_s, c.end_charges) - prev));
   return out;
 }

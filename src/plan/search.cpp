@@ -2,13 +2,18 @@
 #include "plan/search.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <exception>
 #include <map>
+#include <mutex>
 #include <stdexcept>
+#include <thread>
 
 #include <fmt/format.h>
 
 #include "memory/category.h"
+#include "models/family.h"
 #include "models/presets.h"
 #include "parallel/pipeline/schedule.h"
 
@@ -92,7 +97,7 @@ PlanFigures extrapolate(const PlanFigures& a, const PlanFigures& b, double ta, d
 // same size, validated.
 TrainConfig reduced(const TrainConfig& config, int64_t blocks, int micro_batches) {
   TrainConfig c = config;
-  const int dp = config.gpus / (config.tp * config.pp);
+  const int dp = config.gpus / (config.tp * config.pp * config.cp);
   const int64_t micro_batch_size = micro_batch_size_of(config);
   c.shape.layers = blocks * config.pp;
   c.micro_batch_size = micro_batch_size;
@@ -103,10 +108,22 @@ TrainConfig reduced(const TrainConfig& config, int64_t blocks, int micro_batches
 }
 
 std::string describe(const TrainConfig& c) {
-  return fmt::format("tp {} pp {} dp {}{} zero {} mbs {} recompute {}{}", c.tp, c.pp,
-                     c.gpus / (c.tp * c.pp),
+  return fmt::format("tp {}{} pp {} dp {}{} zero {} mbs {} recompute {}{}", c.tp,
+                     c.cp > 1 ? fmt::format(" cp {} ({})", c.cp, c.cp_comm) : "", c.pp,
+                     c.gpus / (c.tp * c.pp * c.cp),
                      c.dp_shard > 0 ? fmt::format(" (shard {})", c.dp_shard) : "", c.zero,
                      micro_batch_size_of(c), c.recompute, c.sequence_parallel ? " sp" : "");
+}
+
+// A family of the search: one tp × cp × pp (and the context-parallel exchange).
+struct FamilyShape {
+  int tp = 1, cp = 1, pp = 1;
+  std::string cp_comm = "allgather";
+};
+
+std::string describe(const FamilyShape& f) {
+  return f.cp > 1 ? fmt::format("tp {}, cp {} ({}), pp {}", f.tp, f.cp, f.cp_comm, f.pp)
+                  : fmt::format("tp {}, pp {}", f.tp, f.pp);
 }
 
 // Per stage: the most micro-batches it holds at once with `micro_batches` under the
@@ -125,12 +142,14 @@ struct Sharding {
   int dp_shard = 0;
 };
 
-TrainConfig candidate(const TrainConfig& base, int world, int tp, int pp, Sharding sharding,
-                      bool sp, int64_t micro_batch_size, const char* recompute) {
+TrainConfig candidate(const TrainConfig& base, int world, const FamilyShape& shape,
+                      Sharding sharding, bool sp, int64_t micro_batch_size, const char* recompute) {
   TrainConfig c = base;
   c.gpus = world;
-  c.tp = tp;
-  c.pp = pp;
+  c.tp = shape.tp;
+  c.pp = shape.pp;
+  c.cp = shape.cp;
+  c.cp_comm = shape.cp_comm;
   c.zero = sharding.zero;
   c.dp_shard = sharding.dp_shard;
   c.reshard_after_forward = true;
@@ -172,6 +191,34 @@ std::vector<int> divisors(int n) {
     if (n % d == 0)
       out.push_back(d);
   return out;
+}
+
+// The families, in order: tp a power of two within a node; for a transformer, cp a power of
+// two whose 2·cp chunks each keep at least kMinContextChunk tokens (a rank 2048 or more: below
+// that the exchange of K and V outweighs the attention it splits), with either exchange;
+// every pipeline depth that divides the GPUs left.
+constexpr int64_t kMinContextChunk = 1024;
+
+std::vector<FamilyShape> family_shapes(const TrainConfig& base, const ClusterSpec& cluster) {
+  const int world = cluster.world_size();
+  const bool sequence = model_family(base.model).transformer;
+  std::vector<FamilyShape> shapes;
+  for (int tp = 1; tp <= cluster.gpus_per_node; tp *= 2) {
+    if (world % tp != 0)
+      continue;
+    for (int cp = 1; world % (tp * cp) == 0; cp *= 2) {
+      if (cp > 1 && (!sequence || base.shape.seq_len % (2 * cp) != 0 ||
+                     base.shape.seq_len / (2 * cp) < kMinContextChunk))
+        break;
+      for (const char* comm : {"allgather", "ring"}) {
+        if (cp == 1 && std::string(comm) == "ring")
+          continue;
+        for (int pp : divisors(world / (tp * cp)))
+          shapes.push_back({tp, cp, pp, comm});
+      }
+    }
+  }
+  return shapes;
 }
 
 } // namespace
@@ -228,14 +275,16 @@ PlanFigures estimate_layout(const TrainConfig& config, const ClusterSpec& cluste
       out.peak_by_category[c] =
           carry(s1[i].peak_by_category[c], s2[i].peak_by_category[c], c == activations);
   }
-  f.tokens_per_step = config.batch_size * (config.gpus / (config.tp * config.pp)) * config.shape.seq_len;
+  f.tokens_per_step =
+      config.batch_size * (config.gpus / (config.tp * config.pp * config.cp)) * config.shape.seq_len;
   derive_rates(f);
   return f;
 }
 
 int64_t model_state_floor(const TrainConfig& c) {
   const int64_t psi = preset_parameter_count(c.model, c.shape);
-  const int dp = c.dp_shard > 0 ? c.dp_shard : c.gpus / (c.tp * c.pp); // what ZeRO shards over
+  // What ZeRO shards over: dp_shard × cp (HSDP), or all of dp × cp.
+  const int dp = c.dp_shard > 0 ? c.dp_shard * c.cp : c.gpus / (c.tp * c.pp);
   const double element = c.precision == "fp32" ? 4 : 2;
   // The optimizer's fp32 state per parameter: Adam's two moments or SGD's momentum buffer,
   // and the fp32 master weights of mixed precision.
@@ -293,115 +342,192 @@ std::vector<RejectedFamily> rejected_families(std::vector<Family>& families, int
 
 } // namespace
 
+namespace {
+
+// One family's part of the search: its candidates, counted; the layouts of it that fit.
+struct FamilyOutcome {
+  Family family;
+  std::vector<Layout> fitting;
+  int candidates = 0, invalid = 0, planned = 0;
+};
+
+// What the families being searched at once share: the progress callback and its counts.
+class SearchProgress {
+public:
+  explicit SearchProgress(const SearchOptions& options) : options_(options) {}
+  void layout_planned(int n = 1) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    planned_ += n;
+  }
+  void layout_fits() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++fitting_;
+    if (options_.progress)
+      options_.progress(planned_, fitting_);
+  }
+
+private:
+  const SearchOptions& options_;
+  std::mutex mutex_;
+  int planned_ = 0, fitting_ = 0;
+};
+
+// A family of candidates: ZeRO 3 to 0 in every family (FSDP composes with tp, pp and cp),
+// and between ZeRO 3 over all of dp and ZeRO 2, HSDP: ZeRO 3 sharded within a node's
+// data-parallel ranks and replicated across nodes (its all-gathers stay on the node's
+// links), where a node holds more than one and fewer than all of dp.
+FamilyOutcome search_family(const TrainConfig& base, const ClusterSpec& cluster,
+                            const FamilyShape& shape, int64_t memory, SearchProgress& progress) {
+  const int world = cluster.world_size();
+  const int tp = shape.tp, pp = shape.pp;
+  FamilyOutcome out;
+  Family& family = out.family;
+  family.report.family = describe(shape);
+  const int dp = world / (tp * pp * shape.cp), node_dp = std::max(1, cluster.gpus_per_node / tp);
+  std::vector<Sharding> zeros{{3, 0}};
+  if (node_dp > 1 && node_dp < dp && dp % node_dp == 0)
+    zeros.push_back({3, node_dp});
+  for (int zero : {2, 1, 0})
+    zeros.push_back({zero, 0});
+  const std::vector<bool> sps = tp > 1 ? std::vector<bool>{true, false} : std::vector<bool>{false};
+  if (base.shape.layers % pp != 0) { // Megatron's 1F1B needs equal stages too
+    const int count = static_cast<int>(zeros.size() * sps.size()) * 4 * 3;
+    out.candidates += count;
+    out.invalid += count;
+    family.report.candidates += count;
+    family.refuse(fmt::format("{} layers do not split into {} equal stages", base.shape.layers, pp));
+    return out;
+  }
+  // Most memory saved first (more ZeRO sharding, sequence parallel, the smallest
+  // micro-batch, full recompute): what does not fit there fits nowhere after it.
+  bool family_fits_somewhere = true;
+  for (const Sharding& zero : zeros) {
+    for (bool sp : sps) {
+      double previous = 0;     // tokens/s of the last micro-batch size that fit
+      bool sizes_done = false; // the larger sizes hold more or run slower: validated only
+      bool smallest = true;    // no size of this (zero, sp) planned yet
+      for (int64_t mbs : {1, 2, 4, 8}) {
+        out.candidates += 3;
+        family.report.candidates += 3;
+        TrainConfig least = candidate(base, world, shape, zero, sp, mbs, "full");
+        try {
+          validate(least);
+          check_plan_work(least, kPlanSteps); // the best are planned in full below
+        } catch (const std::invalid_argument& e) {
+          out.invalid += 3;
+          family.refuse(e.what());
+          continue;
+        }
+        if (!family_fits_somewhere || sizes_done)
+          continue;
+        const bool most_saving = zero.zero == zeros.front().zero &&
+                                 zero.dp_shard == zeros.front().dp_shard && sp == sps.front() &&
+                                 smallest;
+        smallest = false;
+        // The model state alone, at the ZeRO paper's bytes per parameter, spread evenly:
+        // no layout of this family with this much sharding or less can fit.
+        const int64_t floor = model_state_floor(least);
+        if (floor > memory) {
+          family.note(floor, least, true);
+          family_fits_somewhere = !most_saving;
+          sizes_done = true; // larger micro-batches hold more
+          continue;
+        }
+        ++out.planned;
+        progress.layout_planned();
+        const PlanFigures f = estimate_layout(least, cluster, memory);
+        family.note(f.peak_bytes, least, false);
+        if (!f.fits) {
+          family_fits_somewhere = !most_saving;
+          sizes_done = true;
+          continue;
+        }
+        // Full recompute fits: the layout is the least recompute that fits (recomputing
+        // more never makes a step faster).
+        Layout chosen{least, f, false};
+        for (const char* level : {"none", "selective"}) {
+          TrainConfig c = candidate(base, world, shape, zero, sp, mbs, level);
+          validate(c);
+          ++out.planned;
+          progress.layout_planned();
+          const PlanFigures g = estimate_layout(c, cluster, memory);
+          if (g.fits) {
+            chosen = {c, g, false};
+            break;
+          }
+        }
+        const double rate = chosen.figures.tokens_per_s_per_gpu;
+        out.fitting.push_back(std::move(chosen));
+        progress.layout_fits();
+        // A larger micro-batch holds more; once one is slower than the size before it (a
+        // longer pipeline bubble outweighing fewer, larger kernels), stop.
+        sizes_done = rate < previous;
+        previous = rate;
+      }
+    }
+  }
+  return out;
+}
+
+// Runs search_family for every shape on `workers` threads at once; the outcomes in the
+// shapes' order, whatever order they finished in. A family's exception is rethrown here.
+std::vector<FamilyOutcome> search_families(const TrainConfig& base, const ClusterSpec& cluster,
+                                           const std::vector<FamilyShape>& shapes,
+                                           int64_t memory, const SearchOptions& options,
+                                           int workers) {
+  std::vector<FamilyOutcome> outcomes(shapes.size());
+  std::vector<std::exception_ptr> errors(shapes.size());
+  SearchProgress progress(options);
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < shapes.size(); i = next++) {
+      try {
+        outcomes[i] = search_family(base, cluster, shapes[i], memory, progress);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int w = 1; w < workers; ++w)
+    threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads)
+    t.join();
+  for (const std::exception_ptr& e : errors)
+    if (e)
+      std::rethrow_exception(e);
+  return outcomes;
+}
+
+} // namespace
+
 SearchResult search_layouts(const TrainConfig& base, const ClusterSpec& cluster,
                             const SearchOptions& options) {
   if (base.global_batch_size <= 0)
     throw std::invalid_argument("meshsim plan --search needs --global-batch-size (the batch every "
                                 "layout must train on)");
-  const int world = cluster.world_size();
   const auto memory = static_cast<int64_t>(cluster.gpu.mem_bytes);
+  const std::vector<FamilyShape> shapes = family_shapes(base, cluster);
+  const int workers = options.workers > 0
+                          ? options.workers
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<FamilyOutcome> outcomes = search_families(
+      base, cluster, shapes, memory, options,
+      std::min(workers, static_cast<int>(std::max<size_t>(shapes.size(), 1))));
+
   SearchResult result;
   std::vector<Layout> fitting;
   std::vector<Family> families;
-
-  // The families, in order: (tp, pp) with tp a power of two within a node.
-  std::vector<std::pair<int, int>> shapes;
-  for (int tp = 1; tp <= cluster.gpus_per_node; tp *= 2)
-    if (world % tp == 0)
-      for (int pp : divisors(world / tp))
-        shapes.emplace_back(tp, pp);
-  for (const auto& [tp, pp] : shapes) {
-    Family& family = families.emplace_back();
-    family.report.family = fmt::format("tp {}, pp {}", tp, pp);
-    // ZeRO 3 to 0 in every family (FSDP composes with tp and pp), and between ZeRO 3 over
-    // all of dp and ZeRO 2, HSDP: ZeRO 3 sharded within a node's data-parallel ranks and
-    // replicated across nodes (its all-gathers stay on the node's links), where a node holds
-    // more than one and fewer than all of dp.
-    const int dp = world / (tp * pp), node_dp = std::max(1, cluster.gpus_per_node / tp);
-    std::vector<Sharding> zeros{{3, 0}};
-    if (node_dp > 1 && node_dp < dp && dp % node_dp == 0)
-      zeros.push_back({3, node_dp});
-    for (int zero : {2, 1, 0})
-      zeros.push_back({zero, 0});
-    const std::vector<bool> sps = tp > 1 ? std::vector<bool>{true, false} : std::vector<bool>{false};
-    if (base.shape.layers % pp != 0) { // Megatron's 1F1B needs equal stages too
-      const int count = static_cast<int>(zeros.size() * sps.size()) * 4 * 3;
-      result.candidates += count;
-      result.invalid += count;
-      family.report.candidates += count;
-      family.refuse(fmt::format("{} layers do not split into {} equal stages", base.shape.layers, pp));
-      continue;
-    }
-    // Most memory saved first (more ZeRO sharding, sequence parallel, the smallest
-    // micro-batch, full recompute): what does not fit there fits nowhere after it.
-    bool family_fits_somewhere = true;
-    for (const Sharding& zero : zeros) {
-      for (bool sp : sps) {
-        double previous = 0; // tokens/s of the last micro-batch size that fit
-        bool sizes_done = false; // the larger sizes hold more or run slower: validated only
-        bool smallest = true;    // no size of this (zero, sp) planned yet
-        for (int64_t mbs : {1, 2, 4, 8}) {
-          result.candidates += 3;
-          family.report.candidates += 3;
-          TrainConfig least = candidate(base, world, tp, pp, zero, sp, mbs, "full");
-          try {
-            validate(least);
-            check_plan_work(least, kPlanSteps); // the best are planned in full below
-          } catch (const std::invalid_argument& e) {
-            result.invalid += 3;
-            family.refuse(e.what());
-            continue;
-          }
-          if (!family_fits_somewhere || sizes_done)
-            continue;
-          const bool most_saving = zero.zero == zeros.front().zero &&
-                                   zero.dp_shard == zeros.front().dp_shard && sp == sps.front() &&
-                                   smallest;
-          smallest = false;
-          // The model state alone, at the ZeRO paper's bytes per parameter, spread evenly:
-          // no layout of this family with this much sharding or less can fit.
-          const int64_t floor = model_state_floor(least);
-          if (floor > memory) {
-            family.note(floor, least, true);
-            family_fits_somewhere = !most_saving;
-            sizes_done = true; // larger micro-batches hold more
-            continue;
-          }
-          ++result.planned;
-          const PlanFigures f = estimate_layout(least, cluster, memory);
-          family.note(f.peak_bytes, least, false);
-          if (!f.fits) {
-            family_fits_somewhere = !most_saving;
-            sizes_done = true;
-            continue;
-          }
-          // Full recompute fits: the layout is the least recompute that fits (recomputing
-          // more never makes a step faster).
-          Layout chosen{least, f, false};
-          for (const char* level : {"none", "selective"}) {
-            TrainConfig c = candidate(base, world, tp, pp, zero, sp, mbs, level);
-            validate(c);
-            ++result.planned;
-            const PlanFigures g = estimate_layout(c, cluster, memory);
-            if (g.fits) {
-              chosen = {c, g, false};
-              break;
-            }
-          }
-          const double rate = chosen.figures.tokens_per_s_per_gpu;
-          fitting.push_back(std::move(chosen));
-          if (options.progress)
-            options.progress(result.planned, static_cast<int>(fitting.size()));
-          // A larger micro-batch holds more; once one is slower than the size before it (a
-          // longer pipeline bubble outweighing fewer, larger kernels), stop.
-          sizes_done = rate < previous;
-          previous = rate;
-        }
-      }
-    }
+  for (FamilyOutcome& o : outcomes) {
+    result.candidates += o.candidates;
+    result.invalid += o.invalid;
+    result.planned += o.planned;
+    for (Layout& l : o.fitting)
+      fitting.push_back(std::move(l));
+    families.push_back(std::move(o.family));
   }
   result.fitting = static_cast<int>(fitting.size());
-
   result.best = confirm_best(std::move(fitting), cluster, options);
   result.rejected = rejected_families(families, memory);
   return result;

@@ -1,12 +1,15 @@
 // `meshsim plan --search`: the layouts of a model on a cluster, ranked by predicted throughput.
 //
-// The candidates are every tensor-parallel size within a node (a power of two), every
-// pipeline depth that divides the GPUs left, the data-parallel size that fills the cluster,
-// ZeRO 3, 2, 1 and 0, HSDP (ZeRO 3 within a node's dp ranks, when a node holds more than
-// one and fewer than all of them), micro-batch sizes
-// 1, 2, 4 and 8, recompute none, selective and full, and sequence parallelism on and off
-// where tp > 1. Pipelines use 1F1B. A candidate that `validate` refuses (the global batch
-// does not divide, heads do not split) is rejected with its reason.
+// The candidates are every tensor-parallel size within a node (a power of two); for a
+// transformer, every context-parallel size (a power of two) that leaves each rank at least
+// 2,048 tokens of the sequence, with the all-gather and the ring exchange; every pipeline depth
+// that divides the GPUs left; the data-parallel size that fills the cluster; ZeRO 3, 2, 1 and
+// 0, and HSDP (ZeRO 3 within a node's dp ranks, when a node holds more than one and fewer
+// than all of them); micro-batch sizes 1, 2, 4 and 8; recompute none, selective and full;
+// and sequence parallelism on and off where tp > 1. The attention core is the base
+// configuration's (--attention). Pipelines use 1F1B. A candidate that `validate` refuses (the
+// global batch does not divide, heads do not split) is rejected with its reason. Families
+// (one tp × cp × pp) are searched at once on as many threads as the machine has.
 //
 // Each remaining candidate is estimated without running all of it: its strategy runs as a
 // plan (plan/plan.h) with 1 and 2 transformer blocks per stage and 1 and 2 micro-batches,
@@ -64,7 +67,10 @@ struct SearchOptions {
   int top = 10;     // layouts to report
   int confirm = 3;  // best estimates planned in full
   /// Called after each fitting layout with (layouts estimated, layouts fitting); may be empty.
+  /// Called from the threads searching families, one call at a time.
   std::function<void(int, int)> progress;
+  /// Families searched at once, each on its own thread (0: one per hardware thread).
+  int workers = 0;
 };
 
 struct SearchResult {

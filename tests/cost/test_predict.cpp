@@ -182,6 +182,41 @@ TEST(CostPredict, PipelineSendRecvAreDependencies) {
   EXPECT_NEAR(p.step_time_s, bwd0.start_s + 2 * kMs, 1e-12);
 }
 
+// Context parallelism's ring on two ranks: each sends its K/V block to the other and receives
+// the other's with isend/irecv, started at 1 ms and waited for at 3 ms, with the attention of
+// the block in hand (2 ms) in between. The exchange runs beside that compute: what follows
+// the wait starts at 1 ms + max(2 ms, the transfer), so a short transfer is hidden whole and a
+// long one exposed by what it exceeds the compute by.
+TEST(CostPredict, ARingExchangeHidesUnderTheComputeBeforeItsWait) {
+  const ClusterSpec cluster = parse_cluster_spec("2xa100-80");
+  for (const double bytes : {1e6, 1e10}) {
+    std::vector<Recorder> ranks(2);
+    for (int r = 0; r < 2; ++r) {
+      const int peer = 1 - r;
+      ranks[r].compute.push_back(region("embed", 1, 0, 1));
+      ranks[r].compute.push_back(region("forward", 1, 1, 4));
+      CollectiveRecord send = coll("send", {r, peer}, static_cast<int64_t>(bytes), 0, 1, 1.01, peer);
+      CollectiveRecord recv = coll("recv", {peer, r}, static_cast<int64_t>(bytes), 0, 1, 1.01, peer);
+      send.waited_s = recv.waited_s = 3 * kMs;
+      ranks[r].collectives.push_back(send);
+      ranks[r].collectives.push_back(recv);
+    }
+    PredictOptions options;
+    options.measured_compute = true;
+    const Prediction p = predict(ranks, 8, cluster, options);
+    const double hop =
+        collective_cost(CollectiveOp::SendRecv, bytes, GroupShape::within_node(2), cluster).time_s;
+    // embed, the forward up to the wait, send, a piece of no time, recv, the forward after.
+    ASSERT_EQ(p.program.ranks[0].size(), 6u) << bytes;
+    const TaskTiming& after_wait = p.replay.task(p.program.ranks[0][5].id);
+    EXPECT_NEAR(after_wait.start_s, 1 * kMs + std::max(2 * kMs, hop), 1e-12) << bytes;
+    if (bytes < 1e7)
+      EXPECT_LT(hop, 2 * kMs) << "the small message must fit under the compute";
+    else
+      EXPECT_GT(hop, 2 * kMs) << "the large message must outlast the compute";
+  }
+}
+
 TEST(CostPredict, RecordsRoundTripThroughJson) {
   std::vector<Recorder> ranks = ddp_records(2);
   ranks[0].compute[0].flops = 123.456789e9;

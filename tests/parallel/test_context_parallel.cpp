@@ -3,7 +3,8 @@
 // gathered parameters within kFloat64Tolerance relative (derived in strategy_harness.h: the
 // layouts only reorder sums, so float64 runs agree to rounding amplified by training), SGD
 // with momentum over 10 steps. Layouts: cp 2 and 4 with each --cp-comm, dp × cp, cp × tp
-// with sequence parallel, cp × pp × dp with ZeRO 1, ZeRO 3 over dp_shard_cp, and recompute.
+// with sequence parallel, cp × pp × dp with ZeRO 1, ZeRO 2 and 3 over dp_shard_cp, and
+// recompute.
 // Also the partial attention against the eager causal core, the merge of two blocks by
 // log-sum-exp, rows that see no key, and the chunks each rank holds.
 #include <gtest/gtest.h>
@@ -117,6 +118,7 @@ std::vector<Layout> every_layout() {
     out.push_back({8, 2, 1, 2, 1, 2, comm});                        // dp 2 × cp 2 × pp 2, zero 1
   }
   out.push_back({4, 2, 1, 1, 3, 1, "ring"});  // ZeRO 3 over dp_shard_cp (dp 2 × cp 2)
+  out.push_back({4, 2, 1, 1, 2, 1, "allgather"});  // ZeRO 2 over it
   out.push_back({2, 2, 1, 1, 0, 1, "ring", false, Recompute::Full});
   out.push_back({2, 2, 1, 1, 0, 1, "allgather", false, Recompute::Selective});
   return out;

@@ -104,12 +104,6 @@ torch::Tensor AttentionImpl::run_core(const torch::Tensor& q, const torch::Tenso
       {q, k, v});
 }
 
-void AttentionImpl::set_core(std::shared_ptr<const AttentionCore> core) {
-  if (!core)
-    throw std::invalid_argument("attention: a core is needed");
-  core_ = std::move(core);
-}
-
 int64_t AttentionImpl::query_features() const {
   for (const auto& p : q_.ptr()->named_parameters(/*recurse=*/false))
     if (p.key() == "weight")
