@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "cli/integer_flag.h"
+#include "config/stage_layers.h"
 #include "cost/predict.h"
 #include "memory/category.h"
 #include "models/family.h"
@@ -109,6 +110,7 @@ nlohmann::json layout_json(const TrainConfig& c) {
           {"tp", c.tp},
           {"pp", c.pp},
           {"virtual_stages", c.virtual_stages},
+          {"stage_layers", stage_layer_counts(c)},  // blocks per stage (chunk); []: even
           {"zero", c.zero},
           {"sequence_parallel", c.sequence_parallel},
           {"micro_batches", c.micro_batches},

@@ -178,8 +178,8 @@ INSTANTIATE_TEST_SUITE_P(Layouts, PlanMatchesTraining,
                                                   "fp32", false, "none", 1, 5, "1,4", true},
                                            PlanLayout{"dp2_pp3_unequal_zero1", 6, 1, 3, 1, 2,
                                                   "llama", "fp32", false, "none", 1, 5, "2,1,2"},
-                                           PlanLayout{"tp2_pp2_interleaved_unequal_tied_bf16", 4,
-                                                  2, 2, 1, 2, "gpt", "bf16", false, "none", 2, 5,
+                                           PlanLayout{"tp2_pp2_interleaved_unequal_tied", 4, 2, 2,
+                                                  1, 2, "gpt", "fp32", false, "none", 2, 5,
                                                   "1,2,1,1", true}),
                          [](const auto& info) { return std::string(info.param.name); });
 
