@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "cli/integer_flag.h"
+#include "config/stage_layers.h"
 #include "cost/predict.h"
 #include "memory/category.h"
 #include "models/family.h"
@@ -114,6 +115,7 @@ nlohmann::json layout_json(const TrainConfig& c) {
           {"tp", c.tp},
           {"pp", c.pp},
           {"virtual_stages", c.virtual_stages},
+          {"stage_layers", stage_layer_counts(c)},  // blocks per stage (chunk); []: even
           {"zero", c.zero},
           {"dp_shard", c.dp_shard > 0 ? c.dp_shard : c.gpus / (c.tp * c.pp)},
           {"reshard_after_forward", c.reshard_after_forward},

@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "cli/run_outputs.h"
 #include "cli/train_preflight.h"
+#include "config/stage_layers.h"
 #include "comm/c10d_backend.h"
 #include "comm/communicator.h"
 #include "memory/allocator.h"
@@ -243,6 +244,7 @@ nlohmann::json announce(const TrainRun& r) {
                       {"reshard_after_forward", config.reshard_after_forward},
                       {"schedule", config.schedule},
                       {"virtual_stages", config.virtual_stages},
+                      {"stage_layers", stage_layer_counts(config)},
                       {"micro_batches", config.micro_batches},
                       {"recompute", config.recompute},
                       {"sequence_parallel", config.sequence_parallel},
