@@ -276,9 +276,11 @@ TEST(CliBadInput, APlanTooLargeToRunIsRefusedBeforeItStarts) {
 }
 
 // A plan whose GPUs would need more than any GPU has reported the sentinel it is held against
-// as the capacity ("1073741824.00 GiB").
+// as the capacity ("1073741824.00 GiB"). The eager core's [b, heads, s, s] scores at 4M tokens
+// pass 1 EiB (the fused core's plan of the same needs 3.47 PiB).
 TEST(CliBadInput, APlanFarTooLargeSaysSoWithoutASentinelCapacity) {
-  const auto r = run_meshsim_exactly("plan --preset llama3-8b --cluster 8xh100 --seq-len 4000000");
+  const auto r = run_meshsim_exactly(
+      "plan --preset llama3-8b --cluster 8xh100 --seq-len 4000000 --attention eager");
   EXPECT_EQ(r.code, 4) << r.output;
   EXPECT_EQ(r.output.find("1073741824"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("more than 1.00 EiB on one GPU"), std::string::npos) << r.output;

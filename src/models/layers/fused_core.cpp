@@ -18,7 +18,11 @@
 // full tile (the last, partial one holds less). On meta the first tile therefore stands for
 // all: the full-size out, lse, dq, dk and dv are allocated as on a CPU, and the first tile's
 // transients are charged once, which is the peak a CPU run reaches (tests/plan/test_plan.cpp
-// checks plans against CPU runs byte for byte).
+// checks plans against CPU runs byte for byte). What one tile does not stand for is the count
+// of operations: a region with a collective inside it is split, for the prediction, by the
+// memory charges its rank made on either side (cost/predict.h), and a plan's core makes one
+// tile's charges where a GPU makes every tile's, so a plan weights the core less in that split
+// (the region's total, the roofline of its counted work, is the same).
 #include "models/layers/fused_core.h"
 
 #include <algorithm>
