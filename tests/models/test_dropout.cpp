@@ -1,12 +1,14 @@
 // Counter-based dropout (models/layers/dropout.h): the tensor hash is the scalar one bit for
 // bit, any tile of a mask is the whole mask's tile (what a fused core and every layout rely
 // on), the kept fraction is 1 - p within its binomial bound, masks of different layers are
-// independent, the applied dropout scales what it keeps, and models drop only in training.
+// independent, the applied dropout scales what it keeps, models drop only in training, and
+// --dropout is checked, saved in config.json and part of the fingerprint.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <iostream>
 
+#include "config/config.h"
 #include "models/gpt.h"
 #include "models/layers/dropout.h"
 #include "models/llama.h"
@@ -150,4 +152,29 @@ TEST(DropoutModel, OnlyTrainingDrops) {
     EXPECT_GT((dropped - want).abs().max().item<double>(), 1e-3) << "training drops";
     EXPECT_TRUE(torch::equal(model->forward(tokens), dropped)) << "the same draw, the same masks";
   }
+}
+
+TEST(DropoutConfig, CheckedSavedAndFingerprinted) {
+  TrainConfig c;
+  c.model = "gpt";
+  c.data = "synthetic";
+  c.gpus = 1;
+  c.dropout = 0.25;
+  validate(c);
+  const TrainConfig back = config_from_json(to_json(c));
+  EXPECT_EQ(back.dropout, 0.25);
+  TrainConfig none = c;
+  none.dropout = 0;
+  EXPECT_NE(configuration_fingerprint(c), configuration_fingerprint(none));
+  for (double bad : {-0.1, 1.0, std::nan("")}) {
+    TrainConfig b = c;
+    b.dropout = bad;
+    EXPECT_THROW(validate(b), std::invalid_argument) << bad;
+  }
+  TrainConfig dp = c;
+  dp.strategy = "dp";
+  EXPECT_THROW(validate(dp), std::invalid_argument) << "dp's scatter does not give row indices";
+  TrainConfig cnn;
+  cnn.dropout = 0.1;
+  EXPECT_THROW(validate(cnn), std::invalid_argument) << "the CNN has its own dropout";
 }

@@ -1,5 +1,5 @@
-// Dropout on every layout draws the masks single-device training draws: data parallel 2,
-// tensor parallel 2 with sequence parallelism, and a 1F1B pipeline of 2 stages with 2
+// Dropout on every layout draws the masks single-device training draws: data parallel 2
+// (DDP, and the mesh engine with ZeRO-1), tensor parallel 2 with sequence parallelism, and a 1F1B pipeline of 2 stages with 2
 // micro-batches (the last with full recompute, whose backward draws again), for the GPT and
 // the Llama, in float64 against the single device with the same --dropout. The tolerance is
 // kFloat64Tolerance (strategy_harness.h): dropout only multiplies by the same masks and the
@@ -73,7 +73,9 @@ void expect_every_layout_matches(const std::string& model) {
   EXPECT_GT(std::abs(ref.losses.back() - none.losses.back()), 1e-4 * std::abs(none.losses.back()))
       << model << ": dropout 0.1 trains as dropout 0";
   StrategyOptions dp = base;
-  expect_dropout_matches(ref, 2, dp, model + " dp2");
+  expect_dropout_matches(ref, 2, dp, model + " dp2");  // DDP
+  dp.zero = 1;
+  expect_dropout_matches(ref, 2, dp, model + " dp2 zero1");  // the mesh engine
   StrategyOptions sp = base;
   sp.tp = 2;
   sp.sequence_parallel = true;
