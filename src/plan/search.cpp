@@ -311,16 +311,19 @@ SearchResult search_layouts(const TrainConfig& base, const ClusterSpec& cluster,
   for (const auto& [tp, pp] : shapes) {
     Family& family = families.emplace_back();
     family.report.family = fmt::format("tp {}, pp {}", tp, pp);
-    // ZeRO 3 to 0 in every family (FSDP composes with tp and pp), and between ZeRO 3 over
-    // all of dp and ZeRO 2, HSDP: ZeRO 3 sharded within a node's data-parallel ranks and
-    // replicated across nodes (its all-gathers stay on the node's links), where a node holds
-    // more than one and fewer than all of dp.
+    // ZeRO 3, 1 and 0 in every family (FSDP composes with tp and pp, as torchtitan's; ZeRO 1
+    // is Megatron's distributed optimizer), ZeRO 2 without a pipeline (DeepSpeed refuses it
+    // with one: it would reduce-scatter every micro-batch and save only gradients), and
+    // between ZeRO 3 over all of dp and the rest, HSDP: ZeRO 3 sharded within a node's
+    // data-parallel ranks and replicated across nodes (its all-gathers stay on the node's
+    // links), where a node holds more than one and fewer than all of dp.
     const int dp = world / (tp * pp), node_dp = std::max(1, cluster.gpus_per_node / tp);
     std::vector<Sharding> zeros{{3, 0}};
     if (node_dp > 1 && node_dp < dp && dp % node_dp == 0)
       zeros.push_back({3, node_dp});
     for (int zero : {2, 1, 0})
-      zeros.push_back({zero, 0});
+      if (zero != 2 || pp == 1)
+        zeros.push_back({zero, 0});
     const std::vector<bool> sps = tp > 1 ? std::vector<bool>{true, false} : std::vector<bool>{false};
     if (base.shape.layers % pp != 0) { // Megatron's 1F1B needs equal stages too
       const int count = static_cast<int>(zeros.size() * sps.size()) * 4 * 3;

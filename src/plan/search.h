@@ -2,8 +2,8 @@
 //
 // The candidates are every tensor-parallel size within a node (a power of two), every
 // pipeline depth that divides the GPUs left, the data-parallel size that fills the cluster,
-// ZeRO 3, 2, 1 and 0, HSDP (ZeRO 3 within a node's dp ranks, when a node holds more than
-// one and fewer than all of them), micro-batch sizes
+// ZeRO 3, 1 and 0 (and 2 without a pipeline), HSDP (ZeRO 3 within a node's dp ranks, when a
+// node holds more than one and fewer than all of them), micro-batch sizes
 // 1, 2, 4 and 8, recompute none, selective and full, and sequence parallelism on and off
 // where tp > 1. Pipelines use 1F1B. A candidate that `validate` refuses (the global batch
 // does not divide, heads do not split) is rejected with its reason.
