@@ -39,9 +39,9 @@ void print_search(const nlohmann::json& doc) {
   if (doc["layouts"].empty()) {
     fmt::print("no layout fits\n");
   } else {
-    fmt::print("{:>3} {:>3} {:>3} {:>7} {:>4} {:>4} {:>6} {:<9} {:<3} {:>9} {:>12} {:>8} {:>6} "
-               "{:>10}\n",
-               "#", "tp", "pp", "dp", "zero", "mbs", "micro", "recompute", "sp", "step (s)",
+    fmt::print("{:>3} {:>3} {:<6} {:>3} {:>7} {:>4} {:>4} {:>6} {:<9} {:<3} {:>9} {:>12} {:>8} "
+               "{:>6} {:>10}\n",
+               "#", "tp", "cp", "pp", "dp", "zero", "mbs", "micro", "recompute", "sp", "step (s)",
                "tokens/s/GPU", "TFLOP/s", "MFU", "peak/GPU");
     for (const auto& l : doc["layouts"]) {
       const auto& y = l["layout"];
@@ -49,9 +49,14 @@ void print_search(const nlohmann::json& doc) {
       const int dp = y["dp"].get<int>(), shard = y.value("dp_shard", dp);
       const std::string dp_text =
           shard == dp ? std::to_string(dp) : fmt::format("{}x{}", dp / shard, shard);
-      fmt::print("{:>3} {:>3} {:>3} {:>7} {:>4} {:>4} {:>6} {:<9} {:<3} {:>9.3f} {:>12.0f} {:>8.1f} "
-                 "{:>5.1f}% {:>10}{}\n",
-                 l["rank"].get<int>(), y["tp"].get<int>(), y["pp"].get<int>(), dp_text,
+      // cp, with its exchange: "4 ring" or "4 ag" (all-gather).
+      const int cp = y.value("cp", 1);
+      const std::string cp_text =
+          cp == 1 ? "1"
+                  : fmt::format("{} {}", cp, y.value("cp_comm", "") == "ring" ? "ring" : "ag");
+      fmt::print("{:>3} {:>3} {:<6} {:>3} {:>7} {:>4} {:>4} {:>6} {:<9} {:<3} {:>9.3f} {:>12.0f} "
+                 "{:>8.1f} {:>5.1f}% {:>10}{}\n",
+                 l["rank"].get<int>(), y["tp"].get<int>(), cp_text, y["pp"].get<int>(), dp_text,
                  y["zero"].get<int>(), y["micro_batch_size"].get<int64_t>(),
                  y["micro_batches"].get<int>(), y["recompute"].get<std::string>(),
                  y["sequence_parallel"].get<bool>() ? "yes" : "no",
@@ -62,7 +67,7 @@ void print_search(const nlohmann::json& doc) {
     }
   }
   if (!doc["rejected"].empty()) {
-    fmt::print("families (tp, pp) with no layout that fits:\n");
+    fmt::print("families (tp, cp, pp) with no layout that fits:\n");
     for (const auto& r : doc["rejected"])
       fmt::print("  {}: {}\n", r["family"].get<std::string>(), r["reason"].get<std::string>());
   }

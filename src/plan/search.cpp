@@ -7,6 +7,7 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
@@ -372,98 +373,140 @@ private:
   int planned_ = 0, fitting_ = 0;
 };
 
-// A family of candidates: ZeRO 3 to 0 in every family (FSDP composes with tp, pp and cp),
-// and between ZeRO 3 over all of dp and ZeRO 2, HSDP: ZeRO 3 sharded within a node's
-// data-parallel ranks and replicated across nodes (its all-gathers stay on the node's
-// links), where a node holds more than one and fewer than all of dp.
-FamilyOutcome search_family(const TrainConfig& base, const ClusterSpec& cluster,
-                            const FamilyShape& shape, int64_t memory, SearchProgress& progress) {
-  const int world = cluster.world_size();
-  const int tp = shape.tp, pp = shape.pp;
-  FamilyOutcome out;
-  Family& family = out.family;
-  family.report.family = describe(shape);
-  const int dp = world / (tp * pp * shape.cp), node_dp = std::max(1, cluster.gpus_per_node / tp);
+// A family of candidates. Its ZeRO shardings, from the most to the least: ZeRO 3 over all of
+// dp × cp; HSDP, ZeRO 3 sharded within a node's data-parallel ranks and replicated across
+// nodes (its all-gathers stay on the node's links), where a node holds more than one and
+// fewer than all of dp; ZeRO 2 without a pipeline (DeepSpeed refuses it with one: it would
+// reduce-scatter every micro-batch and save only gradients); ZeRO 1 (Megatron's distributed
+// optimizer) and 0.
+std::vector<Sharding> family_shardings(const FamilyShape& shape, int world, int gpus_per_node) {
+  const int dp = world / (shape.tp * shape.pp * shape.cp);
+  const int node_dp = std::max(1, gpus_per_node / (shape.tp * shape.cp));
   std::vector<Sharding> zeros{{3, 0}};
   if (node_dp > 1 && node_dp < dp && dp % node_dp == 0)
     zeros.push_back({3, node_dp});
   for (int zero : {2, 1, 0})
-    zeros.push_back({zero, 0});
-  const std::vector<bool> sps = tp > 1 ? std::vector<bool>{true, false} : std::vector<bool>{false};
-  if (base.shape.layers % pp != 0) { // Megatron's 1F1B needs equal stages too
-    const int count = static_cast<int>(zeros.size() * sps.size()) * 4 * 3;
+    if (zero != 2 || shape.pp == 1)
+      zeros.push_back({zero, 0});
+  return zeros;
+}
+
+// One family: for each sequence-parallel choice and micro-batch size, the least ZeRO sharding
+// that fits (sharding more only adds communication), and with it the least recompute that
+// fits (recomputing more never makes a step faster).
+FamilyOutcome search_family(const TrainConfig& base, const ClusterSpec& cluster,
+                            const FamilyShape& shape, int64_t memory, SearchProgress& progress) {
+  const int world = cluster.world_size();
+  FamilyOutcome out;
+  Family& family = out.family;
+  family.report.family = describe(shape);
+  const std::vector<Sharding> zeros = family_shardings(shape, world, cluster.gpus_per_node);
+  const std::vector<bool> sps =
+      shape.tp > 1 ? std::vector<bool>{true, false} : std::vector<bool>{false};
+  const int per_size = static_cast<int>(zeros.size()) * 3;
+  if (base.shape.layers % shape.pp != 0) { // Megatron's 1F1B needs equal stages too
+    const int count = static_cast<int>(sps.size()) * 4 * per_size;
     out.candidates += count;
     out.invalid += count;
     family.report.candidates += count;
-    family.refuse(fmt::format("{} layers do not split into {} equal stages", base.shape.layers, pp));
+    family.refuse(fmt::format("{} layers do not split into {} equal stages", base.shape.layers,
+                              shape.pp));
     return out;
   }
-  // Most memory saved first (more ZeRO sharding, sequence parallel, the smallest
-  // micro-batch, full recompute): what does not fit there fits nowhere after it.
-  bool family_fits_somewhere = true;
-  for (const Sharding& zero : zeros) {
-    for (bool sp : sps) {
-      double previous = 0;     // tokens/s of the last micro-batch size that fit
-      bool sizes_done = false; // the larger sizes hold more or run slower: validated only
-      bool smallest = true;    // no size of this (zero, sp) planned yet
-      for (int64_t mbs : {1, 2, 4, 8}) {
-        out.candidates += 3;
-        family.report.candidates += 3;
-        TrainConfig least = candidate(base, world, shape, zero, sp, mbs, "full");
+  // Under the fused core selective recomputation changes nothing (models/layers/attention.h):
+  // only none and full are planned.
+  const bool fused = model_family(base.model).transformer && base.attention == "fused";
+  std::vector<const char*> lighter{"none"};
+  if (!fused)
+    lighter.push_back("selective");
+
+  // The estimate of `c` (validated), noted for the family's report.
+  auto estimate = [&](const TrainConfig& c) {
+    ++out.planned;
+    progress.layout_planned();
+    const PlanFigures f = estimate_layout(c, cluster, memory);
+    family.note(f.peak_bytes, c, false);
+    return f;
+  };
+  // Most memory saved first: when ZeRO 3 with sequence parallelism, one sample per
+  // micro-batch and full recompute does not fit, nothing in the family does.
+  bool gate_checked = false;
+  std::optional<PlanFigures> most_figures; // the gate's estimate, if it made one
+  for (bool sp : sps) {
+    double previous = 0; // tokens/s of the last micro-batch size that fit
+    bool sizes_done = false;
+    for (int64_t mbs : {1, 2, 4, 8}) {
+      out.candidates += per_size;
+      family.report.candidates += per_size;
+      // The candidates with full recompute, least sharding first; the invalid ones counted.
+      std::vector<TrainConfig> valid;
+      for (auto z = zeros.rbegin(); z != zeros.rend(); ++z) {
+        TrainConfig least = candidate(base, world, shape, *z, sp, mbs, "full");
         try {
           validate(least);
           check_plan_work(least, kPlanSteps); // the best are planned in full below
+          valid.push_back(std::move(least));
         } catch (const std::invalid_argument& e) {
           out.invalid += 3;
           family.refuse(e.what());
-          continue;
         }
-        if (!family_fits_somewhere || sizes_done)
-          continue;
-        const bool most_saving = zero.zero == zeros.front().zero &&
-                                 zero.dp_shard == zeros.front().dp_shard && sp == sps.front() &&
-                                 smallest;
-        smallest = false;
-        // The model state alone, at the ZeRO paper's bytes per parameter, spread evenly:
-        // no layout of this family with this much sharding or less can fit.
-        const int64_t floor = model_state_floor(least);
+      }
+      if (sizes_done || valid.empty())
+        continue;
+      if (!gate_checked) {
+        gate_checked = true;
+        const TrainConfig& most = valid.back();
+        const bool most_saving = most.zero == zeros.front().zero &&
+                                 most.dp_shard == zeros.front().dp_shard && sp == sps.front();
+        const int64_t floor = model_state_floor(most);
         if (floor > memory) {
+          family.note(floor, most, true);
+          if (most_saving)
+            return out;
+        } else if (most_saving) {
+          most_figures = estimate(most);
+          if (!most_figures->fits)
+            return out;
+        }
+      }
+      // The least sharding whose full recompute fits; none fitting at this size, none fits at
+      // a larger one (it holds more).
+      std::optional<Layout> chosen;
+      for (const TrainConfig& least : valid) {
+        const int64_t floor = model_state_floor(least);
+        if (floor > memory) { // the model state alone: no plan needed
           family.note(floor, least, true);
-          family_fits_somewhere = !most_saving;
-          sizes_done = true; // larger micro-batches hold more
           continue;
         }
-        ++out.planned;
-        progress.layout_planned();
-        const PlanFigures f = estimate_layout(least, cluster, memory);
-        family.note(f.peak_bytes, least, false);
-        if (!f.fits) {
-          family_fits_somewhere = !most_saving;
-          sizes_done = true;
+        const PlanFigures f =
+            most_figures && &least == &valid.back() ? *most_figures : estimate(least);
+        if (!f.fits)
           continue;
-        }
-        // Full recompute fits: the layout is the least recompute that fits (recomputing
-        // more never makes a step faster).
-        Layout chosen{least, f, false};
-        for (const char* level : {"none", "selective"}) {
-          TrainConfig c = candidate(base, world, shape, zero, sp, mbs, level);
+        chosen = Layout{least, f, false};
+        for (const char* level : lighter) {
+          TrainConfig c = least;
+          c.recompute = level;
           validate(c);
-          ++out.planned;
-          progress.layout_planned();
-          const PlanFigures g = estimate_layout(c, cluster, memory);
+          const PlanFigures g = estimate(c);
           if (g.fits) {
-            chosen = {c, g, false};
+            chosen = Layout{c, g, false};
             break;
           }
         }
-        const double rate = chosen.figures.tokens_per_s_per_gpu;
-        out.fitting.push_back(std::move(chosen));
-        progress.layout_fits();
-        // A larger micro-batch holds more; once one is slower than the size before it (a
-        // longer pipeline bubble outweighing fewer, larger kernels), stop.
-        sizes_done = rate < previous;
-        previous = rate;
+        break;
       }
+      most_figures.reset();
+      if (!chosen) {
+        sizes_done = true;
+        continue;
+      }
+      const double rate = chosen->figures.tokens_per_s_per_gpu;
+      out.fitting.push_back(std::move(*chosen));
+      progress.layout_fits();
+      // A larger micro-batch holds more; once one is slower than the size before it (a
+      // longer pipeline bubble outweighing fewer, larger kernels), stop.
+      sizes_done = rate < previous;
+      previous = rate;
     }
   }
   return out;
