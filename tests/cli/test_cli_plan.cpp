@@ -120,7 +120,8 @@ TEST(CliPlan, SearchRanksTheLayoutsThatFit) {
     EXPECT_TRUE(l["fits"].get<bool>());
     EXPECT_LE(l["peak_bytes"].get<int64_t>(), memory);
     const auto& y = l["layout"];
-    EXPECT_EQ(y["dp"].get<int>() * y["tp"].get<int>() * y["pp"].get<int>(), 8);
+    EXPECT_EQ(y["dp"].get<int>() * y["cp"].get<int>() * y["tp"].get<int>() * y["pp"].get<int>(),
+              8);
     EXPECT_EQ(y["micro_batch_size"].get<int64_t>() * y["micro_batches"].get<int>() *
                   y["dp"].get<int>(),
               32);

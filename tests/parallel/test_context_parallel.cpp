@@ -61,6 +61,7 @@ struct Layout {
   std::string comm;
   bool sequence_parallel = false;
   Recompute recompute = Recompute::None;
+  AttentionKind attention = AttentionKind::Eager; // each block's kernel (the reference: eager)
 };
 
 std::string describe(const Layout& l) {
@@ -72,6 +73,7 @@ std::string describe(const Layout& l) {
   if (l.zero > 0) s += " zero" + std::to_string(l.zero);
   if (l.recompute != Recompute::None)
     s += l.recompute == Recompute::Full ? " full recompute" : " selective recompute";
+  if (l.attention == AttentionKind::Fused) s += " fused";
   return s;
 }
 
@@ -88,6 +90,7 @@ void expect_layouts_match_single(const std::string& model, const std::vector<Lay
     o.micro_batches = l.micro_batches;
     o.sequence_parallel = l.sequence_parallel;
     o.recompute = l.recompute;
+    o.attention = l.attention;
     const std::string what = model + " " + describe(l);
     const HarnessRun got = run_cp(l.world, "ddp", o);
     ASSERT_EQ(got.losses.size(), ref.losses.size()) << what;
@@ -121,6 +124,12 @@ std::vector<Layout> every_layout() {
   out.push_back({4, 2, 1, 1, 2, 1, "allgather"});  // ZeRO 2 over it
   out.push_back({2, 2, 1, 1, 0, 1, "ring", false, Recompute::Full});
   out.push_back({2, 2, 1, 1, 0, 1, "allgather", false, Recompute::Selective});
+  // FSDP with a pipeline and context parallelism (dp 2 × cp 2 × pp 2, ZeRO 3), and the blocks
+  // run by the fused kernel (fused_core.h) against the eager single-device reference.
+  out.push_back({8, 2, 1, 2, 3, 2, "allgather"});
+  out.push_back({8, 2, 1, 2, 3, 2, "ring", false, Recompute::None, AttentionKind::Fused});
+  out.push_back({4, 4, 1, 1, 0, 1, "ring", false, Recompute::None, AttentionKind::Fused});
+  out.push_back({4, 2, 2, 1, 1, 1, "allgather", true, Recompute::None, AttentionKind::Fused});
   return out;
 }
 

@@ -40,6 +40,7 @@ int64_t dropout_bytes_per_layer(int tp, bool sequence_parallel, const std::strin
     c.precision = "bf16";
     c.batch_size = 1;
     c.dropout = 0.1;
+    c.attention = "eager"; // Korthikanti et al.'s formulas are the eager core's
     validate(c);
     const Plan plan = make_plan(c, int64_t{1} << 50);
     return plan.ranks.front()
