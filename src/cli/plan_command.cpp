@@ -117,7 +117,7 @@ nlohmann::json layout_json(const TrainConfig& c) {
           {"virtual_stages", c.virtual_stages},
           {"stage_layers", stage_layer_counts(c)},  // blocks per stage (chunk); []: even
           {"zero", c.zero},
-          {"dp_shard", c.dp_shard > 0 ? c.dp_shard : c.gpus / (c.tp * c.pp)},
+          {"dp_shard", c.dp_shard > 0 ? c.dp_shard : c.gpus / (c.tp * c.pp * c.cp)},
           {"reshard_after_forward", c.reshard_after_forward},
           {"sequence_parallel", c.sequence_parallel},
           {"micro_batches", c.micro_batches},

@@ -299,26 +299,50 @@ int64_t model_state_floor(const TrainConfig& c) {
 
 namespace {
 
+// fn(i) for every i < n, on `workers` threads at once (this one among them); an exception of
+// any call is rethrown here, after all have ended.
+void for_each_at_once(size_t n, int workers, const std::function<void(size_t)>& fn) {
+  std::vector<std::exception_ptr> errors(n);
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < n; i = next++) {
+      try {
+        fn(i);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int w = 1; w < workers && static_cast<size_t>(w) < n; ++w)
+    threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads)
+    t.join();
+  for (const std::exception_ptr& e : errors)
+    if (e)
+      std::rethrow_exception(e);
+}
+
 // The fitting layouts, fastest first; the best `options.confirm` estimates planned in full
 // (one that no longer fits leaves the list); at most `options.top` of them.
 std::vector<Layout> confirm_best(std::vector<Layout> fitting, const ClusterSpec& cluster,
-                                 const SearchOptions& options) {
+                                 const SearchOptions& options, int workers) {
   auto faster = [](const Layout& a, const Layout& b) {
     return a.figures.tokens_per_s_per_gpu > b.figures.tokens_per_s_per_gpu;
   };
   std::stable_sort(fitting.begin(), fitting.end(), faster);
-  for (size_t i = 0, confirmed = 0;
-       i < fitting.size() && confirmed < static_cast<size_t>(options.confirm);) {
+  // The best `confirm` planned in full at once.
+  const size_t confirm = std::min(fitting.size(), static_cast<size_t>(std::max(options.confirm, 0)));
+  for_each_at_once(confirm, workers, [&](size_t i) {
     Layout& l = fitting[i];
     l.estimated_step_seconds = l.figures.step_seconds;
     l.figures = plan_on(l.config, cluster);
     l.confirmed = true;
-    ++confirmed;
-    if (!l.figures.fits)
-      fitting.erase(fitting.begin() + static_cast<std::ptrdiff_t>(i));
-    else
-      ++i;
-  }
+  });
+  fitting.erase(std::remove_if(fitting.begin(), fitting.end(),
+                               [](const Layout& l) { return l.confirmed && !l.figures.fits; }),
+                fitting.end());
   std::stable_sort(fitting.begin(), fitting.end(), faster);
   if (fitting.size() > static_cast<size_t>(options.top))
     fitting.resize(static_cast<size_t>(options.top));
@@ -519,27 +543,10 @@ std::vector<FamilyOutcome> search_families(const TrainConfig& base, const Cluste
                                            int64_t memory, const SearchOptions& options,
                                            int workers) {
   std::vector<FamilyOutcome> outcomes(shapes.size());
-  std::vector<std::exception_ptr> errors(shapes.size());
   SearchProgress progress(options);
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i = next++; i < shapes.size(); i = next++) {
-      try {
-        outcomes[i] = search_family(base, cluster, shapes[i], memory, progress);
-      } catch (...) {
-        errors[i] = std::current_exception();
-      }
-    }
-  };
-  std::vector<std::thread> threads;
-  for (int w = 1; w < workers; ++w)
-    threads.emplace_back(work);
-  work();
-  for (std::thread& t : threads)
-    t.join();
-  for (const std::exception_ptr& e : errors)
-    if (e)
-      std::rethrow_exception(e);
+  for_each_at_once(shapes.size(), workers, [&](size_t i) {
+    outcomes[i] = search_family(base, cluster, shapes[i], memory, progress);
+  });
   return outcomes;
 }
 
@@ -555,9 +562,8 @@ SearchResult search_layouts(const TrainConfig& base, const ClusterSpec& cluster,
   const int workers = options.workers > 0
                           ? options.workers
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  std::vector<FamilyOutcome> outcomes = search_families(
-      base, cluster, shapes, memory, options,
-      std::min(workers, static_cast<int>(std::max<size_t>(shapes.size(), 1))));
+  std::vector<FamilyOutcome> outcomes =
+      search_families(base, cluster, shapes, memory, options, workers);
 
   SearchResult result;
   std::vector<Layout> fitting;
@@ -571,7 +577,7 @@ SearchResult search_layouts(const TrainConfig& base, const ClusterSpec& cluster,
     families.push_back(std::move(o.family));
   }
   result.fitting = static_cast<int>(fitting.size());
-  result.best = confirm_best(std::move(fitting), cluster, options);
+  result.best = confirm_best(std::move(fitting), cluster, options, workers);
   result.rejected = rejected_families(families, memory);
   return result;
 }
