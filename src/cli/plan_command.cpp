@@ -1,6 +1,8 @@
 // `meshsim plan`: train's flags plus --cluster, and no data. The configuration's strategy runs
 // on the meta device (plan/plan.h), each GPU's bytes are counted as in a real run, and the
 // cost model replays the step on the cluster.
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "cli/commands.h"
@@ -187,7 +189,9 @@ nlohmann::json plan_and_write(const TrainConfig& config, const ClusterSpec& clus
   const PlanFigures f = plan_on(config, cluster, &p, &plan);
   fmt::print(stderr, "meshsim: ran {} of {} GPUs (one per symmetry class) and replayed the step "
                      "in {:.1f} s\n",
-             plan.ranks.size(), f.world, clock.now());
+             std::count_if(plan.ranks.begin(), plan.ranks.end(),
+                           [](const PlannedRank& r) { return r.image_of < 0; }),
+             f.world, clock.now());
   nlohmann::json doc{{"model", config.model},
                      {"preset", config.preset},
                      {"precision", config.precision},

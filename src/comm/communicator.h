@@ -13,6 +13,7 @@
 // with its own split sizes (MoE's token exchange, context parallelism's head scatter).
 #pragma once
 
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -30,6 +31,10 @@ enum class ReduceOp { Sum, Avg, Max };
 /// parallelism's K/V ring). A plan runs one member of such a group, so the record-only
 /// backend records these messages without a peer; every other backend sends them as usual.
 constexpr int kSymmetricTagBase = 1 << 29;
+
+/// Where a rank `self`'s point-to-point message for `peer` is delivered, in a plan whose
+/// peer does not run (plan/stage_images.h); the records still name `peer`.
+using P2pRoute = std::function<int(int self, int peer)>;
 
 /// A set of global ranks. The order is the group order (index = "group rank").
 struct Group {

@@ -1,6 +1,7 @@
 // Record-only collectives for plans. See record_only.h.
 #include "comm/record_only.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -11,8 +12,8 @@
 namespace meshsim {
 
 RecordOnlyCommunicator::RecordOnlyCommunicator(std::unique_ptr<Communicator> p2p,
-                                               const RunClock& clock)
-    : p2p_(std::move(p2p)), clock_(clock) {}
+                                               const RunClock& clock, P2pRoute route)
+    : p2p_(std::move(p2p)), clock_(clock), route_(std::move(route)) {}
 
 void RecordOnlyCommunicator::record(const char* op, const Group& group, const torch::Tensor& t) {
   if (group.index_of(rank()) < 0)
@@ -62,8 +63,17 @@ std::unique_ptr<Work> RecordOnlyCommunicator::reduce_scatter_async(const torch::
   return std::make_unique<RecordedWork>(*this, records_.size() - 1);
 }
 
-void RecordOnlyCommunicator::take_p2p_record() {
-  records_.push_back(p2p_->records().back());
+CollectiveRecord RecordOnlyCommunicator::p2p_record(size_t index, int peer) const {
+  CollectiveRecord rec = p2p_->records()[index];
+  if (rec.peer != peer) {
+    std::replace(rec.group.begin(), rec.group.end(), rec.peer, peer);
+    rec.peer = peer;
+  }
+  return rec;
+}
+
+void RecordOnlyCommunicator::take_p2p_record(int peer) {
+  records_.push_back(p2p_record(p2p_->records().size() - 1, peer));
 }
 
 void RecordOnlyCommunicator::all_reduce(torch::Tensor& tensor, ReduceOp, const Group& group) {
@@ -107,14 +117,14 @@ void RecordOnlyCommunicator::send(const torch::Tensor& tensor, int dst, int tag)
     // activation the stage keeps anyway. Charging it would also make a plan's numbers depend
     // on how far its (timeless) stages happen to run ahead of each other.
     GpuGuard host(nullptr);
-    p2p_->send(tensor, dst, tag);
+    p2p_->send(tensor, routed(dst), tag);
   }
-  take_p2p_record();
+  take_p2p_record(dst);
 }
 
 torch::Tensor RecordOnlyCommunicator::recv(int src, int tag) {
-  torch::Tensor out = p2p_->recv(src, tag);
-  take_p2p_record();
+  torch::Tensor out = p2p_->recv(routed(src), tag);
+  take_p2p_record(src);
   return out;
 }
 
@@ -136,11 +146,12 @@ torch::Tensor RecordOnlyCommunicator::all_to_all(const torch::Tensor& input,
 class RecordOnlyCommunicator::MessageWork final : public Work {
 public:
   MessageWork(RecordOnlyCommunicator& comm, std::unique_ptr<Work> inner, size_t record,
-              size_t p2p_record)
-      : comm_(comm), inner_(std::move(inner)), record_(record), p2p_record_(p2p_record) {}
+              size_t p2p_record, int peer)
+      : comm_(comm), inner_(std::move(inner)), record_(record), p2p_record_(p2p_record),
+        peer_(peer) {}
   void wait() override {
     inner_->wait();
-    comm_.records_[record_] = comm_.p2p_->records()[p2p_record_];
+    comm_.records_[record_] = comm_.p2p_record(p2p_record_, peer_);
   }
 
 private:
@@ -148,6 +159,7 @@ private:
   std::unique_ptr<Work> inner_;
   size_t record_;
   size_t p2p_record_;
+  int peer_;
 };
 
 std::unique_ptr<Work> RecordOnlyCommunicator::isend(const torch::Tensor& tensor, int dst,
@@ -160,11 +172,11 @@ std::unique_ptr<Work> RecordOnlyCommunicator::isend(const torch::Tensor& tensor,
   std::unique_ptr<Work> work;
   {
     GpuGuard host(nullptr); // as send's: the message is not charged
-    work = p2p_->isend(tensor, dst, tag);
+    work = p2p_->isend(tensor, routed(dst), tag);
   }
-  take_p2p_record();
+  take_p2p_record(dst);
   return std::make_unique<MessageWork>(*this, std::move(work), records_.size() - 1,
-                                       p2p_->records().size() - 1);
+                                       p2p_->records().size() - 1, dst);
 }
 
 std::unique_ptr<Work> RecordOnlyCommunicator::irecv(torch::Tensor output, int src, int tag) {
@@ -173,10 +185,10 @@ std::unique_ptr<Work> RecordOnlyCommunicator::irecv(torch::Tensor output, int sr
     records_.back().peer = src;
     return std::make_unique<RecordedWork>(*this, records_.size() - 1);
   }
-  std::unique_ptr<Work> work = p2p_->irecv(std::move(output), src, tag);
-  take_p2p_record();
+  std::unique_ptr<Work> work = p2p_->irecv(std::move(output), routed(src), tag);
+  take_p2p_record(src);
   return std::make_unique<MessageWork>(*this, std::move(work), records_.size() - 1,
-                                       p2p_->records().size() - 1);
+                                       p2p_->records().size() - 1, src);
 }
 
 void RecordOnlyCommunicator::barrier(const Group& group) { record("barrier", group, {}); }

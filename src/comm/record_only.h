@@ -22,8 +22,11 @@ namespace meshsim {
 
 class RecordOnlyCommunicator final : public Communicator {
 public:
-  /// `p2p` carries send/recv (its records are taken over); `clock` stamps the records.
-  RecordOnlyCommunicator(std::unique_ptr<Communicator> p2p, const RunClock& clock);
+  /// `p2p` carries send/recv (its records are taken over); `clock` stamps the records;
+  /// `route`, if set, says where a message for a peer that does not run goes instead (the
+  /// records name the peer).
+  RecordOnlyCommunicator(std::unique_ptr<Communicator> p2p, const RunClock& clock,
+                         P2pRoute route = nullptr);
 
   int rank() const override { return p2p_->rank(); }
   int world_size() const override { return p2p_->world_size(); }
@@ -59,10 +62,14 @@ private:
   class RecordedWork;
   class MessageWork;
   void record(const char* op, const Group& group, const torch::Tensor& tensor);
-  void take_p2p_record();
+  int routed(int peer) const { return route_ ? route_(rank(), peer) : peer; }
+  /// The wrapped backend's record of a message, naming `peer` where it was routed elsewhere.
+  CollectiveRecord p2p_record(size_t index, int peer) const;
+  void take_p2p_record(int peer);
 
   std::unique_ptr<Communicator> p2p_;
   const RunClock& clock_;
+  P2pRoute route_;
   std::map<std::string, int64_t> seq_; // per group, as the in-process backend counts
   std::vector<CollectiveRecord> records_;
 };

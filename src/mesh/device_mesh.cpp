@@ -149,7 +149,7 @@ std::unique_ptr<Communicator> DeviceMesh::make_communicator(int rank) {
   }
   auto comm = world_.make_communicator(rank);
   if (options_.device == "meta")
-    return std::make_unique<RecordOnlyCommunicator>(std::move(comm), clock_);
+    return std::make_unique<RecordOnlyCommunicator>(std::move(comm), clock_, options_.p2p_route);
   return comm;
 }
 

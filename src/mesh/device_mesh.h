@@ -53,6 +53,9 @@ struct MeshOptions {
   /// --memory-snapshot: every GPU keeps its allocations and frees of the last this many
   /// training steps (memory/allocation_history.h); 0: none kept. CPU runs only.
   int history_steps = 0;
+  /// Plans: where a point-to-point message for a rank that does not run is delivered
+  /// (plan/stage_images.h); null: to that rank.
+  P2pRoute p2p_route;
 };
 
 /// The memory the physical device can give split evenly over `world_size` virtual GPUs: on

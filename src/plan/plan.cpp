@@ -18,6 +18,7 @@
 #include "parallel/strategy.h"
 #include "config/stage_layers.h"
 #include "config/strategy_options.h"
+#include "plan/stage_images.h"
 
 namespace meshsim {
 namespace {
@@ -26,10 +27,12 @@ namespace {
 // index 0 (every stage runs: the first holds the embedding, the last the head, and stages of
 // unequal size, --stage-layers, differ in their blocks too). The other members of a tp group hold shards of equal size (heads and the MLP split
 // evenly) and the same replicated layers, and the other replicas are copies: all are images.
-std::vector<int> executed_ranks(const ParallelDims& dims) {
+// Middle stages that are images of stage 1 (stage_images.h) are not run.
+std::vector<int> executed_ranks(const ParallelDims& dims, const StageImages& images) {
   std::vector<int> ranks;
   for (int s = 0; s < dims.pp; ++s)
-    ranks.push_back(dims.rank({0, 0, s}));
+    if (!images.holds(s))
+      ranks.push_back(dims.rank({0, 0, s}));
   return ranks;
 }
 
@@ -139,7 +142,8 @@ void check_plan_work(const TrainConfig& config, int64_t steps) {
         config.shape.layers, config.micro_batches, passes, kMaxPlannedBlockPasses));
 }
 
-Plan make_plan(const TrainConfig& config, int64_t capacity_bytes, int64_t steps) {
+Plan make_plan(const TrainConfig& config, int64_t capacity_bytes, int64_t steps,
+               bool use_stage_images) {
   check_plannable(config);
   check_plan_work(config, steps);
   Plan plan;
@@ -158,13 +162,16 @@ Plan make_plan(const TrainConfig& config, int64_t capacity_bytes, int64_t steps)
       std::chrono::milliseconds(static_cast<int64_t>(config.comm_timeout_s * 1000));
   mesh_options.timeline = true; // kept for the executed ranks only, below
   mesh_options.peak_windows = true;
+  const StageImages images =
+      use_stage_images ? stage_images(config, plan.dims) : StageImages{};
+  mesh_options.p2p_route = stage_image_route(plan.dims, images);
   DeviceMesh mesh(mesh_options);
 
   StrategyOptions options = strategy_options(config);
   options.device = torch::kMeta;
-  const std::vector<int> ranks = executed_ranks(plan.dims);
+  const std::vector<int> ranks = executed_ranks(plan.dims, images);
   std::vector<int64_t> state(static_cast<size_t>(config.gpus), 0);
-  const std::vector<Recorder> recorders = run_ranks(
+  std::vector<Recorder> run = run_ranks(
       mesh,
       [&](RankContext& ctx) {
         auto strategy = make_strategy(config.strategy, ctx, options);
@@ -177,21 +184,33 @@ Plan make_plan(const TrainConfig& config, int64_t capacity_bytes, int64_t steps)
       },
       ranks);
 
-  for (int r : ranks) {
+  std::vector<Recorder> recorders = std::move(run);
+  std::vector<int> sampled; // each stage's rank, or the one it is an image of
+  for (int s = 0; s < plan.dims.pp; ++s) {
+    const int r = plan.dims.rank({0, 0, s});
+    const int source = images.holds(s) ? plan.dims.rank({0, 0, 1}) : r;
     PlannedRank p;
     p.rank = r;
     p.coord = plan.dims.coord(r);
-    p.stats = mesh.peak_stats(r);
-    p.windows = mesh.windows(r);
-    p.model_state_bytes = state[static_cast<size_t>(r)];
+    p.stats = mesh.peak_stats(source);
+    p.windows = mesh.windows(source);
+    p.model_state_bytes = state[static_cast<size_t>(source)];
+    if (source != r) {
+      p.image_of = source;
+      for (PeakWindow& w : p.windows)
+        w.phase = stage_image_phase(w.phase, s);
+      recorders[static_cast<size_t>(r)] =
+          stage_image(recorders[static_cast<size_t>(source)], plan.dims, s);
+    }
     plan.ranks.push_back(p);
+    sampled.push_back(source);
   }
-  plan.recorders = recorders;
+  plan.recorders = std::move(recorders);
   for (MemorySample& sample : mesh.timeline().samples()) {
-    std::vector<int64_t> executed;
-    for (int r : ranks)
-      executed.push_back(sample.bytes[static_cast<size_t>(r)]);
-    sample.bytes = std::move(executed);
+    std::vector<int64_t> bytes;
+    for (int r : sampled)
+      bytes.push_back(sample.bytes[static_cast<size_t>(r)]);
+    sample.bytes = std::move(bytes);
     plan.timeline.push_back(std::move(sample));
   }
   return plan;

@@ -36,11 +36,14 @@ struct PlannedRank {
   /// The peaks between its memory samples (DeviceMesh::close_window), construction first:
   /// `stats`' peaks are the largest of them.
   std::vector<PeakWindow> windows;
+  /// -1 for a rank the plan ran; else the rank it is an image of (a middle pipeline stage,
+  /// plan/stage_images.h), whose figures and records it holds moved to its own stage.
+  int image_of = -1;
 };
 
 struct Plan {
   ParallelDims dims;
-  std::vector<PlannedRank> ranks;  // the executed ranks, in rank order
+  std::vector<PlannedRank> ranks;  // one per stage (executed, or an image), in rank order
   /// Per GPU of the world; only the executed ones hold records (replicate_replicas fills
   /// the others: with many GPUs that is most of a plan's memory, so only a prediction does it).
   std::vector<Recorder> recorders;
@@ -73,7 +76,10 @@ constexpr int64_t kMaxPlannedBlockPasses = int64_t{1} << 21;
 /// Runs `config` (validated) on the meta device with `capacity_bytes` per GPU. Throws
 /// std::invalid_argument (one line) for a configuration a plan cannot run (a model whose
 /// kernels have no meta version, DataParallel), and OutOfMemory when a GPU goes over capacity.
-Plan make_plan(const TrainConfig& config, int64_t capacity_bytes, int64_t steps = kPlanSteps);
+/// `use_stage_images`: run a middle pipeline stage once where the others are its images
+/// (plan/stage_images.h); false runs every stage (tests compare the two).
+Plan make_plan(const TrainConfig& config, int64_t capacity_bytes, int64_t steps = kPlanSteps,
+               bool use_stage_images = true);
 
 /// One pipeline stage's memory, or one tp rank's where the stage's tp ranks differ.
 struct StageFigures {
