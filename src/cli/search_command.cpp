@@ -36,6 +36,10 @@ void print_search(const nlohmann::json& doc) {
   fmt::print("{} layouts: {} do not divide, {} planned, {} fit ({:.1f} s)\n",
              doc["candidates"].get<int>(), doc["invalid"].get<int>(), doc["planned"].get<int>(),
              doc["fitting"].get<int>(), doc["seconds"].get<double>());
+  if (const int skipped = doc.value("allgather_skipped", 0); skipped > 0)
+    fmt::print("{} tp × cp × pp searched with the ring exchange only (at the least memory it fit "
+               "and was at least as fast as the all-gather)\n",
+               skipped);
   if (doc["layouts"].empty()) {
     fmt::print("no layout fits\n");
   } else {
@@ -108,6 +112,7 @@ int run_search(const TrainConfig& config, const ClusterSpec& cluster, const Plan
                            {"candidates", r.candidates},
                            {"invalid", r.invalid},
                            {"planned", r.planned},
+                           {"allgather_skipped", r.allgather_skipped},
                            {"fitting", r.fitting},
                            {"seconds", clock.now()},
                            {"layouts", layouts},

@@ -153,6 +153,11 @@ private:
 /// at the collectives inside it by this count.
 int64_t thread_charge_count();
 
+/// Counts `charges` more for the calling thread without making them: a plan that skips work
+/// whose charges it knows (the ring's repeated blocks on meta, parallel/context) keeps the
+/// count where the work would have left it.
+void skip_charges(int64_t charges);
+
 /// Parameters + gradients + optimizer state a GPU holds now: its model state.
 int64_t model_state_bytes(const VirtualGpu& gpu);
 

@@ -143,7 +143,7 @@ void check_plan_work(const TrainConfig& config, int64_t steps) {
 }
 
 Plan make_plan(const TrainConfig& config, int64_t capacity_bytes, int64_t steps,
-               bool use_stage_images) {
+               const PlanRunOptions& run) {
   check_plannable(config);
   check_plan_work(config, steps);
   Plan plan;
@@ -160,10 +160,10 @@ Plan make_plan(const TrainConfig& config, int64_t capacity_bytes, int64_t steps,
   mesh_options.device = "meta";
   mesh_options.comm_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(config.comm_timeout_s * 1000));
-  mesh_options.timeline = true; // kept for the executed ranks only, below
+  mesh_options.timeline = run.timeline; // kept for the executed ranks only, below
   mesh_options.peak_windows = true;
   const StageImages images =
-      use_stage_images ? stage_images(config, plan.dims) : StageImages{};
+      run.stage_images ? stage_images(config, plan.dims) : StageImages{};
   mesh_options.p2p_route = stage_image_route(plan.dims, images);
   DeviceMesh mesh(mesh_options);
 
@@ -171,7 +171,7 @@ Plan make_plan(const TrainConfig& config, int64_t capacity_bytes, int64_t steps,
   options.device = torch::kMeta;
   const std::vector<int> ranks = executed_ranks(plan.dims, images);
   std::vector<int64_t> state(static_cast<size_t>(config.gpus), 0);
-  std::vector<Recorder> run = run_ranks(
+  std::vector<Recorder> recorders = run_ranks(
       mesh,
       [&](RankContext& ctx) {
         auto strategy = make_strategy(config.strategy, ctx, options);
@@ -184,7 +184,6 @@ Plan make_plan(const TrainConfig& config, int64_t capacity_bytes, int64_t steps,
       },
       ranks);
 
-  std::vector<Recorder> recorders = std::move(run);
   std::vector<int> sampled; // each stage's rank, or the one it is an image of
   for (int s = 0; s < plan.dims.pp; ++s) {
     const int r = plan.dims.rank({0, 0, s});
@@ -270,7 +269,9 @@ PlanFigures plan_on(const TrainConfig& config, const ClusterSpec& cluster, Predi
                     Plan* plan_out, const PredictOptions& target) {
   Plan plan;
   try {
-    plan = make_plan(config, kPlanCapacity);
+    PlanRunOptions run;
+    run.timeline = plan_out != nullptr; // only a plan handed back shows its memory over time
+    plan = make_plan(config, kPlanCapacity, kPlanSteps, run);
   } catch (const OutOfMemory& e) {
     // No GPU holds kPlanCapacity: say what did not fit, not the sentinel it was held against.
     std::string what = e.what();

@@ -76,10 +76,17 @@ constexpr int64_t kMaxPlannedBlockPasses = int64_t{1} << 21;
 /// Runs `config` (validated) on the meta device with `capacity_bytes` per GPU. Throws
 /// std::invalid_argument (one line) for a configuration a plan cannot run (a model whose
 /// kernels have no meta version, DataParallel), and OutOfMemory when a GPU goes over capacity.
-/// `use_stage_images`: run a middle pipeline stage once where the others are its images
-/// (plan/stage_images.h); false runs every stage (tests compare the two).
+struct PlanRunOptions {
+  /// Run a middle pipeline stage once where the others are its images (plan/stage_images.h);
+  /// false runs every stage (tests compare the two).
+  bool stage_images = true;
+  /// Keep the memory timeline (Plan::timeline: the plan's memory.csv and memory.png). Each
+  /// sample reads every GPU of the world: a search's thousands of plans keep none.
+  bool timeline = true;
+};
+
 Plan make_plan(const TrainConfig& config, int64_t capacity_bytes, int64_t steps = kPlanSteps,
-               bool use_stage_images = true);
+               const PlanRunOptions& run = {});
 
 /// One pipeline stage's memory, or one tp rank's where the stage's tp ranks differ.
 struct StageFigures {

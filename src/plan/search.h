@@ -11,17 +11,9 @@
 // global batch does not divide, heads do not split) is rejected with its reason. Families
 // (one tp × cp × pp) are searched at once on as many threads as the machine has.
 //
-// Each remaining candidate is estimated without running all of it: its strategy runs as a
-// plan (plan/plan.h) with 1 and 2 transformer blocks per stage and 1 and 2 micro-batches,
-// and the figures are carried on to the real sizes. Every block has the same shape, so a
-// stage's bytes, its FLOPs and its time grow by the same amount per block (linear in blocks
-// per stage); one more micro-batch adds to the step what the second one added (a full
-// pipeline's steady state), and to a stage's peak what the second one added, once for each
-// micro-batch the schedule has that stage hold at once (dry_run's peak_in_flight). So a
-// layer of a given shape, precision and micro-batch size is measured once per layout, not
-// once per block and micro-batch. Then the best estimates are planned in full and their
-// figures replaced by the plan's. Tests hold estimates against full plans
-// (SearchEstimate.*).
+// Each remaining candidate is estimated from plans of 1 and 2 blocks per stage and 1 and 2
+// micro-batches (plan/estimate.h); then the best estimates are planned in full and their
+// figures replaced by the plan's.
 //
 // Memory decides most candidates, and it is monotone: more ZeRO sharding, sequence
 // parallelism, a smaller micro-batch and more recompute each hold less. So within a family
@@ -44,6 +36,7 @@
 
 #include "cost/hardware.h"
 #include "config/config.h"
+#include "plan/estimate.h"
 #include "plan/plan.h"
 
 namespace meshsim {
@@ -80,24 +73,14 @@ struct SearchResult {
   int invalid = 0;     // refused by validate (do not divide)
   int planned = 0;     // estimated through plans
   int fitting = 0;     // of those, fitting the GPU's memory
+  /// tp × cp × pp families searched with the ring only: at their gate it fit and was at
+  /// least as fast as the all-gather (search.cpp, choose_exchanges).
+  int allgather_skipped = 0;
 };
-
-/// The model state per GPU of `c` (validated) at the ZeRO paper's bytes per parameter
-/// (weights and gradients at the precision's width, fp32 optimizer state and master weights,
-/// each sharded over dp by its stage), with the parameters split evenly over tp × pp: a lower
-/// bound on any GPU's model state (replicated layers and uneven stages only add to it).
-int64_t model_state_floor(const TrainConfig& c);
 
 /// The layouts of `base` (model, precision, global batch; its layout flags are ignored) on
 /// `cluster`. Throws std::invalid_argument (one line) when `base` has no global batch.
 SearchResult search_layouts(const TrainConfig& base, const ClusterSpec& cluster,
                             const SearchOptions& options = {});
-
-/// The figures of `config` on `cluster` extrapolated from plans with 1 and 2 blocks per stage
-/// and 1 and 2 micro-batches (see the top of this file). When one micro-batch already peaks
-/// above `stop_above` bytes, returns that plan's figures (a lower bound on the memory, its
-/// step time not carried on to the real micro-batches).
-PlanFigures estimate_layout(const TrainConfig& config, const ClusterSpec& cluster,
-                            int64_t stop_above = kPlanCapacity, const PredictOptions& target = {});
 
 } // namespace meshsim

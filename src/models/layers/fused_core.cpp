@@ -10,6 +10,9 @@
 // 16-bit inputs: the GEMMs run in the input's dtype (as tensor cores take them), the scores'
 // softmax and lse in float32, P cast back for P v and Pᵀ dO; dK and dV accumulate over the
 // tiles in float32 (FlashAttention-2 accumulates them in registers) and are cast at the end.
+// Each tile's 16-bit dK and dV are cast to float32 before they are added: an in-place add of
+// mixed dtypes makes a float32 copy inside the CPU kernel in LibTorch 2.x (not in 1.13, not on
+// meta), which the plan would not see; the explicit cast is the same allocation everywhere.
 //
 // The meta device (plans) has no values, and a loop over every tile would cost a plan of a
 // 128K-token sequence a thousand tiles per layer per micro-batch of dispatch. The tiles run
@@ -132,7 +135,7 @@ struct FusedAttentionFunction : public torch::autograd::Function<FusedAttentionF
         const torch::Tensor do_tile = d_out.narrow(1, r0, n).transpose(1, 2); // [B, h, n, d]
         const torch::Tensor o_tile = out.narrow(1, r0, n).transpose(1, 2);
         const torch::Tensor delta = (do_tile.to(stats) * o_tile.to(stats)).sum(-1, true);
-        dv.add_(torch::matmul(p.to(v.scalar_type()).transpose(-2, -1), do_tile));
+        dv.add_(torch::matmul(p.to(v.scalar_type()).transpose(-2, -1), do_tile).to(stats));
         ds = torch::matmul(do_tile, vc.transpose(-2, -1)).to(stats).sub_(delta).mul_(p);
       }
       if (d_lse.defined()) {
@@ -145,7 +148,7 @@ struct FusedAttentionFunction : public torch::autograd::Function<FusedAttentionF
       }
       const torch::Tensor ds_in = ds.mul_(scale).to(q.scalar_type());
       dq.narrow(2, r0, n).copy_(torch::matmul(ds_in, kc));
-      dk.add_(torch::matmul(ds_in.transpose(-2, -1), q_tile));
+      dk.add_(torch::matmul(ds_in.transpose(-2, -1), q_tile).to(stats));
     }
     return {dq, dk.to(k.scalar_type()), dv.to(v.scalar_type()), {}, {}, {}};
   }

@@ -72,6 +72,17 @@ private:
   bool fused_;
 };
 
+/// On meta the ring runs the first step of each kind and counts the charges of the others
+/// (ring_attention.cpp). While one of these lives, every ring in the process runs every step,
+/// as on a CPU: tests hold the two plans equal.
+class RingRunsEveryStep {
+public:
+  RingRunsEveryStep();
+  ~RingRunsEveryStep();
+  RingRunsEveryStep(const RingRunsEveryStep&) = delete;
+  RingRunsEveryStep& operator=(const RingRunsEveryStep&) = delete;
+};
+
 class RingAttentionCore final : public ContextParallelCore {
 public:
   using ContextParallelCore::ContextParallelCore;

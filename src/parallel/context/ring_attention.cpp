@@ -10,8 +10,11 @@
 // the rest is masked, so each of the C - 1 other blocks costs half the own block's work.
 #include "parallel/context/context_parallel.h"
 
+#include <array>
+#include <atomic>
 #include <memory>
 
+#include "memory/virtual_gpu.h"
 #include "parallel/autograd_group.h"
 
 namespace meshsim {
@@ -38,6 +41,45 @@ BlockRows block_rows(int r, int j, int64_t local) {
     return {0, local, half};
   return {half, half, local};
 }
+
+// RingRunsEveryStep's count: rings run every step while it is above 0.
+std::atomic<int> g_every_step{0};
+
+// The three kinds of step (block_rows): the own block, an earlier one, a later one.
+int block_kind(int r, int j) {
+  return j == r ? 0 : j < r ? 1 : 2;
+}
+
+// On meta (plans) a block's attention has no values, and every step of one kind computes on
+// the same shapes from the same tensors in flight. The first step of each kind runs; the others
+// exchange their blocks as every step does but only count the charges the first made
+// (skip_charges), so the memory the GPU reaches and the program the cost model reads (it
+// splits a region at its messages by the charges between them) are those of running them all,
+// and a plan of cp C runs at most three blocks of attention per layer instead of C.
+class MetaRepeats {
+public:
+  explicit MetaRepeats(bool meta) : meta_(meta && g_every_step.load() == 0) {}
+  /// Whether a step of `kind` stands in for one that ran.
+  bool skips(int kind) const { return meta_ && ran_[static_cast<size_t>(kind)]; }
+  /// Part `part` of a step of `kind`: `fn` run and its charges counted, or, skipping, counted.
+  template <class Fn>
+  void part(int kind, int part, bool skip, Fn&& fn) {
+    int64_t& charges = charges_[static_cast<size_t>(kind)][static_cast<size_t>(part)];
+    if (skip) {
+      skip_charges(charges);
+      return;
+    }
+    const int64_t before = thread_charge_count();
+    fn();
+    charges = thread_charge_count() - before;
+  }
+  void ran(int kind) { ran_[static_cast<size_t>(kind)] = true; }
+
+private:
+  bool meta_;
+  std::array<bool, 3> ran_{};
+  std::array<std::array<int64_t, 2>, 3> charges_{};
+};
 
 struct Ring {
   const ContextParallelCore& core;
@@ -82,23 +124,28 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
     const int64_t local = q.size(2);
     torch::Tensor kv = torch::stack({k, v}); // one message per step
     torch::Tensor out, lse;
+    MetaRepeats repeats(q.is_meta());
     for (int s = 0; s < ring.cp; ++s) {
       std::unique_ptr<Exchange> exchange;
       if (s + 1 < ring.cp)
         exchange = std::make_unique<Exchange>(ring, kv, kTagRingKv);
       const int j = ring.source(s);
-      const BlockRows b = block_rows(ring.index, j, local);
-      const torch::Tensor keys = cp_positions(local * ring.cp, ring.cp, j, positions.options());
-      BlockAttention part = core.block(
-          q.narrow(2, b.q_begin, b.q_rows), kv[0].narrow(2, 0, b.k_rows),
-          kv[1].narrow(2, 0, b.k_rows), positions.narrow(0, b.q_begin, b.q_rows),
-          keys.narrow(0, 0, b.k_rows));
-      if (s == 0) { // the own block: every row sees its own token, so lse is finite
-        out = std::move(part.out);
-        lse = std::move(part.lse);
-      } else {
-        merge_rows(out, lse, b.q_begin, part);
-      }
+      const int kind = block_kind(ring.index, j);
+      repeats.part(kind, 0, repeats.skips(kind), [&] {
+        const BlockRows b = block_rows(ring.index, j, local);
+        const torch::Tensor keys = cp_positions(local * ring.cp, ring.cp, j, positions.options());
+        BlockAttention part = core.block(
+            q.narrow(2, b.q_begin, b.q_rows), kv[0].narrow(2, 0, b.k_rows),
+            kv[1].narrow(2, 0, b.k_rows), positions.narrow(0, b.q_begin, b.q_rows),
+            keys.narrow(0, 0, b.k_rows));
+        if (s == 0) { // the own block: every row sees its own token, so lse is finite
+          out = std::move(part.out);
+          lse = std::move(part.lse);
+        } else {
+          merge_rows(out, lse, b.q_begin, part);
+        }
+      });
+      repeats.ran(kind);
       if (exchange)
         kv = exchange->wait();
     }
@@ -121,34 +168,40 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
     torch::Tensor dq = torch::zeros_like(q);
     torch::Tensor kv = torch::stack({saved[1], saved[2]});
     std::unique_ptr<Exchange> grad_exchange; // the previous step's dK/dV on their way
+    MetaRepeats repeats(q.is_meta());
     for (int s = 0; s < ring.cp; ++s) {
       std::unique_ptr<Exchange> exchange;
       if (s + 1 < ring.cp)
         exchange = std::make_unique<Exchange>(ring, kv, kTagRingKv);
       const int j = ring.source(s);
+      const int kind = block_kind(ring.index, j);
+      const bool skip = repeats.skips(kind);
       const BlockRows b = block_rows(ring.index, j, local);
-      const torch::Tensor keys = cp_positions(local * ring.cp, ring.cp, j, positions.options());
       variable_list block_grads;
-      {
+      repeats.part(kind, 0, skip, [&] {
+        const torch::Tensor keys = cp_positions(local * ring.cp, ring.cp, j, positions.options());
         torch::AutoGradMode enable(true);
         const torch::Tensor qq = q.narrow(2, b.q_begin, b.q_rows).detach().requires_grad_(true);
         const torch::Tensor kk = kv[0].narrow(2, 0, b.k_rows).detach().requires_grad_(true);
         const torch::Tensor vv = kv[1].narrow(2, 0, b.k_rows).detach().requires_grad_(true);
         const BlockAttention part = core.block(qq, kk, vv, positions.narrow(0, b.q_begin, b.q_rows),
-                                                    keys.narrow(0, 0, b.k_rows));
+                                               keys.narrow(0, 0, b.k_rows));
         const torch::Tensor w = torch::exp(part.lse.detach() - lse.narrow(2, b.q_begin, b.q_rows));
         const torch::Tensor d_rows = d_out.narrow(2, b.q_begin, b.q_rows);
         const torch::Tensor d_o = d_rows * w.unsqueeze(-1);
         const torch::Tensor d_lse =
             w * ((d_rows * part.out.detach()).sum(-1) - d_dot_out.narrow(2, b.q_begin, b.q_rows));
         block_grads = torch::autograd::grad({part.out, part.lse}, {qq, kk, vv}, {d_o, d_lse});
-      }
-      dq.narrow(2, b.q_begin, b.q_rows).add_(block_grads[0]);
+        dq.narrow(2, b.q_begin, b.q_rows).add_(block_grads[0]);
+      });
       // Block j's gradient so far: zero at its owner, else what the previous holder sent.
       torch::Tensor dkv = grad_exchange ? grad_exchange->wait() : torch::zeros_like(kv);
-      dkv[0].narrow(2, 0, b.k_rows).add_(block_grads[1]);
-      dkv[1].narrow(2, 0, b.k_rows).add_(block_grads[2]);
-      block_grads.clear();
+      repeats.part(kind, 1, skip, [&] {
+        dkv[0].narrow(2, 0, b.k_rows).add_(block_grads[1]);
+        dkv[1].narrow(2, 0, b.k_rows).add_(block_grads[2]);
+        block_grads.clear();
+      });
+      repeats.ran(kind);
       // On to the block's next holder; after the last step, to its owner.
       grad_exchange = std::make_unique<Exchange>(ring, dkv, kTagRingKvGrad);
       if (exchange)
@@ -160,6 +213,9 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
 };
 
 } // namespace
+
+RingRunsEveryStep::RingRunsEveryStep() { ++g_every_step; }
+RingRunsEveryStep::~RingRunsEveryStep() { --g_every_step; }
 
 torch::Tensor RingAttentionCore::forward(const torch::Tensor& q, const torch::Tensor& k,
                                          const torch::Tensor& v,
