@@ -1,4 +1,4 @@
-// search_layouts and estimate_layout. See search.h.
+// search_layouts. See search.h.
 #include "plan/search.h"
 
 #include <algorithm>
@@ -17,65 +17,19 @@
 #include "models/family.h"
 #include "models/presets.h"
 #include "parallel/pipeline/schedule.h"
+#include "plan/search_space.h"
 
 namespace meshsim {
 namespace {
 
-std::string describe(const TrainConfig& c) {
-  return fmt::format("tp {}{} pp {} dp {}{} zero {} mbs {} recompute {}{}", c.tp,
-                     c.cp > 1 ? fmt::format(" cp {} ({})", c.cp, c.cp_comm) : "", c.pp,
-                     c.gpus / (c.tp * c.pp * c.cp),
-                     c.dp_shard > 0 ? fmt::format(" (shard {})", c.dp_shard) : "", c.zero,
-                     micro_batch_size_of(c), c.recompute, c.sequence_parallel ? " sp" : "");
-}
-
-// A family of the search: one tp × cp × pp (and the context-parallel exchange).
-struct FamilyShape {
-  int tp = 1, cp = 1, pp = 1;
-  std::string cp_comm = "allgather";
-  /// The estimate of the family's gate (gate_candidate), where choosing the exchange made it.
-  std::optional<PlanFigures> gate;
-};
-
-std::string describe(const FamilyShape& f) {
-  return f.cp > 1 ? fmt::format("tp {}, cp {} ({}), pp {}", f.tp, f.cp, f.cp_comm, f.pp)
-                  : fmt::format("tp {}, pp {}", f.tp, f.pp);
-}
-
-// `base` laid out as one candidate of the search (validate() still to run).
-// How a candidate shards ZeRO's state: its stage, and HSDP's shard groups (0: all of dp).
-struct Sharding {
-  int zero = 0;
-  int dp_shard = 0;
-};
-
-TrainConfig candidate(const TrainConfig& base, int world, const FamilyShape& shape,
-                      Sharding sharding, bool sp, int64_t micro_batch_size, const char* recompute) {
-  TrainConfig c = base;
-  c.gpus = world;
-  c.tp = shape.tp;
-  c.pp = shape.pp;
-  c.cp = shape.cp;
-  c.cp_comm = shape.cp_comm;
-  c.zero = sharding.zero;
-  c.dp_shard = sharding.dp_shard;
-  c.reshard_after_forward = true;
-  c.micro_batch_size = micro_batch_size;
-  c.micro_batches = 0;
-  c.sequence_parallel = sp;
-  c.recompute = recompute;
-  c.schedule = "1f1b";
-  c.virtual_stages = 1; // the search plans plain 1F1B
-  c.first_stage_layers = c.last_stage_layers = 0; // and even stages: its own pp
-  c.stage_layers.clear();
-  return c;
-}
-
-// The family's first candidate, the one that holds the least: ZeRO 3 over all of dp × cp,
-// sequence parallelism where tp > 1, one sample per micro-batch, full recompute.
-TrainConfig gate_candidate(const TrainConfig& base, int world, const FamilyShape& shape) {
-  return candidate(base, world, shape, {3, 0}, shape.tp > 1, 1, "full");
-}
+using search::FamilyShape;
+using search::Sharding;
+using search::candidate;
+using search::choose_exchanges;
+using search::describe;
+using search::family_shapes;
+using search::family_shardings;
+using search::for_each_at_once;
 
 // A (tp, pp) family while it is searched: what the search reports if nothing of it fits, and
 // the least memory any of its candidates needs.
@@ -98,70 +52,9 @@ struct Family {
   }
 };
 
-std::vector<int> divisors(int n) {
-  std::vector<int> out;
-  for (int d = 1; d <= n; ++d)
-    if (n % d == 0)
-      out.push_back(d);
-  return out;
-}
-
-// The families, in order: tp a power of two within a node; for a transformer, cp a power of
-// two whose 2·cp chunks each keep at least kMinContextChunk tokens (a rank 2048 or more: below
-// that the exchange of K and V outweighs the attention it splits), with either exchange;
-// every pipeline depth that divides the GPUs left.
-constexpr int64_t kMinContextChunk = 1024;
-
-std::vector<FamilyShape> family_shapes(const TrainConfig& base, const ClusterSpec& cluster) {
-  const int world = cluster.world_size();
-  const bool sequence = model_family(base.model).transformer;
-  std::vector<FamilyShape> shapes;
-  for (int tp = 1; tp <= cluster.gpus_per_node; tp *= 2) {
-    if (world % tp != 0)
-      continue;
-    for (int cp = 1; world % (tp * cp) == 0; cp *= 2) {
-      if (cp > 1 && (!sequence || base.shape.seq_len % (2 * cp) != 0 ||
-                     base.shape.seq_len / (2 * cp) < kMinContextChunk))
-        break;
-      for (const char* comm : {"allgather", "ring"}) {
-        if (cp == 1 && std::string(comm) == "ring")
-          continue;
-        for (int pp : divisors(world / (tp * cp)))
-          shapes.push_back({tp, cp, pp, comm, std::nullopt});
-      }
-    }
-  }
-  return shapes;
-}
-
 } // namespace
 
 namespace {
-
-// fn(i) for every i < n, on `workers` threads at once (this one among them); an exception of
-// any call is rethrown here, after all have ended.
-void for_each_at_once(size_t n, int workers, const std::function<void(size_t)>& fn) {
-  std::vector<std::exception_ptr> errors(n);
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i = next++; i < n; i = next++) {
-      try {
-        fn(i);
-      } catch (...) {
-        errors[i] = std::current_exception();
-      }
-    }
-  };
-  std::vector<std::thread> threads;
-  for (int w = 1; w < workers && static_cast<size_t>(w) < n; ++w)
-    threads.emplace_back(work);
-  work();
-  for (std::thread& t : threads)
-    t.join();
-  for (const std::exception_ptr& e : errors)
-    if (e)
-      std::rethrow_exception(e);
-}
 
 // The fitting layouts, fastest first; the best `options.confirm` estimates planned in full
 // (one that no longer fits leaves the list); at most `options.top` of them.
@@ -235,24 +128,6 @@ private:
   std::mutex mutex_;
   int planned_ = 0, fitting_ = 0;
 };
-
-// A family of candidates. Its ZeRO shardings, from the most to the least: ZeRO 3 over all of
-// dp × cp; HSDP, ZeRO 3 sharded within a node's data-parallel ranks and replicated across
-// nodes (its all-gathers stay on the node's links), where a node holds more than one and
-// fewer than all of dp; ZeRO 2 without a pipeline (DeepSpeed refuses it with one: it would
-// reduce-scatter every micro-batch and save only gradients); ZeRO 1 (Megatron's distributed
-// optimizer) and 0.
-std::vector<Sharding> family_shardings(const FamilyShape& shape, int world, int gpus_per_node) {
-  const int dp = world / (shape.tp * shape.pp * shape.cp);
-  const int node_dp = std::max(1, gpus_per_node / (shape.tp * shape.cp));
-  std::vector<Sharding> zeros{{3, 0}};
-  if (node_dp > 1 && node_dp < dp && dp % node_dp == 0)
-    zeros.push_back({3, node_dp});
-  for (int zero : {2, 1, 0})
-    if (zero != 2 || shape.pp == 1)
-      zeros.push_back({zero, 0});
-  return zeros;
-}
 
 // One family: for each sequence-parallel choice and micro-batch size, the least ZeRO sharding
 // that fits (sharding more only adds communication), and with it the least recompute that
@@ -394,58 +269,6 @@ std::vector<FamilyOutcome> search_families(const TrainConfig& base, const Cluste
     outcomes[i] = search_family(base, cluster, shapes[i], memory, progress);
   });
   return outcomes;
-}
-
-// The context-parallel exchange of each (tp, cp, pp), chosen before its families are searched:
-// both are estimated at the family's gate. The ring keeps its own K/V block where the
-// all-gather keeps the whole sequence's, so it fits wherever the all-gather does; where it is
-// also at least as fast there, the all-gather's family is not searched. Both exchanges move
-// K/V in proportion to the micro-batch and no ZeRO stage changes them, so their order at the
-// gate is taken for the family's (a heuristic, as the micro-batch sizes' stop is). The shapes
-// searched, with the gates estimated; `skipped` counts the all-gather families left out.
-std::vector<FamilyShape> choose_exchanges(const TrainConfig& base, const ClusterSpec& cluster,
-                                          std::vector<FamilyShape> shapes, int64_t memory,
-                                          int workers, int& skipped) {
-  const int world = cluster.world_size();
-  std::vector<std::pair<size_t, size_t>> pairs; // (all-gather, ring) of one tp × cp × pp
-  for (size_t i = 0; i < shapes.size(); ++i)
-    for (size_t j = 0; j < shapes.size(); ++j)
-      if (shapes[i].cp > 1 && shapes[i].cp_comm == "allgather" && shapes[j].cp_comm == "ring" &&
-          shapes[j].tp == shapes[i].tp && shapes[j].cp == shapes[i].cp &&
-          shapes[j].pp == shapes[i].pp)
-        pairs.emplace_back(i, j);
-  std::vector<size_t> gated; // shapes whose gate is estimated here
-  for (const auto& [ag, ring] : pairs) {
-    TrainConfig c = gate_candidate(base, world, shapes[ag]);
-    try {
-      validate(c);
-      check_plan_work(c, kPlanSteps);
-    } catch (const std::invalid_argument&) {
-      continue; // the family search reports why
-    }
-    if (base.shape.layers % c.pp != 0 || model_state_floor(c) > memory)
-      continue;
-    gated.push_back(ag);
-    gated.push_back(ring);
-  }
-  for_each_at_once(gated.size(), workers, [&](size_t i) {
-    TrainConfig c = gate_candidate(base, world, shapes[gated[i]]);
-    validate(c);
-    shapes[gated[i]].gate = estimate_layout(c, cluster, memory);
-  });
-  std::vector<bool> skip(shapes.size(), false);
-  for (const auto& [ag, ring] : pairs) {
-    const auto &a = shapes[ag].gate, &r = shapes[ring].gate;
-    if (a && r && r->fits && r->tokens_per_s_per_gpu >= a->tokens_per_s_per_gpu) {
-      skip[ag] = true;
-      ++skipped;
-    }
-  }
-  std::vector<FamilyShape> out;
-  for (size_t i = 0; i < shapes.size(); ++i)
-    if (!skip[i])
-      out.push_back(std::move(shapes[i]));
-  return out;
 }
 
 } // namespace
