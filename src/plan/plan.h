@@ -73,9 +73,7 @@ void check_plan_work(const TrainConfig& config, int64_t steps);
 constexpr int64_t kMaxPlannedBlocksPerStage = 1024;
 constexpr int64_t kMaxPlannedBlockPasses = int64_t{1} << 21;
 
-/// Runs `config` (validated) on the meta device with `capacity_bytes` per GPU. Throws
-/// std::invalid_argument (one line) for a configuration a plan cannot run (a model whose
-/// kernels have no meta version, DataParallel), and OutOfMemory when a GPU goes over capacity.
+/// What make_plan may leave out: both are for speed, and neither changes a figure it reports.
 struct PlanRunOptions {
   /// Run a middle pipeline stage once where the others are its images (plan/stage_images.h);
   /// false runs every stage (tests compare the two).
@@ -85,6 +83,9 @@ struct PlanRunOptions {
   bool timeline = true;
 };
 
+/// Runs `config` (validated) on the meta device with `capacity_bytes` per GPU. Throws
+/// std::invalid_argument (one line) for a configuration a plan cannot run (a model whose
+/// kernels have no meta version, DataParallel), and OutOfMemory when a GPU goes over capacity.
 Plan make_plan(const TrainConfig& config, int64_t capacity_bytes, int64_t steps = kPlanSteps,
                const PlanRunOptions& run = {});
 

@@ -2,10 +2,6 @@
 #include "plan/search.h"
 
 #include <algorithm>
-#include <atomic>
-#include <cmath>
-#include <exception>
-#include <map>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -13,10 +9,8 @@
 
 #include <fmt/format.h>
 
-#include "memory/category.h"
+#include "base/bytes.h"
 #include "models/family.h"
-#include "models/presets.h"
-#include "parallel/pipeline/schedule.h"
 #include "plan/search_space.h"
 
 namespace meshsim {
@@ -158,13 +152,16 @@ FamilyOutcome search_family(const TrainConfig& base, const ClusterSpec& cluster,
   if (!fused)
     lighter.push_back("selective");
 
-  // The estimate of `c` (validated), noted for the family's report.
-  auto estimate = [&](const TrainConfig& c) {
+  // `f`, the estimate of `c`, counted and noted for the family's report.
+  auto noted = [&](const TrainConfig& c, const PlanFigures& f) {
     ++out.planned;
     progress.layout_planned();
-    const PlanFigures f = estimate_layout(c, cluster, memory);
     family.note(f.peak_bytes, c, false);
     return f;
+  };
+  // The estimate of `c` (validated), noted.
+  auto estimate = [&](const TrainConfig& c) {
+    return noted(c, estimate_layout(c, cluster, memory));
   };
   // Most memory saved first: when ZeRO 3 with sequence parallelism, one sample per
   // micro-batch and full recompute does not fit, nothing in the family does.
@@ -202,14 +199,9 @@ FamilyOutcome search_family(const TrainConfig& base, const ClusterSpec& cluster,
           if (most_saving)
             return out;
         } else if (most_saving) {
-          if (shape.gate && micro_batch_size_of(most) == 1) { // estimated already
-            ++out.planned;
-            progress.layout_planned();
-            family.note(shape.gate->peak_bytes, most, false);
-            most_figures = *shape.gate;
-          } else {
-            most_figures = estimate(most);
-          }
+          // The gate, unless choosing the exchange estimated it already.
+          most_figures = shape.gate && micro_batch_size_of(most) == 1 ? noted(most, *shape.gate)
+                                                                      : estimate(most);
           if (!most_figures->fits)
             return out;
         }

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <atomic>
 #include <exception>
+#include <stdexcept>
 #include <thread>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -154,24 +156,25 @@ std::vector<FamilyShape> choose_exchanges(const TrainConfig& base, const Cluster
           shapes[j].tp == shapes[i].tp && shapes[j].cp == shapes[i].cp &&
           shapes[j].pp == shapes[i].pp)
         pairs.emplace_back(i, j);
-  std::vector<size_t> gated; // shapes whose gate is estimated here
+  // The gates to estimate, each shape's built and validated once.
+  std::vector<std::pair<size_t, TrainConfig>> gates;
   for (const auto& [ag, ring] : pairs) {
-    TrainConfig c = gate_candidate(base, world, shapes[ag]);
+    TrainConfig a = gate_candidate(base, world, shapes[ag]);
+    TrainConfig r = gate_candidate(base, world, shapes[ring]);
     try {
-      validate(c);
-      check_plan_work(c, kPlanSteps);
+      validate(a);
+      validate(r);
+      check_plan_work(a, kPlanSteps);
     } catch (const std::invalid_argument&) {
       continue; // the family search reports why
     }
-    if (base.shape.layers % c.pp != 0 || model_state_floor(c) > memory)
+    if (base.shape.layers % a.pp != 0 || model_state_floor(a) > memory)
       continue;
-    gated.push_back(ag);
-    gated.push_back(ring);
+    gates.emplace_back(ag, std::move(a));
+    gates.emplace_back(ring, std::move(r));
   }
-  for_each_at_once(gated.size(), workers, [&](size_t i) {
-    TrainConfig c = gate_candidate(base, world, shapes[gated[i]]);
-    validate(c);
-    shapes[gated[i]].gate = estimate_layout(c, cluster, memory);
+  for_each_at_once(gates.size(), workers, [&](size_t i) {
+    shapes[gates[i].first].gate = estimate_layout(gates[i].second, cluster, memory);
   });
   std::vector<bool> skip(shapes.size(), false);
   for (const auto& [ag, ring] : pairs) {
