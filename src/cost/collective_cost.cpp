@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <set>
 #include <stdexcept>
 
 namespace meshsim {
@@ -226,22 +225,30 @@ const char* to_string(Algorithm algorithm) {
 GroupShape group_shape(const std::vector<int>& global_ranks, const ClusterSpec& cluster) {
   if (global_ranks.empty())
     throw std::invalid_argument("group_shape: empty group");
-  std::set<int> seen;
-  std::vector<int> per_node(static_cast<size_t>(cluster.nodes), 0);
-  for (int rank : global_ranks) {
+  // Sorted copies, not a count per node: a plan replays many small groups on clusters of
+  // thousands of nodes.
+  std::vector<int> ranks = global_ranks;
+  std::sort(ranks.begin(), ranks.end());
+  std::vector<int> nodes;
+  nodes.reserve(ranks.size());
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const int rank = ranks[i];
     if (rank < 0 || rank >= cluster.world_size())
       throw std::invalid_argument("group_shape: rank " + std::to_string(rank) +
                                   " is outside the cluster of " +
                                   std::to_string(cluster.world_size()) + " GPUs");
-    if (!seen.insert(rank).second)
+    if (i > 0 && ranks[i - 1] == rank)
       throw std::invalid_argument("group_shape: rank " + std::to_string(rank) + " listed twice");
-    ++per_node[static_cast<size_t>(cluster.node_of(rank))];
+    nodes.push_back(cluster.node_of(rank)); // ascending, as the ranks are
   }
   GroupShape shape;
   shape.ranks = static_cast<int>(global_ranks.size());
-  shape.nodes = static_cast<int>(
-      std::count_if(per_node.begin(), per_node.end(), [](int count) { return count > 0; }));
-  shape.ranks_per_node = *std::max_element(per_node.begin(), per_node.end());
+  shape.nodes = shape.ranks_per_node = 0;
+  for (size_t i = 0, run = 0; i < nodes.size(); ++i) {
+    run = i > 0 && nodes[i] == nodes[i - 1] ? run + 1 : 1;
+    shape.nodes += run == 1;
+    shape.ranks_per_node = std::max(shape.ranks_per_node, static_cast<int>(run));
+  }
   return shape;
 }
 

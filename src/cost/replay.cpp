@@ -39,8 +39,8 @@ struct TaskRef {
 
 // One schedulable unit: a compute task, or all instances of one collective.
 struct Node {
-  std::vector<size_t> tasks; // flat task indexes; >1 only for collectives
-  std::vector<size_t> preds; // node indexes, one entry per edge
+  size_t tasks = 0; // index into Graph::members (a plan has hundreds of thousands of nodes:
+                    // no list of their own)
   double duration_s = 0;
   double start_s = 0;
   double end_s = 0;
@@ -178,18 +178,42 @@ namespace {
 
 // The program as a graph: every task (flat, by index), and the nodes they are grouped into (a
 // compute task is a node of its own; the tasks of one collective instance, one per member,
-// share a node), with each task's own predecessors.
+// share a node), with each task's own predecessors. Lists are kept flat: item i of list k is
+// items[begin[k] + i], up to begin[k + 1].
 struct Graph {
   std::vector<TaskRef> flat;
   std::unordered_map<std::string, size_t> index_of;
   std::vector<Node> nodes;
   std::vector<size_t> node_of;                // task -> node
-  std::map<std::string, size_t> collective_node; // ordered: deterministic error messages
-  std::vector<std::vector<size_t>> task_preds;   // task -> predecessor nodes
+  std::vector<std::vector<size_t>> members;   // Node::tasks -> its flat task indexes
+  std::unordered_map<std::string, size_t> collective_node;
+  /// The collectives' keys in program order (into collective_node, whose keys stay put): the
+  /// order they are checked in, so that an error names the same one every time.
+  std::vector<const std::string*> collective_keys;
+  std::vector<size_t> pred_begin{0}; // task -> its predecessor nodes in pred_nodes
+  std::vector<size_t> pred_nodes;
+
+  const std::vector<size_t>& tasks_of(const Node& node) const { return members[node.tasks]; }
+  template <class Fn>
+  void for_each_pred_of_task(size_t t, Fn&& fn) const {
+    for (size_t i = pred_begin[t]; i < pred_begin[t + 1]; ++i)
+      fn(pred_nodes[i]);
+  }
+  // A node's predecessors: its tasks', one entry per edge.
+  template <class Fn>
+  void for_each_pred(const Node& node, Fn&& fn) const {
+    for (size_t t : tasks_of(node))
+      for_each_pred_of_task(t, fn);
+  }
 };
 
 Graph build_graph(const Program& program, int num_ranks) {
   Graph g;
+  size_t tasks = 0;
+  for (int r = 0; r < num_ranks; ++r)
+    tasks += program.ranks[static_cast<size_t>(r)].size();
+  g.flat.reserve(tasks);
+  g.index_of.reserve(tasks);
   // Flatten, index ids, and assign every task to a node.
   for (int r = 0; r < num_ranks; ++r)
     for (const Task& task : program.ranks[static_cast<size_t>(r)]) {
@@ -199,12 +223,14 @@ Graph build_graph(const Program& program, int num_ranks) {
     }
 
   g.node_of.resize(g.flat.size());
+  g.members.reserve(g.flat.size());
   std::vector<std::map<std::string, int>> calls_per_rank(static_cast<size_t>(num_ranks));
   for (size_t t = 0; t < g.flat.size(); ++t) {
     const Task& task = *g.flat[t].task;
     if (task.kind == TaskKind::Compute) {
       g.node_of[t] = g.nodes.size();
-      g.nodes.push_back({{t}, {}, 0, 0, 0});
+      g.nodes.push_back({g.members.size(), 0, 0, 0});
+      g.members.push_back({t});
       continue;
     }
     std::string key = "key:" + task.key;
@@ -212,31 +238,35 @@ Graph build_graph(const Program& program, int num_ranks) {
       const std::string base = std::string(to_string(task.op)) + group_text(task.group);
       key = "auto:" + base + "#" + std::to_string(calls_per_rank[g.flat[t].rank][base]++);
     }
-    auto [it, inserted] = g.collective_node.emplace(key, g.nodes.size());
-    if (inserted)
-      g.nodes.push_back({{}, {}, 0, 0, 0});
+    auto [it, inserted] = g.collective_node.emplace(std::move(key), g.nodes.size());
+    if (inserted) {
+      g.nodes.push_back({g.members.size(), 0, 0, 0});
+      g.members.emplace_back();
+      g.collective_keys.push_back(&it->first);
+    }
     g.node_of[t] = it->second;
-    g.nodes[it->second].tasks.push_back(t);
+    g.members[g.nodes[it->second].tasks].push_back(t);
   }
   return g;
 }
 
 void set_durations(Graph& g, const ClusterSpec& cluster, const ReplayOptions& options,
                    const std::vector<bool>& present) {
-  for (const auto& [key, n] : g.collective_node)
-    validate_collective(key, g.nodes[n].tasks, g.flat,
+  for (const std::string* key : g.collective_keys)
+    validate_collective(*key, g.tasks_of(g.nodes[g.collective_node.at(*key)]), g.flat,
                         options.absent_ranks_are_images ? &present : nullptr);
   for (Node& node : g.nodes) {
-    const Task& first = *g.flat[node.tasks.front()].task;
+    const std::vector<size_t>& tasks = g.tasks_of(node);
+    const Task& first = *g.flat[tasks.front()].task;
     double given = -1;
-    for (size_t t : node.tasks)
+    for (size_t t : tasks)
       given = std::max(given, g.flat[t].task->duration_s);
     if (given >= 0)
       node.duration_s = given;
     else if (first.kind == TaskKind::Compute)
       node.duration_s = roofline(first.work, cluster.gpu, options.efficiency).time_s;
     else if (first.op == CollectiveOp::AllToAll)
-      node.duration_s = all_to_all_duration(node.tasks, g.flat, cluster);
+      node.duration_s = all_to_all_duration(tasks, g.flat, cluster);
     else
       node.duration_s = collective_cost(first.op, first.bytes, group_shape(first.group, cluster),
                                         cluster, options.algorithm)
@@ -245,9 +275,11 @@ void set_durations(Graph& g, const ClusterSpec& cluster, const ReplayOptions& op
 }
 
 void add_edges(Graph& g, const Program& program, int num_ranks) {
-  // Edges: stream order, then explicit dependencies. task_preds keeps each instance's own
-  // predecessors so its ready time (before waiting for peers) can be reported.
-  g.task_preds.assign(g.flat.size(), {});
+  // Edges: stream order, then explicit dependencies, each task's own (a collective's node has
+  // its instances' together), so an instance's ready time (before waiting for peers) can be
+  // reported. Tasks are visited in flat order, so each one's list follows the previous one's.
+  g.pred_nodes.reserve(g.flat.size() * 2);
+  g.pred_begin.reserve(g.flat.size() + 1);
   for (int r = 0; r < num_ranks; ++r) {
     // Previous task on the compute / comm / send stream. Sends have a stream of their own:
     // a pipeline stage's send is asynchronous (buffered here, batched with the opposite
@@ -255,37 +287,42 @@ void add_edges(Graph& g, const Program& program, int num_ranks) {
     // reach the matching receive, or 1F1B's steady state would deadlock.
     size_t last[3] = {SIZE_MAX, SIZE_MAX, SIZE_MAX};
     for (const Task& task : program.ranks[static_cast<size_t>(r)]) {
-      const size_t t = g.index_of.at(task.id);
+      const size_t t = g.pred_begin.size() - 1; // its flat index (build_graph's order)
       const int stream = task.kind == TaskKind::Compute ? 0 : is_send(task, r) ? 2 : 1;
       size_t& prev = last[stream];
       if (prev != SIZE_MAX)
-        g.task_preds[t].push_back(g.node_of[prev]);
+        g.pred_nodes.push_back(g.node_of[prev]);
       prev = t;
       for (const std::string& dep : task.deps) {
         const auto found = g.index_of.find(dep);
         if (found == g.index_of.end())
           throw std::invalid_argument("replay: task \"" + task.id +
                                       "\" depends on unknown task \"" + dep + "\"");
-        g.task_preds[t].push_back(g.node_of[found->second]);
+        g.pred_nodes.push_back(g.node_of[found->second]);
       }
-      for (size_t p : g.task_preds[t])
-        g.nodes[g.node_of[t]].preds.push_back(p);
+      g.pred_begin.push_back(g.pred_nodes.size());
     }
   }
 }
 
 // Every node's start and end: the latest end of its predecessors, in topological order.
 void schedule_nodes(Graph& g) {
-  // Kahn's algorithm over the nodes; start = latest predecessor end.
-  std::vector<std::vector<size_t>> succs(g.nodes.size());
-  std::vector<size_t> waiting(g.nodes.size(), 0);
-  for (size_t n = 0; n < g.nodes.size(); ++n)
-    for (size_t p : g.nodes[n].preds) {
-      succs[p].push_back(n);
+  // Kahn's algorithm over the nodes; start = latest predecessor end. Successors kept flat:
+  // node n's are succ_nodes[succ_begin[n] .. succ_begin[n + 1]).
+  const size_t n_nodes = g.nodes.size();
+  std::vector<size_t> waiting(n_nodes, 0), succ_begin(n_nodes + 1, 0);
+  for (size_t n = 0; n < n_nodes; ++n)
+    g.for_each_pred(g.nodes[n], [&](size_t p) {
+      ++succ_begin[p + 1];
       ++waiting[n];
-    }
+    });
+  for (size_t n = 0; n < n_nodes; ++n)
+    succ_begin[n + 1] += succ_begin[n];
+  std::vector<size_t> succ_nodes(succ_begin.back()), filled(succ_begin.begin(), succ_begin.end() - 1);
+  for (size_t n = 0; n < n_nodes; ++n)
+    g.for_each_pred(g.nodes[n], [&](size_t p) { succ_nodes[filled[p]++] = n; });
   std::vector<size_t> ready;
-  for (size_t n = 0; n < g.nodes.size(); ++n)
+  for (size_t n = 0; n < n_nodes; ++n)
     if (waiting[n] == 0)
       ready.push_back(n);
   size_t done = 0;
@@ -294,14 +331,13 @@ void schedule_nodes(Graph& g) {
     ready.pop_back();
     ++done;
     Node& node = g.nodes[n];
-    for (size_t p : node.preds)
-      node.start_s = std::max(node.start_s, g.nodes[p].end_s);
+    g.for_each_pred(node, [&](size_t p) { node.start_s = std::max(node.start_s, g.nodes[p].end_s); });
     node.end_s = node.start_s + node.duration_s;
-    for (size_t s : succs[n])
-      if (--waiting[s] == 0)
-        ready.push_back(s);
+    for (size_t i = succ_begin[n]; i < succ_begin[n + 1]; ++i)
+      if (--waiting[succ_nodes[i]] == 0)
+        ready.push_back(succ_nodes[i]);
   }
-  if (done != g.nodes.size()) {
+  if (done != n_nodes) {
     std::string stuck;
     size_t named = 0, count = 0;
     for (size_t t = 0; t < g.flat.size(); ++t)
@@ -324,14 +360,15 @@ ReplayResult replay_result(const Graph& g, int num_ranks, const ReplayOptions& o
   result.ranks.resize(static_cast<size_t>(num_ranks));
   std::vector<std::vector<std::pair<double, double>>> busy_compute(result.ranks.size());
   std::vector<std::vector<std::pair<double, double>>> busy_comm(result.ranks.size());
+  result.tasks.reserve(g.flat.size());
   for (size_t t = 0; t < g.flat.size(); ++t) {
     const Node& node = g.nodes[g.node_of[t]];
     TaskTiming timing;
     timing.id = g.flat[t].task->id;
     timing.rank = g.flat[t].rank;
     timing.kind = g.flat[t].task->kind;
-    for (size_t p : g.task_preds[t])
-      timing.ready_s = std::max(timing.ready_s, g.nodes[p].end_s);
+    g.for_each_pred_of_task(
+        t, [&](size_t p) { timing.ready_s = std::max(timing.ready_s, g.nodes[p].end_s); });
     timing.start_s = node.start_s;
     timing.end_s = node.end_s;
     result.makespan_s = std::max(result.makespan_s, timing.end_s);

@@ -5,7 +5,7 @@
 #include <map>
 #include <set>
 #include <stdexcept>
-#include <unordered_map>
+#include <unordered_set>
 
 #include "cost/predict.h"
 
@@ -23,20 +23,23 @@ std::string join(const std::vector<int>& ranks) {
 
 // The same string on every member's instance of one collective: op, group and the recorded
 // sequence number; send/recv by their order per directed pair, as NCCL matches them (the
-// recorded seq counts per tag, and the tag is not recorded).
-std::unordered_map<const CollectiveRecord*, std::string>
-collective_keys(const std::vector<Recorder>& ranks) {
-  std::unordered_map<const CollectiveRecord*, std::string> keys;
+// recorded seq counts per tag, and the tag is not recorded). keys[r][i] is that of
+// ranks[r].collectives[i].
+std::vector<std::vector<std::string>> collective_keys(const std::vector<Recorder>& ranks) {
+  std::vector<std::vector<std::string>> keys(ranks.size());
   for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
     std::map<std::pair<int, int>, int64_t> p2p; // (src, dst) -> calls so far
-    for (const CollectiveRecord& c : ranks[r].collectives) {
+    keys[static_cast<size_t>(r)].reserve(ranks[static_cast<size_t>(r)].collectives.size());
+    for (const CollectiveRecord& c : ranks[static_cast<size_t>(r)].collectives) {
       if (c.op == "send" || c.op == "recv") {
         const std::pair<int, int> pair =
             c.op == "send" ? std::make_pair(r, c.peer) : std::make_pair(c.peer, r);
-        keys[&c] = "p2p " + std::to_string(pair.first) + ">" + std::to_string(pair.second) + "#" +
-                   std::to_string(p2p[pair]++);
+        keys[static_cast<size_t>(r)].push_back(
+            "p2p " + std::to_string(pair.first) + ">" + std::to_string(pair.second) + "#" +
+            std::to_string(p2p[pair]++));
       } else {
-        keys[&c] = c.op + "{" + join(c.group) + "}#" + std::to_string(c.seq);
+        keys[static_cast<size_t>(r)].push_back(c.op + "{" + join(c.group) + "}#" +
+                                               std::to_string(c.seq));
       }
     }
   }
@@ -161,21 +164,21 @@ bool is_gradient_reduction(const std::string& op) {
   return op == "all_reduce" || op == "reduce_scatter" || op == "reduce";
 }
 
+// Appends one rank's tasks, each depending on the last blocking one unless told otherwise.
+// Tasks are named by their index in the rank's list (their ids are strings, built once).
 class RankBuilder {
 public:
+  static constexpr size_t kNone = static_cast<size_t>(-1);
+
   RankBuilder(int rank, std::vector<Task>& out) : rank_(rank), out_(out) {}
 
-  std::string compute(const std::string& name, double seconds) {
-    const std::string id = next_id(name);
-    out_.push_back(Task::compute(id, seconds, deps()));
-    last_ = id;
-    return id;
+  size_t compute(const std::string& name, double seconds) {
+    out_.push_back(Task::compute(next_id(name), seconds, deps(last_)));
+    return last_ = out_.size() - 1;
   }
 
-  // `after`: the task it waits for (default: the last blocking task). Returns its id.
-  std::string comm(const CollectiveRecord& c, const std::string& key,
-                   const std::string* after = nullptr) {
-    const std::string id = next_id(c.op);
+  // `after`: the task it waits for (kNone: the last blocking task). Returns its index.
+  size_t comm(const CollectiveRecord& c, const std::string& key, size_t after = kNone) {
     const int n = static_cast<int>(c.group.size());
     double bytes = static_cast<double>(c.bytes);
     if (c.op == "all_gather")
@@ -187,19 +190,22 @@ public:
       group = {rank_, c.peer};
     if (c.op == "recv")
       group = {c.peer, rank_};
-    std::vector<std::string> d = after ? std::vector<std::string>{*after} : deps();
-    out_.push_back(Task::comm(id, parse_collective_op(c.op), group, bytes, d, key));
+    out_.push_back(Task::comm(next_id(c.op), parse_collective_op(c.op), std::move(group), bytes,
+                              deps(after == kNone ? last_ : after), key));
     for (int64_t b : c.peer_bytes) // all_to_all: each member's share
       out_.back().peer_bytes.push_back(static_cast<double>(b));
+    const size_t id = out_.size() - 1;
     if (c.op != "send")
       last_ = id; // a send is buffered: nothing waits for it
     return id;
   }
-  const std::string& last() const { return last_; }
+  size_t last() const { return last_; }
 
 private:
-  std::vector<std::string> deps() const {
-    return last_.empty() ? std::vector<std::string>{} : std::vector<std::string>{last_};
+  std::vector<std::string> deps(size_t task) const {
+    if (task == kNone)
+      return {};
+    return {out_[task].id};
   }
   std::string next_id(const std::string& name) {
     return "r" + std::to_string(rank_) + "/" + std::to_string(count_++) + ":" + name;
@@ -207,7 +213,7 @@ private:
 
   int rank_;
   std::vector<Task>& out_;
-  std::string last_;
+  size_t last_ = kNone;
   int count_ = 0;
 };
 
@@ -240,12 +246,14 @@ Program build_step_program(const std::vector<Recorder>& ranks, int64_t step, con
 
   // Which collectives belong to the step: decided on their owner's timeline.
   const auto keys = collective_keys(ranks);
-  std::set<std::string> included;
+  std::unordered_set<std::string> included;
   for (int r = 0; r < n; ++r)
-    for (const CollectiveRecord& c : ranks[r].collectives)
+    for (size_t i = 0; i < ranks[r].collectives.size(); ++i) {
+      const CollectiveRecord& c = ranks[r].collectives[i];
       if (owner_for_step(ranks, c, r, o) == r && place_s(c) >= windows[r].begin &&
           place_s(c) < windows[r].end)
-        included.insert(keys.at(&c));
+        included.insert(keys[r][i]);
+    }
 
   Program program;
   program.ranks.resize(static_cast<size_t>(n));
@@ -256,9 +264,13 @@ Program build_step_program(const std::vector<Recorder>& ranks, int64_t step, con
       if (c.step == step)
         regions.push_back(&c), total_flops += c.flops, total_recompute += c.recompute_flops;
     std::vector<const CollectiveRecord*> colls;
-    for (const CollectiveRecord& c : ranks[r].collectives)
-      if (included.count(keys.at(&c)))
-        colls.push_back(&c);
+    for (size_t i = 0; i < ranks[r].collectives.size(); ++i)
+      if (included.count(keys[r][i]))
+        colls.push_back(&ranks[r].collectives[i]);
+    // The key of one of this rank's records.
+    const auto key = [&](const CollectiveRecord* c) -> const std::string& {
+      return keys[r][static_cast<size_t>(c - ranks[r].collectives.data())];
+    };
     auto by_start = [](const auto* a, const auto* b) { return a->start_s < b->start_s; };
     std::stable_sort(regions.begin(), regions.end(), by_start);
     // A collective started with *_async takes its place in the rank's program where the
@@ -273,7 +285,7 @@ Program build_step_program(const std::vector<Recorder>& ranks, int64_t step, con
     for (size_t k = 0; k < regions.size(); ++k) {
       const ComputeRecord& c = *regions[k];
       while (ci < colls.size() && place_s(*colls[ci]) <= c.start_s)
-        b.comm(*colls[ci], keys.at(colls[ci])), ++ci;
+        b.comm(*colls[ci], key(colls[ci])), ++ci;
       std::vector<const CollectiveRecord*> inside;
       while (ci < colls.size() && place_s(*colls[ci]) < c.end_s)
         inside.push_back(colls[ci++]);
@@ -289,11 +301,11 @@ Program build_step_program(const std::vector<Recorder>& ranks, int64_t step, con
         for (double s : segments)
           sum += s;
         // The tasks of this region so far, each with where it ends in the rank's program.
-        std::vector<std::pair<double, std::string>> placed{{c.start_s, b.last()}};
+        std::vector<std::pair<double, size_t>> placed{{c.start_s, b.last()}};
         for (size_t i = 0; i < segments.size(); ++i) {
           const double share =
               sum > 0 ? segments[i] / sum : 1.0 / static_cast<double>(segments.size());
-          const std::string piece = b.compute(c.name, measured ? segments[i] : target * share);
+          const size_t piece = b.compute(c.name, measured ? segments[i] : target * share);
           if (i == inside.size())
             break;
           const CollectiveRecord& x = *inside[i];
@@ -302,12 +314,11 @@ Program build_step_program(const std::vector<Recorder>& ranks, int64_t step, con
           // where it was started, beside the compute up to its wait: it waits for the task
           // that ended last before its start, and what follows its wait waits for it, so only
           // the part of it longer than that compute is exposed.
-          std::string issued_after;
+          size_t issued_after = RankBuilder::kNone;
           if (x.waited_s >= 0 && (x.op == "send" || x.op == "recv"))
             for (const auto& [at, id] : placed)
               if (at <= x.start_s) issued_after = id;
-          const std::string id = b.comm(x, keys.at(inside[i]),
-                                        issued_after.empty() ? nullptr : &issued_after);
+          const size_t id = b.comm(x, key(inside[i]), issued_after);
           placed.emplace_back(place_s(x), id);
         }
         continue;
@@ -339,22 +350,22 @@ Program build_step_program(const std::vector<Recorder>& ranks, int64_t step, con
         b.compute(c.name, target);
         continue;
       }
-      std::vector<std::string> ready_piece;
+      std::vector<size_t> ready_piece;
       double done = 0;
-      std::string piece;
+      size_t piece = RankBuilder::kNone;
       for (const auto& [rec, fraction] : buckets) {
-        if (fraction > done || piece.empty())
+        if (fraction > done || piece == RankBuilder::kNone)
           piece = b.compute(c.name, target * (fraction - done)), done = fraction;
         ready_piece.push_back(piece);
       }
       if (done < 1)
         b.compute(c.name, target * (1 - done));
       for (size_t i = 0; i < buckets.size(); ++i)
-        b.comm(*buckets[i].first, keys.at(buckets[i].first), &ready_piece[i]);
+        b.comm(*buckets[i].first, key(buckets[i].first), ready_piece[i]);
       ci += buckets.size();
     }
     for (; ci < colls.size(); ++ci)
-      b.comm(*colls[ci], keys.at(colls[ci]));
+      b.comm(*colls[ci], key(colls[ci]));
   }
   if (flops)
     *flops = total_flops;

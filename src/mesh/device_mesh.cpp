@@ -161,11 +161,16 @@ void DeviceMesh::sample_memory(int64_t step, const std::string& phase, int rank)
   s.step = step;
   s.phase = phase;
   s.rank = rank;
-  s.bytes.reserve(gpus_.size());
-  s.by_category.reserve(gpus_.size());
-  for (const auto& g : gpus_) {
-    s.bytes.push_back(g->current_bytes());
-    s.by_category.push_back(g->current_by_category());
+  auto read = [&s](const VirtualGpu& g) {
+    s.bytes.push_back(g.current_bytes());
+    s.by_category.push_back(g.current_by_category());
+  };
+  if (options_.timeline_gpus.empty()) {
+    s.bytes.reserve(gpus_.size());
+    s.by_category.reserve(gpus_.size());
+    for (const auto& g : gpus_) read(*g);
+  } else {
+    for (int g : options_.timeline_gpus) read(*gpus_.at(static_cast<size_t>(g)));
   }
   if (nvml_ != nullptr) {
     if (const auto card = nvml_->sample(nvml_index_)) {

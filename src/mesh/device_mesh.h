@@ -46,6 +46,9 @@ struct MeshOptions {
   C10dOptions c10d;  // with backend c10d: rank, rendezvous (timeout: comm_timeout)
   int processes_per_host = 1;  // with backend c10d: the ranks sharing this host's cores
   bool timeline = true; // sample_memory() keeps memory.csv rows (off for plans of many GPUs)
+  /// The GPUs a sample reads, in this order (a plan's: one per pipeline stage, of thousands);
+  /// empty: every GPU, sample.bytes[g] being GPU g's.
+  std::vector<int> timeline_gpus;
   /// Each rank's memory.csv sample also closes a window of its GPU's peaks (close_window):
   /// plans carry each phase's peak to larger models (plan/search.h).
   bool peak_windows = false;

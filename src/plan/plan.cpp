@@ -160,10 +160,16 @@ Plan make_plan(const TrainConfig& config, int64_t capacity_bytes, int64_t steps,
   mesh_options.device = "meta";
   mesh_options.comm_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(config.comm_timeout_s * 1000));
-  mesh_options.timeline = run.timeline; // kept for the executed ranks only, below
   mesh_options.peak_windows = true;
   const StageImages images =
       run.stage_images ? stage_images(config, plan.dims) : StageImages{};
+  // Each stage's first rank, or the one it is an image of: the GPUs the plan reports, and the
+  // only ones its memory samples read.
+  std::vector<int> sampled;
+  for (int s = 0; s < plan.dims.pp; ++s)
+    sampled.push_back(images.holds(s) ? plan.dims.rank({0, 0, 1}) : plan.dims.rank({0, 0, s}));
+  mesh_options.timeline = run.timeline;
+  mesh_options.timeline_gpus = sampled;
   mesh_options.p2p_route = stage_image_route(plan.dims, images);
   DeviceMesh mesh(mesh_options);
 
@@ -184,10 +190,9 @@ Plan make_plan(const TrainConfig& config, int64_t capacity_bytes, int64_t steps,
       },
       ranks);
 
-  std::vector<int> sampled; // each stage's rank, or the one it is an image of
   for (int s = 0; s < plan.dims.pp; ++s) {
     const int r = plan.dims.rank({0, 0, s});
-    const int source = images.holds(s) ? plan.dims.rank({0, 0, 1}) : r;
+    const int source = sampled[static_cast<size_t>(s)];
     PlannedRank p;
     p.rank = r;
     p.coord = plan.dims.coord(r);
@@ -202,16 +207,9 @@ Plan make_plan(const TrainConfig& config, int64_t capacity_bytes, int64_t steps,
           stage_image(recorders[static_cast<size_t>(source)], plan.dims, s);
     }
     plan.ranks.push_back(p);
-    sampled.push_back(source);
   }
   plan.recorders = std::move(recorders);
-  for (MemorySample& sample : mesh.timeline().samples()) {
-    std::vector<int64_t> bytes;
-    for (int r : sampled)
-      bytes.push_back(sample.bytes[static_cast<size_t>(r)]);
-    sample.bytes = std::move(bytes);
-    plan.timeline.push_back(std::move(sample));
-  }
+  plan.timeline = mesh.timeline().samples(); // one column per stage (timeline_gpus)
   return plan;
 }
 

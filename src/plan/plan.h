@@ -47,8 +47,8 @@ struct Plan {
   /// Per GPU of the world; only the executed ones hold records (replicate_replicas fills
   /// the others: with many GPUs that is most of a plan's memory, so only a prediction does it).
   std::vector<Recorder> recorders;
-  /// The executed GPUs' live bytes over the step (MemorySample::bytes: one per executed rank,
-  /// in `ranks` order): the plan's memory.csv and memory.png.
+  /// Each stage's live bytes over the step (MemorySample::bytes and by_category: one per entry
+  /// of `ranks`, an image's those of the rank it is an image of): memory.csv and memory.png.
   std::vector<MemorySample> timeline;
   int64_t steps = 0;               // planned steps
   int64_t samples_per_step = 0;    // global batch
@@ -78,8 +78,8 @@ struct PlanRunOptions {
   /// Run a middle pipeline stage once where the others are its images (plan/stage_images.h);
   /// false runs every stage (tests compare the two).
   bool stage_images = true;
-  /// Keep the memory timeline (Plan::timeline: the plan's memory.csv and memory.png). Each
-  /// sample reads every GPU of the world: a search's thousands of plans keep none.
+  /// Keep the memory timeline (Plan::timeline: the plan's memory.csv and memory.png), one
+  /// column per pipeline stage: a search's thousands of plans keep none.
   bool timeline = true;
 };
 

@@ -119,7 +119,13 @@ TEST_P(PlanStageImages, EqualsAPlanThatRunsEveryStage) {
   for (const PlannedRank& r : every.ranks)
     EXPECT_EQ(r.image_of, -1) << l.name;
   expect_same_plans(fast, every, l.gpus, l.name);
-  // The memory timeline samples the stages that ran; an image's column is stage 1's.
+  // The memory timeline samples the stages that ran, one column per stage (bytes and
+  // categories alike, not one per GPU of the cluster); an image's column is stage 1's.
+  EXPECT_FALSE(fast.timeline.empty()) << l.name;
+  for (const MemorySample& sample : fast.timeline) {
+    ASSERT_EQ(sample.bytes.size(), fast.ranks.size()) << l.name;
+    ASSERT_EQ(sample.by_category.size(), fast.ranks.size()) << l.name;
+  }
   for (const MemorySample& sample : fast.timeline)
     for (size_t i = 0; i < fast.ranks.size(); ++i)
       if (fast.ranks[i].image_of >= 0)
