@@ -170,7 +170,18 @@ void DeviceMesh::sample_memory(int64_t step, const std::string& phase, int rank)
     s.by_category.reserve(gpus_.size());
     for (const auto& g : gpus_) read(*g);
   } else {
-    for (int g : options_.timeline_gpus) read(*gpus_.at(static_cast<size_t>(g)));
+    // A GPU listed twice is read once: its ranks run on while the sample is taken.
+    const std::vector<int>& listed = options_.timeline_gpus;
+    for (size_t i = 0; i < listed.size(); ++i) {
+      const auto end = listed.begin() + static_cast<std::ptrdiff_t>(i);
+      const auto j = static_cast<size_t>(std::find(listed.begin(), end, listed[i]) - listed.begin());
+      if (j == i) {
+        read(*gpus_.at(static_cast<size_t>(listed[i])));
+        continue;
+      }
+      s.bytes.push_back(s.bytes[j]);
+      s.by_category.push_back(s.by_category[j]);
+    }
   }
   if (nvml_ != nullptr) {
     if (const auto card = nvml_->sample(nvml_index_)) {

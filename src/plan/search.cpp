@@ -2,6 +2,8 @@
 #include "plan/search.h"
 
 #include <algorithm>
+#include <map>
+#include <tuple>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -123,6 +125,31 @@ private:
   int planned_ = 0, fitting_ = 0;
 };
 
+// What did not fit already, by sharding and recompute: a layout holds at least what one with
+// a smaller micro-batch, or with sequence parallelism, held at the same sharding and
+// recompute (its activations only grow), so it is not estimated again.
+class Overflows {
+public:
+  void add(const TrainConfig& c) {
+    const int64_t mbs = micro_batch_size_of(c);
+    auto [it, inserted] = least_.emplace(key(c), mbs);
+    if (!inserted)
+      it->second = std::min(it->second, mbs);
+  }
+  // Whether `c` holds at least what a layout that did not fit held: the same sharding and
+  // recompute at a micro-batch no larger (visited with sequence parallelism, or as `c`).
+  bool holds(const TrainConfig& c) const {
+    const auto it = least_.find(key(c));
+    return it != least_.end() && it->second <= micro_batch_size_of(c);
+  }
+
+private:
+  static std::tuple<int, int, std::string> key(const TrainConfig& c) {
+    return {c.zero, c.dp_shard, c.recompute};
+  }
+  std::map<std::tuple<int, int, std::string>, int64_t> least_; // -> smallest micro-batch
+};
+
 // One family: for each sequence-parallel choice and micro-batch size, the least ZeRO sharding
 // that fits (sharding more only adds communication), and with it the least recompute that
 // fits (recomputing more never makes a step faster).
@@ -167,6 +194,9 @@ FamilyOutcome search_family(const TrainConfig& base, const ClusterSpec& cluster,
   // micro-batch and full recompute does not fit, nothing in the family does.
   bool gate_checked = false;
   std::optional<PlanFigures> most_figures; // the gate's estimate, if it made one
+  // The sizes are visited in increasing order, sequence parallelism first: what overflowed at
+  // a visited size overflows at every later one of the same sp, and of sp off.
+  Overflows overflows;
   for (bool sp : sps) {
     double previous = 0; // tokens/s of the last micro-batch size that fit
     bool sizes_done = false;
@@ -215,20 +245,27 @@ FamilyOutcome search_family(const TrainConfig& base, const ClusterSpec& cluster,
           family.note(floor, least, true);
           continue;
         }
-        const PlanFigures f =
-            most_figures && &least == &valid.back() ? *most_figures : estimate(least);
-        if (!f.fits)
+        const bool gate = most_figures && &least == &valid.back();
+        if (!gate && overflows.holds(least))
           continue;
+        const PlanFigures f = gate ? *most_figures : estimate(least);
+        if (!f.fits) {
+          overflows.add(least);
+          continue;
+        }
         chosen = Layout{least, f, false};
         for (const char* level : lighter) {
           TrainConfig c = least;
           c.recompute = level;
           validate(c);
+          if (overflows.holds(c))
+            continue;
           const PlanFigures g = estimate(c);
           if (g.fits) {
             chosen = Layout{c, g, false};
             break;
           }
+          overflows.add(c);
         }
         break;
       }
