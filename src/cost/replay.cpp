@@ -39,8 +39,7 @@ struct TaskRef {
 
 // One schedulable unit: a compute task, or all instances of one collective.
 struct Node {
-  size_t tasks = 0; // index into Graph::members (a plan has hundreds of thousands of nodes:
-                    // no list of their own)
+  size_t tasks = 0; // its flat task indexes are Graph::members[tasks]
   double duration_s = 0;
   double start_s = 0;
   double end_s = 0;
@@ -178,8 +177,9 @@ namespace {
 
 // The program as a graph: every task (flat, by index), and the nodes they are grouped into (a
 // compute task is a node of its own; the tasks of one collective instance, one per member,
-// share a node), with each task's own predecessors. Lists are kept flat: item i of list k is
-// items[begin[k] + i], up to begin[k + 1].
+// share a node), with each task's own predecessors. A plan has hundreds of thousands of
+// tasks, so their predecessor lists are kept flat: task t's are pred_nodes[pred_begin[t]] up to
+// pred_nodes[pred_begin[t + 1]], and schedule_nodes keeps the successors the same way.
 struct Graph {
   std::vector<TaskRef> flat;
   std::unordered_map<std::string, size_t> index_of;
@@ -318,7 +318,8 @@ void schedule_nodes(Graph& g) {
     });
   for (size_t n = 0; n < n_nodes; ++n)
     succ_begin[n + 1] += succ_begin[n];
-  std::vector<size_t> succ_nodes(succ_begin.back()), filled(succ_begin.begin(), succ_begin.end() - 1);
+  std::vector<size_t> succ_nodes(succ_begin.back());
+  std::vector<size_t> filled(succ_begin.begin(), succ_begin.end() - 1);
   for (size_t n = 0; n < n_nodes; ++n)
     g.for_each_pred(g.nodes[n], [&](size_t p) { succ_nodes[filled[p]++] = n; });
   std::vector<size_t> ready;
@@ -331,7 +332,8 @@ void schedule_nodes(Graph& g) {
     ready.pop_back();
     ++done;
     Node& node = g.nodes[n];
-    g.for_each_pred(node, [&](size_t p) { node.start_s = std::max(node.start_s, g.nodes[p].end_s); });
+    g.for_each_pred(node,
+                    [&](size_t p) { node.start_s = std::max(node.start_s, g.nodes[p].end_s); });
     node.end_s = node.start_s + node.duration_s;
     for (size_t i = succ_begin[n]; i < succ_begin[n + 1]; ++i)
       if (--waiting[succ_nodes[i]] == 0)

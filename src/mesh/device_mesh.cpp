@@ -174,7 +174,8 @@ void DeviceMesh::sample_memory(int64_t step, const std::string& phase, int rank)
     const std::vector<int>& listed = options_.timeline_gpus;
     for (size_t i = 0; i < listed.size(); ++i) {
       const auto end = listed.begin() + static_cast<std::ptrdiff_t>(i);
-      const auto j = static_cast<size_t>(std::find(listed.begin(), end, listed[i]) - listed.begin());
+      const auto j =
+          static_cast<size_t>(std::find(listed.begin(), end, listed[i]) - listed.begin());
       if (j == i) {
         read(*gpus_.at(static_cast<size_t>(listed[i])));
         continue;
