@@ -10,31 +10,37 @@
 # Usage: bench/plan.sh BUILD_DIR
 set -euo pipefail
 build=${1:-build}
+# timed NAME ARGS: meshsim with ARGS (split into words), its JSON in /tmp/meshsim-NAME.json, its
+# stderr in .err and its peak RSS in .rss; prints its wall seconds.
+timed() {
+  local start end
+  start=$(date +%s.%N)
+  /usr/bin/time -f "%M" -o "/tmp/meshsim-$1.rss" "$build/meshsim" $2 \
+    >"/tmp/meshsim-$1.json" 2>"/tmp/meshsim-$1.err"
+  end=$(date +%s.%N)
+  python3 -c "print($end - $start)"
+}
 args="plan --model gpt-175b --no-tie-head --cluster 128x8xa100-80 --tp 8 --pp 8 --zero 1
       --precision bf16 --global-batch-size 1536 --micro-batches 96 --recompute full --json"
-start=$(date +%s.%N)
-/usr/bin/time -f "%M" -o /tmp/meshsim-plan-rss "$build/meshsim" $args >/tmp/meshsim-plan.json 2>/tmp/meshsim-plan.err
-end=$(date +%s.%N)
-python3 - "$start" "$end" <<'PY'
+seconds=$(timed plan "$args")
+python3 - "$seconds" <<'PY'
 import json, sys
-start, end = map(float, sys.argv[1:3])
+seconds = float(sys.argv[1])
 doc = json.load(open("/tmp/meshsim-plan.json"))
-rss = int(open("/tmp/meshsim-plan-rss").read().split()[-1]) / 1024
-print(f"(plan) gpt-175b on 1024 A100-80GB, tp 8 pp 8 dp 16: {end - start:.1f} s wall "
+rss = int(open("/tmp/meshsim-plan.rss").read().split()[-1]) / 1024
+print(f"(plan) gpt-175b on 1024 A100-80GB, tp 8 pp 8 dp 16: {seconds:.1f} s wall "
       f"(target < 5 s), {rss:.0f} MiB peak RSS; predicted step {doc['step_seconds']:.2f} s, "
       f"MFU {100 * doc['mfu']:.1f}%, fits {doc['fits']}")
 PY
 grep "ran \|replayed" /tmp/meshsim-plan.err | sed 's/^/  /'
 search="plan --model gpt-175b --no-tie-head --cluster 128x8xa100-80 --precision bf16
         --global-batch-size 1536 --search --json"
-start=$(date +%s.%N)
-"$build/meshsim" $search >/tmp/meshsim-search.json 2>/tmp/meshsim-search.err
-end=$(date +%s.%N)
-python3 - "$start" "$end" <<'PY'
+seconds=$(timed search "$search")
+python3 - "$seconds" <<'PY'
 import json, sys
-start, end = map(float, sys.argv[1:3])
+seconds = float(sys.argv[1])
 doc = json.load(open("/tmp/meshsim-search.json"))
-print(f"(plan --search) gpt-175b on 1024 A100-80GB, global batch 1536: {end - start:.1f} s wall "
+print(f"(plan --search) gpt-175b on 1024 A100-80GB, global batch 1536: {seconds:.1f} s wall "
       f"(target < 60 s); {doc['candidates']} layouts, {doc['invalid']} do not divide, "
       f"{doc['planned']} planned, {doc['fitting']} fit")
 for l in doc["layouts"][:3]:
@@ -49,14 +55,12 @@ for l in doc["layouts"][:3]:
 PY
 search70="plan --search --preset llama3-70b --cluster 128x8xh100 --precision bf16 --seq-len 32768
           --global-batch-size 64 --json"
-start=$(date +%s.%N)
-"$build/meshsim" $search70 >/tmp/meshsim-search70.json 2>/tmp/meshsim-search70.err
-end=$(date +%s.%N)
-python3 - "$start" "$end" <<'PY'
+seconds=$(timed search70 "$search70")
+python3 - "$seconds" <<'PY'
 import json, sys
-start, end = map(float, sys.argv[1:3])
+seconds = float(sys.argv[1])
 doc = json.load(open("/tmp/meshsim-search70.json"))
-print(f"(plan --search) llama3-70b on 1024 H100, 32K tokens, global batch 64: {end - start:.1f} s "
+print(f"(plan --search) llama3-70b on 1024 H100, 32K tokens, global batch 64: {seconds:.1f} s "
       f"wall (target < 60 s); {doc['candidates']} layouts, {doc['planned']} planned, "
       f"{doc['fitting']} fit, {doc.get('allgather_skipped', 0)} tp x cp x pp with the ring only")
 y = doc["layouts"][0]["layout"]

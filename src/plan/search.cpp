@@ -3,11 +3,11 @@
 
 #include <algorithm>
 #include <map>
-#include <tuple>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <thread>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -47,10 +47,6 @@ struct Family {
       report.reason = "does not divide: " + why;
   }
 };
-
-} // namespace
-
-namespace {
 
 // The fitting layouts, fastest first; the best `options.confirm` estimates planned in full
 // (one that no longer fits leaves the list); at most `options.top` of them.
@@ -92,10 +88,6 @@ std::vector<RejectedFamily> rejected_families(std::vector<Family>& families, int
   }
   return rejected;
 }
-
-} // namespace
-
-namespace {
 
 // One family's part of the search: its candidates, counted; the layouts of it that fit.
 struct FamilyOutcome {
@@ -257,9 +249,9 @@ FamilyOutcome search_family(const TrainConfig& base, const ClusterSpec& cluster,
         for (const char* level : lighter) {
           TrainConfig c = least;
           c.recompute = level;
-          validate(c);
-          if (overflows.holds(c))
+          if (overflows.holds(c)) // before validating it: the same sizes as `least`
             continue;
+          validate(c);
           const PlanFigures g = estimate(c);
           if (g.fits) {
             chosen = Layout{c, g, false};
