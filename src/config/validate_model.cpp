@@ -53,14 +53,6 @@ void validate_model_layout(const TrainConfig& c) {
   if (family.transformer) {
     const auto& g = c.shape;
     validate_shape(c.model, g);
-    // The dropout masks live in the eager core and the blocks' residual branches: the fused
-    // and the context-parallel cores do not draw them yet (models/layers/dropout.h).
-    require(c.dropout == 0 || c.attention == "eager",
-            fmt::format("--dropout {} runs with --attention eager (the fused core has no dropout "
-                        "yet)", c.dropout));
-    require(c.dropout == 0 || c.cp == 1,
-            fmt::format("--dropout {} runs without --cp (the context-parallel cores have no "
-                        "dropout yet)", c.dropout));
     require(g.heads % c.tp == 0,
             fmt::format("--heads {} is not divisible by --tp {}", g.heads, c.tp));
     require(preset_kv_heads(g) % c.tp == 0,

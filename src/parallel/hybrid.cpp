@@ -159,8 +159,10 @@ double forward_backward(RankContext& ctx, PipelineStage& pipe, const std::vector
 }
 
 /// The step's dropout draw of each of the M micro-batches (models/layers/dropout.h): their
-/// rows' indices in the global batch, and under sequence parallelism the tokens of this tp
-/// member's part of the sequence, [i·T/t, (i+1)·T/t) for member i.
+/// rows' indices in the global batch, and the whole-sequence positions of the tokens this
+/// rank's residual stream holds: under context parallelism its two chunks (cp_positions),
+/// under sequence parallelism tp member i's part of those, [i·T'/t, (i+1)·T'/t) of the T'
+/// the rank holds.
 std::vector<std::shared_ptr<const DropoutDraw>> micro_batch_draws(
     const StrategyOptions& options, const ParallelDims& dims, const ParallelCoord& coord,
     const Batch& batch, const std::vector<torch::Tensor>& inputs, int M, int64_t step) {
@@ -173,12 +175,15 @@ std::vector<std::shared_ptr<const DropoutDraw>> micro_batch_draws(
     draw->seed = options.seed;
     draw->step = step;
     draw->samples = samples[static_cast<size_t>(m)];
-    if (options.sequence_parallel && dims.tp > 1) {
-      const int64_t T = static_cast<size_t>(m) < inputs.size() ? inputs[static_cast<size_t>(m)].size(1)
-                                                               : options.shape.seq_len;
-      const int64_t part = T / dims.tp;
-      draw->positions = torch::arange(coord.tp * part, (coord.tp + 1) * part, torch::kLong);
-    }
+    const int64_t T = static_cast<size_t>(m) < inputs.size()
+                          ? inputs[static_cast<size_t>(m)].size(1)
+                          : options.shape.seq_len / dims.cp;
+    torch::Tensor positions = dims.cp > 1 ? cp_positions(T * dims.cp, dims.cp, coord.cp, torch::kLong)
+                                          : torch::arange(T, torch::kLong);
+    if (options.sequence_parallel && dims.tp > 1)
+      positions = positions.narrow(0, coord.tp * (T / dims.tp), T / dims.tp);
+    if (dims.cp > 1 || (options.sequence_parallel && dims.tp > 1))
+      draw->positions = positions;
     draws.push_back(std::move(draw));
   }
   return draws;
@@ -494,7 +499,8 @@ private:
     if (dims_.cp == 1 || batch.size() == 0) return batch;
     return {cp_shard_sequence(batch.inputs, dims_.cp, coord_.cp),
             batch.targets.defined() ? cp_shard_sequence(batch.targets, dims_.cp, coord_.cp)
-                                    : batch.targets};
+                                    : batch.targets,
+            batch.samples};
   }
   // The positions of those tokens in their sequence; undefined (0..T-1) without cp.
   torch::Tensor positions_of(const Batch& batch) const {

@@ -3,7 +3,8 @@
 // gradient), with and without grouped-query attention, in one tile or several (a sequence
 // that the tile does not divide); fused_attention() at separate query and key positions, with
 // gradients through its log-sum-exp, rows that see no key, and two partial results merged by
-// their log-sum-exp.
+// their log-sum-exp; and the whole models and merged blocks again with dropout on the
+// probabilities, where the fused core must drop what the eager one drops.
 //
 // Tolerance 1e-9 (absolute, on values of order 1e-3 to 10): both cores compute the same
 // softmax in float64 (unit roundoff u = 1.1e-16) in different orders (the eager core
@@ -18,8 +19,10 @@
 #include <limits>
 
 #include "models/layers/attention.h"
+#include "models/layers/dropout.h"
 #include "models/layers/eager_core.h"
 #include "models/layers/fused_core.h"
+#include "models/layers/partial_attention.h"
 #include "models/models.h"
 #include "parallel/strategy.h"
 
@@ -51,11 +54,15 @@ struct LossAndGradients {
   std::vector<torch::Tensor> grads;
 };
 
+// With `dropout` > 0 the model trains with it: the forward runs under a draw of step 1 for
+// rows 0..3, and backward after the draw's scope has closed (as a strategy's does), so the
+// fused core must regenerate its masks from what it saved.
 LossAndGradients run_model(const std::string& name, const TransformerShape& shape,
-                           AttentionKind kind, int64_t tile_rows) {
+                           AttentionKind kind, int64_t tile_rows, double dropout = 0) {
   ModelOptions options;
   options.seed = 7;
   options.shape = shape;
+  options.shape.dropout = dropout;
   options.dtype = torch::kFloat64;
   options.attention = kind;
   torch::nn::Sequential model = build_model(name, options);
@@ -73,7 +80,15 @@ LossAndGradients run_model(const std::string& name, const TransformerShape& shap
                                    .remainder(shape.vocab)
                                    .view({4, shape.seq_len});
   const torch::Tensor targets = tokens.roll(-1, 1);
-  torch::Tensor loss = loss_fn(model->forward(tokens), targets);
+  torch::Tensor loss;
+  {
+    auto draw = std::make_shared<DropoutDraw>();
+    draw->seed = 3;
+    draw->step = 1;
+    draw->samples = torch::arange(4, torch::kLong);
+    const DropoutScope scope(dropout > 0 ? draw : nullptr);
+    loss = loss_fn(model->forward(tokens), targets);
+  }
   loss.backward();
   LossAndGradients out{loss.item<double>(), {}};
   for (const torch::Tensor& p : model->parameters())
@@ -92,24 +107,26 @@ PartialAttention plain_attention(const torch::Tensor& q, const torch::Tensor& k,
   return {torch::matmul(torch::softmax(s, -1), v), lse};
 }
 
-} // namespace fused_test
-
-using namespace fused_test;
-
-// Whole models: the fused core in one tile (128 rows > 16 tokens), in tiles of 3 rows (six
-// tiles, the last of one row) and of 5 (four, the last of one row), against the eager core.
-TEST(FusedAttention, WholeGptAndLlamaMatchTheEagerCoreInFloat64) {
+// Whole models with `dropout` (0: none): the fused core in one tile (128 rows > 16 tokens),
+// in tiles of 3 rows (six tiles, the last of one row) and of 5 (four, the last of one row),
+// against the eager core, for the GPT and the Llama with and without grouped-query attention.
+void expect_fused_matches_eager(double dropout) {
   struct Case {
     const char* model;
     int64_t kv_heads;
   };
   for (const Case& m : {Case{"gpt", 0}, Case{"llama", 4}, Case{"llama", 2}}) {
     const TransformerShape shape = tiny(m.kv_heads);
-    const LossAndGradients eager = run_model(m.model, shape, AttentionKind::Eager, 0);
+    const LossAndGradients eager = run_model(m.model, shape, AttentionKind::Eager, 0, dropout);
+    if (dropout > 0) { // dropping must move the loss by far more than the tolerance
+      const LossAndGradients none = run_model(m.model, shape, AttentionKind::Eager, 0, 0);
+      EXPECT_GT(std::abs(eager.loss - none.loss), 1e3 * kFusedTolerance) << m.model;
+    }
     for (int64_t tile : {0, 3, 5}) {
-      const LossAndGradients fused = run_model(m.model, shape, AttentionKind::Fused, tile);
+      const LossAndGradients fused = run_model(m.model, shape, AttentionKind::Fused, tile, dropout);
       const std::string where = std::string(m.model) + " kv_heads " + std::to_string(m.kv_heads) +
-                                " tile " + std::to_string(tile);
+                                " tile " + std::to_string(tile) +
+                                (dropout > 0 ? " with dropout" : "");
       EXPECT_NEAR(fused.loss, eager.loss, kFusedTolerance) << where;
       ASSERT_EQ(fused.grads.size(), eager.grads.size()) << where;
       for (size_t i = 0; i < eager.grads.size(); ++i)
@@ -117,6 +134,76 @@ TEST(FusedAttention, WholeGptAndLlamaMatchTheEagerCoreInFloat64) {
             << where << " gradient " << i;
     }
   }
+}
+
+} // namespace fused_test
+
+using namespace fused_test;
+
+TEST(FusedAttention, WholeGptAndLlamaMatchTheEagerCoreInFloat64) { expect_fused_matches_eager(0); }
+
+// With dropout 0.1 on the probabilities and after attention and the MLP: the fused core drops
+// the probabilities with the eager core's mask, tile by tile, and regenerates it in backward.
+// Dropping moves the loss by far more than the tolerance, so a mask that differed in one
+// element of a tile would show.
+TEST(FusedAttention, WithDropoutTheFusedCoreDropsWhatTheEagerOneDrops) {
+  expect_fused_matches_eager(0.1);
+}
+
+// Two blocks of keys with dropout, each through the fused kernel and through the plain-ops
+// one (partial_attention.h, what context parallelism runs under --attention eager), merged by
+// their log-sum-exp: the eager core's dropped attention of the same queries over all the keys,
+// values and gradients. The merge is linear in each block's dropped output, so this is what a
+// context-parallel rank computes.
+TEST(FusedAttention, DroppedBlocksMergeIntoTheDroppedWhole) {
+  torch::manual_seed(13);
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  auto draw = std::make_shared<DropoutDraw>();
+  draw->seed = 9;
+  draw->step = 2;
+  draw->samples = torch::tensor(std::vector<int64_t>{5, 2}, torch::kLong);
+  AttentionDropout dropout;
+  dropout.p = 0.25;
+  dropout.layer = 1;
+  dropout.first_head = 2;
+  dropout.draw = draw;
+  const torch::Tensor q = torch::randn({2, 3, 8, 4}, f64).requires_grad_(true);
+  const torch::Tensor k = torch::randn({2, 3, 8, 4}, f64).requires_grad_(true);
+  const torch::Tensor v = torch::randn({2, 3, 8, 4}, f64).requires_grad_(true);
+  const torch::Tensor at = torch::arange(8, torch::kLong);
+  const torch::Tensor g = torch::randn({2, 3, 4, 4}, f64);
+  // The eager core over every key (under the draw, as a model runs it); queries 4..7.
+  torch::Tensor whole;
+  {
+    const DropoutScope scope(draw);
+    AttentionDropout current = dropout;
+    current.draw = nullptr;
+    whole = causal_attention(q, k, v, at, current).narrow(2, 4, 4);
+  }
+  const auto want = torch::autograd::grad({whole}, {q, k, v}, {g});
+  const torch::Tensor qp = at.narrow(0, 4, 4), q_rows = q.narrow(2, 4, 4);
+  for (bool fused : {true, false}) {
+    auto block = [&](int64_t k0) {
+      if (fused)
+        return fused_attention(q_rows, k.narrow(2, k0, 4), v.narrow(2, k0, 4), qp,
+                               at.narrow(0, k0, 4), 3, dropout);
+      const BlockAttention r = partial_attention_reference(
+          q_rows, k.narrow(2, k0, 4), v.narrow(2, k0, 4), qp, at.narrow(0, k0, 4), 0, dropout);
+      return PartialAttention{r.out, r.lse};
+    };
+    const PartialAttention a = block(0), b = block(4);
+    const torch::Tensor lse = torch::logaddexp(a.lse, b.lse);
+    const torch::Tensor merged = (a.lse - lse).exp().unsqueeze(-1) * a.out +
+                                 (b.lse - lse).exp().unsqueeze(-1) * b.out;
+    const char* kernel = fused ? "fused" : "plain-ops";
+    EXPECT_LE(max_difference(merged, whole), kFusedTolerance) << kernel;
+    const auto got = torch::autograd::grad({merged}, {q, k, v}, {g});
+    for (size_t i = 0; i < 3; ++i)
+      EXPECT_LE(max_difference(got[i], want[i]), kFusedTolerance) << kernel << " input " << i;
+  }
+  // Without dropout the same blocks give another output: the mask mattered.
+  const PartialAttention plain = fused_attention(q_rows, k, v, qp, at);
+  EXPECT_GT(max_difference(plain.out, whole), 1e3 * kFusedTolerance);
 }
 
 // fused_attention at separate positions, against plain_attention: queries after their keys

@@ -4,7 +4,7 @@
 // layouts only reorder sums, so float64 runs agree to rounding amplified by training), SGD
 // with momentum over 10 steps. Layouts: cp 2 and 4 with each --cp-comm, dp × cp, cp × tp
 // with sequence parallel, cp × pp × dp with ZeRO 1, ZeRO 2 and 3 over dp_shard_cp, and
-// recompute.
+// recompute; and with dropout, each layout against the single device with the same dropout.
 // Also the partial attention against the eager causal core, the merge of two blocks by
 // log-sum-exp, rows that see no key, and the chunks each rank holds.
 #include <gtest/gtest.h>
@@ -77,8 +77,16 @@ std::string describe(const Layout& l) {
   return s;
 }
 
-void expect_layouts_match_single(const std::string& model, const std::vector<Layout>& layouts) {
-  const HarnessRun ref = run_cp(1, "single", cp_model(model));
+void expect_layouts_match_single(const std::string& model, const std::vector<Layout>& layouts,
+                                 double dropout = 0) {
+  StrategyOptions single = cp_model(model);
+  single.shape.dropout = dropout;
+  const HarnessRun ref = run_cp(1, "single", single);
+  if (dropout > 0) {  // dropout must have changed the run, or the comparisons prove nothing
+    const HarnessRun none = run_cp(1, "single", cp_model(model));
+    EXPECT_GT(std::abs(ref.losses.back() - none.losses.back()), 1e-4 * std::abs(none.losses.back()))
+        << model << ": dropout " << dropout << " trains as dropout 0";
+  }
   EXPECT_LT(ref.losses.back(), ref.losses.front() - 0.05) << model << ": the reference did not learn";
   for (const Layout& l : layouts) {
     StrategyOptions o = cp_model(model);
@@ -91,7 +99,9 @@ void expect_layouts_match_single(const std::string& model, const std::vector<Lay
     o.sequence_parallel = l.sequence_parallel;
     o.recompute = l.recompute;
     o.attention = l.attention;
-    const std::string what = model + " " + describe(l);
+    o.shape.dropout = dropout;
+    const std::string what =
+        model + " " + describe(l) + (dropout > 0 ? " with dropout" : "");
     const HarnessRun got = run_cp(l.world, "ddp", o);
     ASSERT_EQ(got.losses.size(), ref.losses.size()) << what;
     for (int k = 0; k < kCpSteps; ++k)
@@ -133,12 +143,31 @@ std::vector<Layout> every_layout() {
   return out;
 }
 
+// With dropout: each rank's blocks draw the mask of their queries' and keys' true positions
+// (models/layers/dropout.h), with the eager and the fused kernel, both cores, sequence
+// parallelism, a pipeline with ZeRO and full recompute.
+std::vector<Layout> dropout_layouts() {
+  return {
+      {2, 2, 1, 1, 0, 1, "ring"},
+      {2, 2, 1, 1, 0, 1, "allgather", false, Recompute::None, AttentionKind::Fused},
+      {4, 4, 1, 1, 0, 1, "ring", false, Recompute::None, AttentionKind::Fused},
+      {4, 2, 2, 1, 1, 1, "allgather", true, Recompute::None, AttentionKind::Fused},
+      {4, 2, 2, 1, 0, 1, "ring", true, Recompute::Selective},
+      {8, 2, 1, 2, 1, 2, "ring", false, Recompute::Full, AttentionKind::Fused},
+  };
+}
+
 } // namespace
 
 TEST(ContextParallel, GptMatchesSingleDevice) { expect_layouts_match_single("gpt", every_layout()); }
 
 TEST(ContextParallel, LlamaMatchesSingleDevice) {
   expect_layouts_match_single("llama", every_layout());
+}
+
+TEST(ContextParallel, WithDropoutGptAndLlamaMatchSingleDevice) {
+  expect_layouts_match_single("gpt", dropout_layouts(), 0.1);
+  expect_layouts_match_single("llama", dropout_layouts(), 0.1);
 }
 
 // Rank r of cp C holds chunks r and 2C-1-r of 2C: for T = 16 and C = 4, chunks of 2.

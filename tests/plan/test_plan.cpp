@@ -73,6 +73,7 @@ struct PlanLayout {
   bool tie_head = false;         // with pp: the last stage holds a copy of the embedding
   int cp = 1;
   const char* cp_comm = "allgather";
+  double dropout = 0;
 };
 
 class PlanMatchesTraining : public ::testing::TestWithParam<PlanLayout> {};
@@ -110,6 +111,7 @@ TEST_P(PlanMatchesTraining, PeakBytesByCategoryPerGpu) {
   c.dp_shard = l.dp_shard;
   c.cp = l.cp;
   c.cp_comm = l.cp_comm;
+  c.dropout = l.dropout;
   c.shape.layers = std::max<int64_t>(c.shape.layers, static_cast<int64_t>(l.pp) * l.virtual_stages);
   if (l.layers > 0) c.shape.layers = l.layers;
   c.stage_layers = l.stage_layers;
@@ -222,7 +224,22 @@ INSTANTIATE_TEST_SUITE_P(Layouts, PlanMatchesTraining,
                                            PlanLayout{"llama_cp2_ring_zero1", 4, 1, 1, 1, 1,
                                                   "llama", "fp32", false, "none", 1, "fused", 0, 0, 0, "", false, 2, "ring"},
                                            PlanLayout{"llama_cp2_tp2_sp_pp2_ring", 8, 2, 2, 1, 2,
-                                                  "llama", "fp32", true, "none", 1, "fused", 0, 0, 0, "", false, 2, "ring"}),
+                                                  "llama", "fp32", true, "none", 1, "fused", 0, 0, 0, "", false, 2, "ring"},
+                                           // Dropout: the fused core's per-tile masks are
+                                           // transients, the eager core's mask is kept, and the
+                                           // hidden dropouts' masks are kept on every layout.
+                                           PlanLayout{"dropout_fused_three_tiles_llama_bf16_zero1", 2, 1,
+                                                  1, 1, 1, "llama", "bf16", false, "none", 1, "fused",
+                                                  320, 0, 0, "", false, 1, "allgather", 0.1},
+                                           PlanLayout{"dropout_eager_selective_tp2_zero1_bf16", 4, 2,
+                                                  1, 1, 2, "gpt", "bf16", false, "selective", 1, "eager",
+                                                  0, 0, 0, "", false, 1, "allgather", 0.1},
+                                           PlanLayout{"dropout_llama_cp2_tp2_sp_pp2_ring", 8, 2, 2,
+                                                  1, 2, "llama", "fp32", true, "none", 1, "fused", 0, 0,
+                                                  0, "", false, 2, "ring", 0.1},
+                                           PlanLayout{"dropout_gpt_cp2_dp2_allgather_zero3", 4, 1,
+                                                  1, 3, 1, "gpt", "fp32", false, "none", 1, "fused", 0, 0,
+                                                  0, "", false, 2, "allgather", 0.1}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // Unequal stages in a plan: every stage runs, and moving blocks between stages moves exactly

@@ -24,7 +24,8 @@ namespace {
 // enough of them for the peak to come at the loss, where every layer's activations are held
 // (tests/plan/test_plan.cpp plans the paper's models with 32).
 int64_t dropout_bytes_per_layer(int tp, bool sequence_parallel, const std::string& recompute,
-                                int64_t layers) {
+                                int64_t layers, const std::string& attention = "eager",
+                                double dropout = 0.1) {
   const ModelPreset* preset = find_preset("gpt-22b");
   EXPECT_NE(preset, nullptr);
   auto peak = [&](int64_t n) {
@@ -39,8 +40,8 @@ int64_t dropout_bytes_per_layer(int tp, bool sequence_parallel, const std::strin
     c.recompute = recompute;
     c.precision = "bf16";
     c.batch_size = 1;
-    c.dropout = 0.1;
-    c.attention = "eager"; // Korthikanti et al.'s formulas are the eager core's
+    c.dropout = dropout;
+    c.attention = attention; // Korthikanti et al.'s formulas are the eager core's
     validate(c);
     const Plan plan = make_plan(c, int64_t{1} << 50);
     return plan.ranks.front()
@@ -82,6 +83,23 @@ TEST(PlanDropout, TwentyTwoBillionLayerKeepsKorthikantisFiveFormulas) {
               << r.paper << " (ratio " << ratio << ")\n";
     EXPECT_EQ(got, r.exact) << r.layout;
     EXPECT_LT(std::abs(ratio - 1), 0.02) << r.layout;
+  }
+}
+
+// The fused core with dropout keeps nothing more of attention than without it: its mask is
+// regenerated tile by tile (a transient), so a layer keeps only the two hidden dropouts'
+// 1-byte masks more, 2sbh, or 2sbh/t under sequence parallelism (each member masks its part
+// of the sequence).
+TEST(PlanDropout, FusedCoreKeepsOnlyTheHiddenMasksMore) {
+  const ModelPreset* preset = find_preset("gpt-22b");
+  ASSERT_NE(preset, nullptr);
+  const int64_t s = preset->shape.seq_len, h = preset->shape.hidden, sbh = s * h, t = 8;
+  for (bool sp : {false, true}) {
+    const int64_t with = dropout_bytes_per_layer(t, sp, "none", 32, "fused", 0.1);
+    const int64_t without = dropout_bytes_per_layer(t, sp, "none", 32, "fused", 0);
+    std::cout << "gpt-22b, fused, tp 8" << (sp ? " sp" : "") << ": " << with
+              << " B per layer with dropout 0.1, " << without << " without\n";
+    EXPECT_EQ(with - without, sp ? 2 * sbh / t : 2 * sbh) << (sp ? "sp" : "no sp");
   }
 }
 

@@ -33,8 +33,7 @@ torch::Tensor AttentionCore::forward_with_dropout(const torch::Tensor& q, const 
                                                   const torch::Tensor& positions,
                                                   const AttentionDropout& dropout) const {
   if (dropout.p > 0)
-    throw std::invalid_argument("this attention core has no dropout: --dropout runs with the "
-                                "eager core");
+    throw std::invalid_argument("this attention core has no dropout on its probabilities");
   return forward(q, k, v, positions);
 }
 
@@ -85,8 +84,12 @@ torch::Tensor AttentionImpl::run_core(const torch::Tensor& q, const torch::Tenso
                                       const torch::Tensor& positions) const {
   // Dropout on the probabilities in training only; its masks are a function of the draw
   // (which a checkpoint's recompute reinstalls), so the recompute draws the same.
-  const AttentionDropout dropout{is_training() ? options_.dropout : 0.0, options_.layer,
-                                 first_head_};
+  AttentionDropout dropout;
+  dropout.p = is_training() ? options_.dropout : 0.0;
+  dropout.layer = options_.layer;
+  dropout.first_head = first_head_;
+  if (dropout.p > 0)
+    dropout.draw = current_dropout_draw();
   if (!recompute_core || !core_recomputable())
     return dropout.p > 0 ? core_->forward_with_dropout(q, k, v, positions, dropout)
                          : core_->forward(q, k, v, positions);

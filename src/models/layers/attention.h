@@ -13,20 +13,12 @@
 
 #include <torch/torch.h>
 
+#include "models/layers/dropout.h"
 #include "models/layers/flops.h"
 #include "models/layers/recompute.h"
 #include "models/layers/slots.h"
 
 namespace meshsim {
-
-/// Dropout on one attention module's probabilities in training (models/layers/dropout.h):
-/// its probability, its layer, and the global index of the first head it runs (tensor
-/// parallelism gives member i the heads from i·heads/t).
-struct AttentionDropout {
-  double p = 0;
-  int64_t layer = 0;
-  int64_t first_head = 0;
-};
 
 /// The part of attention after the projections. q [B, heads, T, d]; k and v with as many
 /// heads as q (grouped-query attention has repeated them already); positions int64 [T], the

@@ -154,6 +154,46 @@ torch::Tensor attention_dropout_keep(const DropoutDraw& draw, double p, int64_t 
                             k_positions.to(q_positions.device())});
 }
 
+torch::Tensor AttentionDropout::keep(int64_t batch, int64_t heads, const torch::Tensor& q_positions,
+                                     const torch::Tensor& k_positions) const {
+  const std::shared_ptr<const DropoutDraw> d = draw ? draw : current_dropout_draw();
+  if (!d || !d->samples.defined() || d->samples.size(0) != batch)
+    throw std::logic_error("attention dropout: no draw with the batch's " + std::to_string(batch) +
+                           " sample indices is installed");
+  return attention_dropout_keep(*d, p, layer, d->samples, first_head, heads, q_positions,
+                                k_positions);
+}
+
+void AttentionDropout::save(torch::autograd::AutogradContext* ctx) const {
+  ctx->saved_data["dropout.p"] = p;
+  if (!(p > 0))
+    return;
+  const std::shared_ptr<const DropoutDraw> d = draw ? draw : current_dropout_draw();
+  if (!d)
+    throw std::logic_error("attention dropout: no draw is installed");
+  ctx->saved_data["dropout.layer"] = layer;
+  ctx->saved_data["dropout.first_head"] = first_head;
+  ctx->saved_data["dropout.seed"] = as_int64(d->seed);
+  ctx->saved_data["dropout.step"] = d->step;
+  ctx->saved_data["dropout.samples"] = d->samples;
+}
+
+AttentionDropout AttentionDropout::saved(torch::autograd::AutogradContext* ctx) {
+  AttentionDropout out;
+  out.p = ctx->saved_data["dropout.p"].toDouble();
+  if (!(out.p > 0))
+    return out;
+  out.layer = ctx->saved_data["dropout.layer"].toInt();
+  out.first_head = ctx->saved_data["dropout.first_head"].toInt();
+  auto d = std::make_shared<DropoutDraw>();
+  const int64_t seed = ctx->saved_data["dropout.seed"].toInt();
+  std::memcpy(&d->seed, &seed, sizeof seed);
+  d->step = ctx->saved_data["dropout.step"].toInt();
+  d->samples = ctx->saved_data["dropout.samples"].toTensor();
+  out.draw = std::move(d);
+  return out;
+}
+
 torch::Tensor apply_dropout_mask(const torch::Tensor& x, const torch::Tensor& keep, double p) {
   check_probability(p);
   return MaskedScale::apply(x, keep, 1.0 / (1.0 - p));

@@ -77,6 +77,29 @@ torch::Tensor attention_dropout_keep(const DropoutDraw& draw, double p, int64_t 
                                      int64_t heads, const torch::Tensor& q_positions,
                                      const torch::Tensor& k_positions);
 
+/// Dropout on one attention module's probabilities in training: its probability, its layer,
+/// the global index of the first head it runs (tensor parallelism gives member i the heads
+/// from i·heads/t), and the draw its masks come from (the attention module takes the
+/// current one at forward, so that a fused core's backward, which runs after the draw's scope
+/// has closed, regenerates the same tiles).
+struct AttentionDropout {
+  double p = 0;
+  int64_t layer = 0;
+  int64_t first_head = 0;
+  std::shared_ptr<const DropoutDraw> draw; // nullptr: the current draw
+
+  /// attention_dropout_keep of this module's `heads` heads for a batch of `batch` rows (the
+  /// draw's samples) at these query and key positions: bool [batch, heads, Tq, Tk]. Throws
+  /// std::logic_error when there is no draw or its samples are not `batch` rows.
+  torch::Tensor keep(int64_t batch, int64_t heads, const torch::Tensor& q_positions,
+                     const torch::Tensor& k_positions) const;
+  /// Keeps this dropout in an autograd Function's context for its backward (saved_data under
+  /// "dropout.*": the probability, the layer, the first head, the draw's seed, step and
+  /// samples), and reads it back.
+  void save(torch::autograd::AutogradContext* ctx) const;
+  static AttentionDropout saved(torch::autograd::AutogradContext* ctx);
+};
+
 /// x · keep / (1 - p) (keep broadcast to x), keeping only the 1-byte mask for backward, as
 /// PyTorch's native dropout does; the gradient is grad · keep / (1 - p).
 torch::Tensor apply_dropout_mask(const torch::Tensor& x, const torch::Tensor& keep, double p);

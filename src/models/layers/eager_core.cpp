@@ -3,7 +3,6 @@
 
 #include <cmath>
 #include <limits>
-#include <stdexcept>
 
 #include "models/layers/dropout.h"
 
@@ -17,17 +16,9 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
   // future[i][j]: token j comes after token i (triu(1) for positions 0..T-1).
   const torch::Tensor future = positions.unsqueeze(0) > positions.unsqueeze(1);
   att = torch::softmax(att.masked_fill(future, -std::numeric_limits<float>::infinity()), -1);
-  if (dropout.p > 0) {
-    const std::shared_ptr<const DropoutDraw> draw = current_dropout_draw();
-    if (!draw || !draw->samples.defined() || draw->samples.size(0) != q.size(0))
-      throw std::logic_error("attention dropout: no draw with the batch's " +
-                             std::to_string(q.size(0)) + " sample indices is installed");
-    att = apply_dropout_mask(att,
-                             attention_dropout_keep(*draw, dropout.p, dropout.layer, draw->samples,
-                                                    dropout.first_head, q.size(1), positions,
-                                                    positions),
+  if (dropout.p > 0)
+    att = apply_dropout_mask(att, dropout.keep(q.size(0), q.size(1), positions, positions),
                              dropout.p);
-  }
   return torch::matmul(att, v);
 }
 

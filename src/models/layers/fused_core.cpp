@@ -7,6 +7,12 @@
 // dV += Pᵀ dO; dP = dO vᵀ; dS = P∘(dP - D + dlse) (the last term is lse's own gradient,
 // d lse/dS = P); dQ_tile = dS k/√d; dK += dSᵀ q_tile/√d.
 //
+// With dropout on the probabilities (p > 0), each tile's keep mask M is regenerated from its
+// coordinates (models/layers/dropout.h) in forward and again in backward, as FlashAttention
+// regenerates its Philox bits, and only the draw's seed, step and sample indices are saved.
+// P̃ = P∘M/(1-p) replaces P in out_tile = P̃ v and dV += P̃ᵀ dO, and dP = (dO vᵀ)∘M/(1-p);
+// lse is the undropped softmax's, and D = rowsum(dO∘O) is still Σ_j P_ij dP_ij (O = P̃ v).
+//
 // 16-bit inputs: the GEMMs run in the input's dtype (as tensor cores take them), the scores'
 // softmax and lse in float32, P cast back for P v and Pᵀ dO; dK and dV accumulate over the
 // tiles in float32 (FlashAttention-2 accumulates them in registers) and are cast at the end.
@@ -33,6 +39,8 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+
+#include "memory/allocator.h"
 
 namespace meshsim {
 namespace {
@@ -83,10 +91,35 @@ torch::Tensor fused_probabilities(torch::Tensor scores, const torch::Tensor& lse
   return scores.sub_(fused_finite(lse).unsqueeze(-1)).exp_();
 }
 
+// x∘keep/(1-p) in place. Neither x.mul_(keep) nor x.mul_(1/(1-p)): the CPU kernels cast a
+// bool operand, and a Python number, to x's dtype in copies of their own (a tile of float32
+// for the mask) that meta kernels never make, so a plan would not see them. Zeroing the
+// dropped elements through a bool mask makes only the mask's negation, on both; the scale is
+// a 0-dim tensor of x's dtype, on the host, which no kernel converts.
+torch::Tensor fused_drop(torch::Tensor x, const torch::Tensor& keep, double p) {
+  torch::Tensor scale;
+  {
+    GpuGuard host(nullptr); // a kernel's argument, not GPU memory
+    scale = torch::full({}, 1.0 / (1.0 - p), torch::TensorOptions().dtype(x.scalar_type()));
+  }
+  return x.masked_fill_(keep.eq(false), 0).mul_(scale);
+}
+
+// The probabilities of query rows at `q_positions` with dropout: P∘M/(1-p), M the rows' tile
+// of the keep mask; P itself without dropout.
+torch::Tensor fused_dropped(torch::Tensor p, const AttentionDropout& dropout,
+                            const torch::Tensor& q_positions, const torch::Tensor& k_positions) {
+  if (!(dropout.p > 0))
+    return p;
+  return fused_drop(std::move(p), dropout.keep(p.size(0), p.size(1), q_positions, k_positions),
+                    dropout.p);
+}
+
 struct FusedAttentionFunction : public torch::autograd::Function<FusedAttentionFunction> {
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, const torch::Tensor& q_positions,
-                               const torch::Tensor& k_positions, int64_t tile) {
+                               const torch::Tensor& k_positions, int64_t tile,
+                               const AttentionDropout& dropout) {
     const int64_t b = q.size(0), h = q.size(1), tq = q.size(2), d = q.size(3);
     const torch::ScalarType stats = fused_stats_type(q);
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
@@ -99,7 +132,8 @@ struct FusedAttentionFunction : public torch::autograd::Function<FusedAttentionF
       const int64_t r0 = t * tile, n = std::min(tile, tq - r0);
       torch::Tensor s = fused_tile_scores(q, kc, q_positions, k_positions, r0, n, scale, stats);
       const torch::Tensor m = fused_logsumexp(s); // -inf for a row that sees nothing
-      const torch::Tensor p = fused_probabilities(std::move(s), m);
+      const torch::Tensor p = fused_dropped(
+          fused_probabilities(std::move(s), m), dropout, q_positions.narrow(0, r0, n), k_positions);
       out.narrow(1, r0, n).copy_(torch::matmul(p.to(v.scalar_type()), vc).transpose(1, 2));
       lse.narrow(2, r0, n).copy_(m);
     }
@@ -107,6 +141,7 @@ struct FusedAttentionFunction : public torch::autograd::Function<FusedAttentionF
     ctx->set_materialize_grads(false);
     ctx->save_for_backward({q, k, v, out, lse, q_positions, k_positions});
     ctx->saved_data["tile"] = tile;
+    dropout.save(ctx);
     return {out, lse};
   }
 
@@ -115,6 +150,7 @@ struct FusedAttentionFunction : public torch::autograd::Function<FusedAttentionF
     const torch::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3],
                         &lse = saved[4], &q_positions = saved[5], &k_positions = saved[6];
     const int64_t tile = ctx->saved_data["tile"].toInt();
+    const AttentionDropout dropout = AttentionDropout::saved(ctx);
     const torch::Tensor& d_out = grads[0]; // [B, Tq, h, d]; undefined when out is unused
     const torch::Tensor& d_lse = grads[1]; // [B, h, Tq]; undefined when lse is unused
     const int64_t tq = q.size(2), d = q.size(3);
@@ -135,8 +171,19 @@ struct FusedAttentionFunction : public torch::autograd::Function<FusedAttentionF
         const torch::Tensor do_tile = d_out.narrow(1, r0, n).transpose(1, 2); // [B, h, n, d]
         const torch::Tensor o_tile = out.narrow(1, r0, n).transpose(1, 2);
         const torch::Tensor delta = (do_tile.to(stats) * o_tile.to(stats)).sum(-1, true);
-        dv.add_(torch::matmul(p.to(v.scalar_type()).transpose(-2, -1), do_tile).to(stats));
-        ds = torch::matmul(do_tile, vc.transpose(-2, -1)).to(stats).sub_(delta).mul_(p);
+        torch::Tensor dp = torch::matmul(do_tile, vc.transpose(-2, -1)).to(stats);
+        if (dropout.p > 0) {
+          const torch::Tensor keep =
+              dropout.keep(q.size(0), q.size(1), q_positions.narrow(0, r0, n), k_positions);
+          dv.add_(torch::matmul(fused_drop(p.clone(), keep, dropout.p).to(v.scalar_type())
+                                    .transpose(-2, -1),
+                                do_tile)
+                      .to(stats));
+          fused_drop(dp, keep, dropout.p);
+        } else {
+          dv.add_(torch::matmul(p.to(v.scalar_type()).transpose(-2, -1), do_tile).to(stats));
+        }
+        ds = dp.sub_(delta).mul_(p);
       }
       if (d_lse.defined()) {
         const torch::Tensor through_lse = p * d_lse.narrow(2, r0, n).to(stats).unsqueeze(-1);
@@ -150,7 +197,7 @@ struct FusedAttentionFunction : public torch::autograd::Function<FusedAttentionF
       dq.narrow(2, r0, n).copy_(torch::matmul(ds_in, kc));
       dk.add_(torch::matmul(ds_in.transpose(-2, -1), q_tile).to(stats));
     }
-    return {dq, dk.to(k.scalar_type()), dv.to(v.scalar_type()), {}, {}, {}};
+    return {dq, dk.to(k.scalar_type()), dv.to(v.scalar_type()), {}, {}, {}, {}};
   }
 };
 
@@ -165,7 +212,7 @@ int64_t fused_tile_rows(int64_t tile_rows, int64_t batch, int64_t heads, int64_t
 
 PartialAttention fused_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                  const torch::Tensor& q_positions, const torch::Tensor& k_positions,
-                                 int64_t tile_rows) {
+                                 int64_t tile_rows, const AttentionDropout& dropout) {
   if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4 || k.sizes() != v.sizes() ||
       q.size(0) != k.size(0) || q.size(1) != k.size(1) || q.size(3) != k.size(3) ||
       q_positions.dim() != 1 || k_positions.dim() != 1 || q_positions.size(0) != q.size(2) ||
@@ -177,7 +224,7 @@ PartialAttention fused_attention(const torch::Tensor& q, const torch::Tensor& k,
                                 c10::str(k_positions.sizes()));
   const int64_t tile = fused_tile_rows(tile_rows, q.size(0), q.size(1), k.size(2));
   const variable_list outs =
-      FusedAttentionFunction::apply(q, k, v, q_positions, k_positions, tile);
+      FusedAttentionFunction::apply(q, k, v, q_positions, k_positions, tile, dropout);
   return {outs[0].transpose(1, 2), outs[1]};
 }
 

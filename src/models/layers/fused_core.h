@@ -35,11 +35,17 @@ struct PartialAttention { torch::Tensor out, lse; };  // out [B,h,Tq,d], lse [B,
 /// that out.transpose(1, 2).contiguous() (the layout the output projection reads) is the
 /// tensor backward keeps, not a copy. On the meta device only the first tile runs (see
 /// fused_core.cpp): the shapes, and the memory charged, are those of the whole computation.
+/// With `dropout` (p > 0) the probabilities are dropped as the eager core drops them (the same
+/// mask, regenerated per tile in forward and in backward, models/layers/dropout.h); out is
+/// then P̃ v and lse stays the undropped softmax's, so merged partial outputs are the dropped
+/// attention over all their keys.
 PartialAttention fused_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                  const torch::Tensor& q_positions, const torch::Tensor& k_positions,
-                                 int64_t tile_rows = 0 /* 0: default */);
+                                 int64_t tile_rows = 0 /* 0: default */,
+                                 const AttentionDropout& dropout = {});
 
-/// fused_attention(q, k, v, positions, positions).out as an AttentionCore.
+/// fused_attention(q, k, v, positions, positions).out as an AttentionCore, with dropout or
+/// without.
 class FusedCausalCore : public AttentionCore {
 public:
   /// `tile_rows`: query rows per tile (0: fused_tile_rows' default).
@@ -47,6 +53,11 @@ public:
   torch::Tensor forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                         const torch::Tensor& positions) const override {
     return fused_attention(q, k, v, positions, positions, tile_rows_).out;
+  }
+  torch::Tensor forward_with_dropout(const torch::Tensor& q, const torch::Tensor& k,
+                                     const torch::Tensor& v, const torch::Tensor& positions,
+                                     const AttentionDropout& dropout) const override {
+    return fused_attention(q, k, v, positions, positions, tile_rows_, dropout).out;
   }
   bool fused() const override { return true; }
 

@@ -9,7 +9,8 @@ namespace meshsim {
 BlockAttention partial_attention_reference(const torch::Tensor& q, const torch::Tensor& k,
                                            const torch::Tensor& v,
                                            const torch::Tensor& q_positions,
-                                           const torch::Tensor& k_positions, int64_t) {
+                                           const torch::Tensor& k_positions, int64_t,
+                                           const AttentionDropout& dropout) {
   const double inf = std::numeric_limits<double>::infinity();
   const torch::Tensor scores =
       torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(q.size(-1))));
@@ -27,7 +28,11 @@ BlockAttention partial_attention_reference(const torch::Tensor& q, const torch::
   const torch::Tensor sum = weights.sum(-1, /*keepdim=*/true);
   const torch::Tensor safe_sum = sum.masked_fill(empty, 1.0);
   BlockAttention r;
-  r.out = torch::matmul(weights / safe_sum, v);
+  torch::Tensor probabilities = weights / safe_sum;
+  if (dropout.p > 0)
+    probabilities = apply_dropout_mask(
+        probabilities, dropout.keep(q.size(0), q.size(1), q_positions, k_positions), dropout.p);
+  r.out = torch::matmul(probabilities, v);
   r.lse = (shift + torch::log(safe_sum)).masked_fill(empty, -inf).squeeze(-1);
   return r;
 }

@@ -76,12 +76,13 @@ torch::Tensor cp_shard_sequence(const torch::Tensor& x, int cp, int index) {
 
 BlockAttention block_attention(const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, const torch::Tensor& q_positions,
-                               const torch::Tensor& k_positions, bool fused) {
+                               const torch::Tensor& k_positions, bool fused,
+                               const AttentionDropout& dropout) {
   const int64_t group = q.size(1) / k.size(1);
   const torch::Tensor keys = repeat_kv_heads(k, group), values = repeat_kv_heads(v, group);
   if (!fused)
-    return partial_attention_reference(q, keys, values, q_positions, k_positions);
-  PartialAttention part = fused_attention(q, keys, values, q_positions, k_positions);
+    return partial_attention_reference(q, keys, values, q_positions, k_positions, 0, dropout);
+  PartialAttention part = fused_attention(q, keys, values, q_positions, k_positions, 0, dropout);
   return {std::move(part.out), std::move(part.lse)};
 }
 
@@ -91,15 +92,17 @@ ContextParallelCore::ContextParallelCore(Communicator& comm, Group group, bool f
     throw std::invalid_argument("context parallel: the rank is not in its cp group");
 }
 
-torch::Tensor AllGatherAttentionCore::forward(const torch::Tensor& q, const torch::Tensor& k,
-                                              const torch::Tensor& v,
-                                              const torch::Tensor& positions) const {
+torch::Tensor AllGatherAttentionCore::forward_with_dropout(const torch::Tensor& q,
+                                                           const torch::Tensor& k,
+                                                           const torch::Tensor& v,
+                                                           const torch::Tensor& positions,
+                                                           const AttentionDropout& dropout) const {
   const int cp = group().size();
   const torch::Tensor kv = GatherKvBlocks::apply(torch::stack({k, v}), &comm(), &group());
   std::vector<torch::Tensor> key_positions;
   for (int j = 0; j < cp; ++j)
     key_positions.push_back(cp_positions(q.size(2) * cp, cp, j, positions.options()));
-  return block(q, kv[0], kv[1], positions, torch::cat(key_positions)).out;
+  return block(q, kv[0], kv[1], positions, torch::cat(key_positions), dropout).out;
 }
 
 void parallelize_context(torch::nn::Sequential& model, const ParallelPlan& plan,

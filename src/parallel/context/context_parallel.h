@@ -43,9 +43,12 @@ torch::Tensor cp_shard_sequence(const torch::Tensor& x, int cp, int index);
 /// partial attention kernel that both cores make. `fused`: the fused kernel
 /// (models/layers/fused_core.h, --attention fused), which keeps no scores for backward;
 /// otherwise the plain-ops one (partial_attention.h, --attention eager), which keeps them.
+/// `dropout`: on the probabilities, with the mask of these queries and keys (so the merged
+/// blocks drop exactly what one device's attention drops).
 BlockAttention block_attention(const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, const torch::Tensor& q_positions,
-                               const torch::Tensor& k_positions, bool fused);
+                               const torch::Tensor& k_positions, bool fused,
+                               const AttentionDropout& dropout = {});
 
 /// What both cores share: the cp group, this rank's index in it, and the layout of the
 /// others' chunks. Their forward takes k and v with their own kv heads.
@@ -57,8 +60,13 @@ public:
   bool fused() const override { return fused_; }
   /// block_attention with this core's kernel.
   BlockAttention block(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                       const torch::Tensor& q_positions, const torch::Tensor& k_positions) const {
-    return block_attention(q, k, v, q_positions, k_positions, fused_);
+                       const torch::Tensor& q_positions, const torch::Tensor& k_positions,
+                       const AttentionDropout& dropout) const {
+    return block_attention(q, k, v, q_positions, k_positions, fused_, dropout);
+  }
+  torch::Tensor forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                        const torch::Tensor& positions) const final {
+    return forward_with_dropout(q, k, v, positions, {});
   }
   int64_t context_parts() const override { return group_.size(); }
   Communicator& comm() const { return comm_; }
@@ -86,15 +94,17 @@ public:
 class RingAttentionCore final : public ContextParallelCore {
 public:
   using ContextParallelCore::ContextParallelCore;
-  torch::Tensor forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                        const torch::Tensor& positions) const override;
+  torch::Tensor forward_with_dropout(const torch::Tensor& q, const torch::Tensor& k,
+                                     const torch::Tensor& v, const torch::Tensor& positions,
+                                     const AttentionDropout& dropout) const override;
 };
 
 class AllGatherAttentionCore final : public ContextParallelCore {
 public:
   using ContextParallelCore::ContextParallelCore;
-  torch::Tensor forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                        const torch::Tensor& positions) const override;
+  torch::Tensor forward_with_dropout(const torch::Tensor& q, const torch::Tensor& k,
+                                     const torch::Tensor& v, const torch::Tensor& positions,
+                                     const AttentionDropout& dropout) const override;
 };
 
 /// Gives every attention module of plan.attention that `model` holds the core `cp_comm`

@@ -118,7 +118,8 @@ void merge_rows(torch::Tensor& out, torch::Tensor& lse, int64_t begin, const Blo
 
 struct RingAttention : public torch::autograd::Function<RingAttention> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor q, torch::Tensor k,
-                               torch::Tensor v, torch::Tensor positions, int64_t core_address) {
+                               torch::Tensor v, torch::Tensor positions, int64_t core_address,
+                               const AttentionDropout& dropout) {
     const auto& core = *reinterpret_cast<const ContextParallelCore*>(core_address);
     const Ring ring(core);
     const int64_t local = q.size(2);
@@ -137,7 +138,7 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
         BlockAttention part = core.block(
             q.narrow(2, b.q_begin, b.q_rows), kv[0].narrow(2, 0, b.k_rows),
             kv[1].narrow(2, 0, b.k_rows), positions.narrow(0, b.q_begin, b.q_rows),
-            keys.narrow(0, 0, b.k_rows));
+            keys.narrow(0, 0, b.k_rows), dropout);
         if (s == 0) { // the own block: every row sees its own token, so lse is finite
           out = std::move(part.out);
           lse = std::move(part.lse);
@@ -151,6 +152,7 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
     }
     ctx->save_for_backward({q, k, v, positions, out, lse});
     ctx->saved_data["core"] = core_address;
+    dropout.save(ctx);
     return out;
   }
 
@@ -158,6 +160,7 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
     const auto& core =
         *reinterpret_cast<const ContextParallelCore*>(ctx->saved_data["core"].toInt());
     const Ring ring(core);
+    const AttentionDropout dropout = AttentionDropout::saved(ctx);
     const variable_list saved = ctx->get_saved_variables();
     const torch::Tensor &q = saved[0], &positions = saved[3], &out = saved[4], &lse = saved[5];
     const torch::Tensor d_out = grads[0];
@@ -185,7 +188,7 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
         const torch::Tensor kk = kv[0].narrow(2, 0, b.k_rows).detach().requires_grad_(true);
         const torch::Tensor vv = kv[1].narrow(2, 0, b.k_rows).detach().requires_grad_(true);
         const BlockAttention part = core.block(qq, kk, vv, positions.narrow(0, b.q_begin, b.q_rows),
-                                               keys.narrow(0, 0, b.k_rows));
+                                               keys.narrow(0, 0, b.k_rows), dropout);
         const torch::Tensor w = torch::exp(part.lse.detach() - lse.narrow(2, b.q_begin, b.q_rows));
         const torch::Tensor d_rows = d_out.narrow(2, b.q_begin, b.q_rows);
         const torch::Tensor d_o = d_rows * w.unsqueeze(-1);
@@ -208,7 +211,7 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
         kv = exchange->wait();
     }
     const torch::Tensor mine = grad_exchange->wait();
-    return {dq, mine[0], mine[1], torch::Tensor(), torch::Tensor()};
+    return {dq, mine[0], mine[1], torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -217,11 +220,13 @@ struct RingAttention : public torch::autograd::Function<RingAttention> {
 RingRunsEveryStep::RingRunsEveryStep() { ++g_every_step; }
 RingRunsEveryStep::~RingRunsEveryStep() { --g_every_step; }
 
-torch::Tensor RingAttentionCore::forward(const torch::Tensor& q, const torch::Tensor& k,
-                                         const torch::Tensor& v,
-                                         const torch::Tensor& positions) const {
+torch::Tensor RingAttentionCore::forward_with_dropout(const torch::Tensor& q,
+                                                      const torch::Tensor& k,
+                                                      const torch::Tensor& v,
+                                                      const torch::Tensor& positions,
+                                                      const AttentionDropout& dropout) const {
   return RingAttention::apply(q, k, v, positions,
-                              static_cast<int64_t>(reinterpret_cast<intptr_t>(this)));
+                              static_cast<int64_t>(reinterpret_cast<intptr_t>(this)), dropout);
 }
 
 } // namespace meshsim
