@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <filesystem>
 #include <vector>
 
@@ -37,6 +38,12 @@ struct Failure {
 Failure failure_of(const std::exception& e);
 /// Prints "meshsim: PREFIX MESSAGE" for `e` and returns its exit code.
 int report_failure(const std::exception& e, const std::string& prefix = "");
+/// Once a process of a run of processes has failed, what it still does (its part of the run
+/// folder, then the teardown of its process groups and store clients) may wait on a peer that
+/// is gone or hung, inside Gloo's or the store's code, which meshsim cannot interrupt. From
+/// this call on, the process exits with `code` (stderr flushed, no destructors) if it has not
+/// exited by itself within `limit`, so that `meshsim launch` hears of the failure.
+void exit_within(std::chrono::milliseconds limit, int code);
 
 void add_train_flags(CLI::App& app, TrainConfig& config);
 int run_train(TrainConfig config);

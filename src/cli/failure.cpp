@@ -1,7 +1,12 @@
 // The one place an exception becomes an exit code and a line on stderr, for every command:
 // the same failure reads the same, and exits the same, whichever command met it.
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <mutex>
 #include <new>
+#include <thread>
 #include <typeinfo>
 
 #include <fmt/format.h>
@@ -67,6 +72,18 @@ int report_failure(const std::exception& e, const std::string& prefix) {
   const Failure f = failure_of(e);
   fmt::print(stderr, "meshsim: {}{}\n", prefix, f.message);
   return f.code;
+}
+
+void exit_within(std::chrono::milliseconds limit, int code) {
+  // Never destroyed: the thread may still wait on them while the process exits normally.
+  static auto* mutex = new std::mutex;
+  static auto* never = new std::condition_variable;
+  std::thread([limit, code] {
+    std::unique_lock<std::mutex> lock(*mutex);
+    never->wait_for(lock, limit, [] { return false; });
+    std::fflush(stderr);
+    std::_Exit(code);
+  }).detach();
 }
 
 } // namespace meshsim

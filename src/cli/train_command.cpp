@@ -110,6 +110,11 @@ MeshOptions mesh_options_for(const TrainConfig& config, const std::optional<Proc
   return mesh_options;
 }
 
+// How long a failed process of a run of processes may take to write its part and tear down
+// before it exits regardless (exit_within): writing a part takes well under a second, and a
+// teardown that waits on a dead peer would otherwise wait for ever.
+constexpr std::chrono::seconds kFailedRankTeardown{20};
+
 // One run of `meshsim train` once its data is loaded: the process's place, its mesh, its run
 // folder, and the lines it says.
 struct TrainRun {
@@ -411,9 +416,17 @@ int run_train(TrainConfig config) {
   summary["wall_seconds"] =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   GpuFigures figures = figures_of(*r.mesh, outcome.trained ? &outcome.result : nullptr);
-  if (r.place && finish_parts(r, outcome, summary, figures))
-    return outcome.code;
-  return finish_run(r, outcome, summary, figures);
+  if (!r.place)
+    return finish_run(r, outcome, summary, figures);
+  // A failed process of a run of processes ends within kFailedRankTeardown, whatever a peer
+  // that is gone or hung leaves its teardown waiting on (exit_within).
+  const bool failed = outcome.code != kExitOk;
+  if (failed)
+    exit_within(kFailedRankTeardown, outcome.code);
+  const bool done = finish_parts(r, outcome, summary, figures);
+  if (!failed && outcome.code != kExitOk)
+    exit_within(kFailedRankTeardown, outcome.code);
+  return done ? outcome.code : finish_run(r, outcome, summary, figures);
 }
 
 } // namespace meshsim

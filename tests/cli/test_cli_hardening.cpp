@@ -9,10 +9,13 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <future>
 #include <regex>
 #include <set>
 #include <sstream>
 
+#include "cli/commands.h"
 #include "cli_harness.h"
 
 extern char** environ;
@@ -284,4 +287,20 @@ TEST(CliHardening, BadValuesAreUsageErrorsNamingTheValue) {
     EXPECT_NE(r.output.find(c.says), std::string::npos) << c.args << "\n" << r.output;
     EXPECT_FALSE(fs::exists(out)) << c.args << ": nothing is written for a refused run";
   }
+}
+
+// A failed process of a run of processes exits with its code within exit_within's limit even
+// when what it does next never returns (a teardown waiting on a peer that is hung), so that
+// `meshsim launch` hears of the failure and stops the others.
+TEST(CliHardening, AFailedProcessExitsWithinItsLimitWhateverItWaitsOn) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        meshsim::exit_within(std::chrono::milliseconds(200), 5);
+        // Never ready: waits the whole minute unless the process is ended first; exit 0 then
+        // says that it was not.
+        std::promise<void>().get_future().wait_for(std::chrono::seconds(60));
+        std::_Exit(0);
+      },
+      ::testing::ExitedWithCode(5), "");
 }

@@ -166,13 +166,15 @@ int rank_pid(const fs::path& out, int rank) {
 
 // Starts a 4-process run in the background, and once it has trained a step sends rank 1's
 // process (or with `rank` -1 the launcher) `signal` from outside; returns launch's output and
-// exit code.
+// exit code. A run still going 60 s after it started is a failure, and its processes are
+// killed (the background shell holds none of the test's output, so nothing waits on it).
 CliResult signal_mid_run(const fs::path& out, int signal, int rank = 1) {
   fs::create_directories(out.parent_path());
   const fs::path log = out.string() + ".log", rc = out.string() + ".rc";
   const std::string command = fmt::format(
       "( {} launch --nproc-per-node 4 --master-port {} --grace 10 -- {} --gpus 4 --max-steps "
-      "100000 --comm-timeout 5 --backend c10d --no-progress --out {} > {} 2>&1; echo $? > {} ) &",
+      "100000 --comm-timeout 5 --backend c10d --no-progress --out {} > {} 2>&1; echo $? > {} ) "
+      "> /dev/null 2>&1 &",
       MESHSIM_BINARY, free_port(), kProcessGpt, out.string(), log.string(), rc.string());
   std::system(command.c_str());
   // Polls the run folder: the test's own wait, bounded, for a run of other processes.
@@ -192,6 +194,13 @@ CliResult signal_mid_run(const fs::path& out, int signal, int rank = 1) {
   r.output = read_text(log);
   const std::string code = read_text(rc);
   r.code = code.empty() ? -1 : std::stoi(code);
+  if (code.empty()) { // the run outlived the test's wait: end it, and say so
+    ADD_FAILURE() << "launch had not exited 60 s after the run started\n" << r.output;
+    for (const int left : processes_mentioning(out.string())) {
+      ::kill(left, SIGKILL);
+      ::kill(left, SIGCONT);
+    }
+  }
   return r;
 }
 
