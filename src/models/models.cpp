@@ -7,10 +7,12 @@
 
 #include <algorithm>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "memory/allocator.h"
 #include "models/family.h"
 #include "models/layers/attention.h"
 #include "models/layers/fused_core.h"
@@ -132,6 +134,13 @@ torch::nn::Sequential build_model(const std::string& name, const ModelOptions& o
   // they are drawn in float32 on the CPU, as PyTorch draws them, and converted after.
   const auto tensors = meta ? torch::TensorOptions().device(options.device).dtype(options.dtype)
                             : torch::TensorOptions().dtype(torch::kFloat32);
+  // A model of another dtype is drawn on the host, as PyTorch builds a model before
+  // model.to(device, dtype): the GPU holds only the converted parameters, as a plan's (built
+  // in their dtype on meta) are. One in float32 is its own draw, charged where it is made.
+  const bool converted = !meta && options.dtype != torch::kFloat32;
+  std::optional<GpuGuard> host;
+  if (converted)
+    host.emplace(nullptr);
   torch::nn::Sequential model = built.build(options, tensors);
   if (options.attention == AttentionKind::Fused) {
     const auto fused = std::make_shared<FusedCausalCore>();
@@ -143,7 +152,8 @@ torch::nn::Sequential build_model(const std::string& name, const ModelOptions& o
     return model;
   if (options.initial)
     copy_initial_weights(*model, *options.initial);
-  if (options.dtype != torch::kFloat32)
+  host.reset(); // the conversion is the GPU's
+  if (converted)
     model->to(options.dtype);
   if (!options.device.is_cpu())
     model->to(options.device);

@@ -181,6 +181,9 @@ INSTANTIATE_TEST_SUITE_P(Layouts, PlanMatchesTraining,
                                            PlanLayout{"pp2_1f1b", 4, 1, 2, 0, 4},
                                            PlanLayout{"mesh_2x2x2_zero1", 8, 2, 2, 1, 2},
                                            PlanLayout{"bf16_zero3", 4, 1, 1, 3, 1, "gpt", "bf16"},
+                                           // bf16 without ZeRO: the replicas' own models, drawn
+                                           // in float32 on the host and converted
+                                           PlanLayout{"bf16_ddp", 2, 1, 1, 0, 1, "llama", "bf16"},
                                            PlanLayout{"llama_mesh_2x2x2", 8, 2, 2, 1, 2, "llama"},
                                            PlanLayout{"tp2_sequence_parallel", 4, 2, 1, 0, 1, "gpt",
                                                   "fp32", true},
