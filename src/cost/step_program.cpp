@@ -5,8 +5,10 @@
 #include <map>
 #include <set>
 #include <stdexcept>
+#include <thread>
 #include <unordered_set>
 
+#include "base/for_each_at_once.h"
 #include "cost/predict.h"
 
 namespace meshsim {
@@ -257,12 +259,13 @@ Program build_step_program(const std::vector<Recorder>& ranks, int64_t step, con
 
   Program program;
   program.ranks.resize(static_cast<size_t>(n));
-  double total_flops = 0, total_recompute = 0;
-  for (int r = 0; r < n; ++r) {
+  // Each rank's program is its own: built on every core at once.
+  const auto build_rank = [&](size_t index) {
+    const int r = static_cast<int>(index);
     std::vector<const ComputeRecord*> regions;
     for (const ComputeRecord& c : ranks[r].compute)
       if (c.step == step)
-        regions.push_back(&c), total_flops += c.flops, total_recompute += c.recompute_flops;
+        regions.push_back(&c);
     std::vector<const CollectiveRecord*> colls;
     for (size_t i = 0; i < ranks[r].collectives.size(); ++i)
       if (included.count(keys[r][i]))
@@ -366,7 +369,15 @@ Program build_step_program(const std::vector<Recorder>& ranks, int64_t step, con
     }
     for (; ci < colls.size(); ++ci)
       b.comm(*colls[ci], key(colls[ci]));
-  }
+  };
+  for_each_at_once(static_cast<size_t>(n),
+                   static_cast<int>(std::max(1u, std::thread::hardware_concurrency())),
+                   build_rank);
+  double total_flops = 0, total_recompute = 0;
+  for (const Recorder& rank : ranks)
+    for (const ComputeRecord& c : rank.compute)
+      if (c.step == step)
+        total_flops += c.flops, total_recompute += c.recompute_flops;
   if (flops)
     *flops = total_flops;
   if (recompute_flops)

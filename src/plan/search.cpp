@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "base/bytes.h"
+#include "base/for_each_at_once.h"
 #include "models/family.h"
 #include "plan/search_space.h"
 
@@ -25,7 +26,6 @@ using search::choose_exchanges;
 using search::describe;
 using search::family_shapes;
 using search::family_shardings;
-using search::for_each_at_once;
 
 // A (tp, pp) family while it is searched: what the search reports if nothing of it fits, and
 // the least memory any of its candidates needs.

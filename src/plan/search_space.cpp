@@ -3,14 +3,12 @@
 #include "plan/search_space.h"
 
 #include <algorithm>
-#include <atomic>
-#include <exception>
 #include <stdexcept>
-#include <thread>
 #include <utility>
 
 #include <fmt/format.h>
 
+#include "base/for_each_at_once.h"
 #include "models/family.h"
 #include "plan/estimate.h"
 
@@ -97,29 +95,6 @@ std::string describe(const TrainConfig& c) {
 
 // fn(i) for every i < n, on `workers` threads at once (this one among them); an exception of
 // any call is rethrown here, after all have ended.
-void for_each_at_once(size_t n, int workers, const std::function<void(size_t)>& fn) {
-  std::vector<std::exception_ptr> errors(n);
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i = next++; i < n; i = next++) {
-      try {
-        fn(i);
-      } catch (...) {
-        errors[i] = std::current_exception();
-      }
-    }
-  };
-  std::vector<std::thread> threads;
-  for (int w = 1; w < workers && static_cast<size_t>(w) < n; ++w)
-    threads.emplace_back(work);
-  work();
-  for (std::thread& t : threads)
-    t.join();
-  for (const std::exception_ptr& e : errors)
-    if (e)
-      std::rethrow_exception(e);
-}
-
 // A family of candidates. Its ZeRO shardings, from the most to the least: ZeRO 3 over all of
 // dp × cp; HSDP, ZeRO 3 sharded within a node's data-parallel ranks and replicated across
 // nodes (its all-gathers stay on the node's links), where a node holds more than one and

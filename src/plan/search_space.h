@@ -47,10 +47,6 @@ std::vector<FamilyShape> family_shapes(const TrainConfig& base, const ClusterSpe
 /// A family's ZeRO shardings, from the most to the least.
 std::vector<Sharding> family_shardings(const FamilyShape& shape, int world, int gpus_per_node);
 
-/// fn(i) for every i < n, on `workers` threads at once (this one among them); an exception of
-/// any call is rethrown here, after all have ended.
-void for_each_at_once(size_t n, int workers, const std::function<void(size_t)>& fn);
-
 /// `shapes` without the all-gather families whose ring twin fit and was at least as fast at
 /// their gate, each gate estimated on `workers` threads; `skipped` counts those left out.
 std::vector<FamilyShape> choose_exchanges(const TrainConfig& base, const ClusterSpec& cluster,
