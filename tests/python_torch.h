@@ -4,14 +4,29 @@
 // the reason.
 #pragma once
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 namespace meshsim::testing {
 
 /// Whether MESHSIM_PYTHON runs `code` without error (output discarded).
 inline bool python_runs(const std::string& code) {
   return std::system((MESHSIM_PYTHON " -c '" + code + "' >/dev/null 2>&1").c_str()) == 0;
+}
+
+/// The numbers a command prints, whitespace-separated, in order (empty when it cannot run):
+/// how the PyTorch references hand their results to the tests.
+inline std::vector<double> numbers_printed_by(const std::string& command) {
+  std::vector<double> values;
+  FILE* pipe = popen(command.c_str(), "r");
+  double v;
+  while (pipe && std::fscanf(pipe, "%lf", &v) == 1)
+    values.push_back(v);
+  if (pipe)
+    pclose(pipe);
+  return values;
 }
 
 inline bool python_torch_available() {

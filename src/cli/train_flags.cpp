@@ -101,6 +101,30 @@ void add_model_layout_flags(CLI::App& app, TrainConfig& c) {
                  "gpt/llama: dropout probability in training, on the attention probabilities and "
                  "the attention's and MLP's outputs (the same masks on every layout)")
       ->capture_default_str();
+  add_integer_flag(app, "--moe-experts", c.shape.moe.experts,
+                   "llama: a mixture of experts with this many routed experts in the feed-forward "
+                   "(default: none, a dense MLP)", /*min=*/1);
+  add_integer_flag(app, "--moe-top-k", c.shape.moe.top_k, "llama MoE: experts per token", /*min=*/1)
+      ->capture_default_str();
+  add_integer_flag(app, "--moe-ffn", c.shape.moe.ffn,
+                   "llama MoE: each routed expert's SwiGLU width (default: the dense MLP's)",
+                   /*min=*/1);
+  add_integer_flag(app, "--moe-shared-ffn", c.shape.moe.shared_ffn,
+                   "llama MoE: the width of the shared experts every token passes (default: none)",
+                   /*min=*/1);
+  add_integer_flag(app, "--moe-dense-layers", c.shape.moe.dense_layers,
+                   "llama MoE: the first layers keep the dense MLP", /*min=*/0)
+      ->capture_default_str();
+  app.add_option("--moe-router", c.shape.moe.router,
+                 "llama MoE: softmax (Mixtral, Qwen3-MoE) or sigmoid (DeepSeek-V3)")
+      ->capture_default_str();
+  app.add_option("--moe-aux-loss", c.shape.moe.aux_loss,
+                 "llama MoE: the load-balancing loss's coefficient (0: none)")
+      ->capture_default_str();
+  app.add_option("--moe-capacity-factor", c.shape.moe.capacity_factor,
+                 "llama MoE: each expert takes at most this factor of its even share of the "
+                 "tokens, dropping the rest (default 0: dropless)")
+      ->capture_default_str();
 }
 
 // The device, the training's length and optimizer, the communication, checkpoints and

@@ -54,7 +54,20 @@ nlohmann::json to_json(const TrainConfig& c) {
             {"seq_len", c.shape.seq_len},
             {"vocab", c.shape.vocab},
             {"tie_head", c.shape.tie_head},
-            {"rope_theta", c.shape.rope_theta}}},
+            {"rope_theta", c.shape.rope_theta},
+            {"moe",
+             {{"experts", c.shape.moe.experts},
+              {"top_k", c.shape.moe.top_k},
+              {"ffn", c.shape.moe.ffn},
+              {"shared_ffn", c.shape.moe.shared_ffn},
+              {"dense_layers", c.shape.moe.dense_layers},
+              {"router", c.shape.moe.router},
+              {"normalize", c.shape.moe.normalize},
+              {"routed_scale", c.shape.moe.routed_scale},
+              {"groups", c.shape.moe.groups},
+              {"top_groups", c.shape.moe.top_groups},
+              {"aux_loss", c.shape.moe.aux_loss},
+              {"capacity_factor", c.shape.moe.capacity_factor}}}}},
           {"seed", c.seed},
           {"log_every", c.log_every},
           {"optimizer", c.optimizer.name},
@@ -163,6 +176,21 @@ TrainConfig config_from_json(const json& doc) {
       {"vocab", to(g.vocab)},           {"tie_head", to(g.tie_head)},
       {"rope_theta", to(g.rope_theta)},
   };
+  MoeShape& m = g.moe;
+  const std::map<std::string, Setter> moe_setters = {
+      {"experts", to(m.experts)},       {"top_k", to(m.top_k)},
+      {"ffn", to(m.ffn)},               {"shared_ffn", to(m.shared_ffn)},
+      {"dense_layers", to(m.dense_layers)}, {"router", to(m.router)},
+      {"normalize", to(m.normalize)},   {"routed_scale", to(m.routed_scale)},
+      {"groups", to(m.groups)},         {"top_groups", to(m.top_groups)},
+      {"aux_loss", to(m.aux_loss)},     {"capacity_factor", to(m.capacity_factor)},
+  };
+  std::map<std::string, Setter> shape_setters = gpt_setters;
+  shape_setters["moe"] = [&](const json& v, const std::string& k) {
+    if (!v.is_object())
+      wrong_type(k, v, "an object");
+    apply(v, k + ".", moe_setters);
+  };
   // Derived keys: to_json computes them from the others, so they are checked and dropped.
   const auto derived = [](const json& v, const std::string& k) { integer<int64_t>(v, k); };
   const std::map<std::string, Setter> setters = {
@@ -200,7 +228,7 @@ TrainConfig config_from_json(const json& doc) {
        [&](const json& v, const std::string& k) {
          if (!v.is_object())
            wrong_type(k, v, "an object");
-         apply(v, k + ".", gpt_setters);
+         apply(v, k + ".", shape_setters);
        }},
       {"seed", to(c.seed)},
       {"log_every", to(c.log_every)},

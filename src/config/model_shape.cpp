@@ -50,6 +50,19 @@ const std::vector<ShapeField>& shape_fields() {
       {"--vocab", [](TransformerShape& t, const TransformerShape& f) { t.vocab = f.vocab; }},
       {"--tie-head", [](TransformerShape& t, const TransformerShape& f) { t.tie_head = f.tie_head; }},
       {"--rope-theta", [](TransformerShape& t, const TransformerShape& f) { t.rope_theta = f.rope_theta; }},
+      {"--moe-experts", [](TransformerShape& t, const TransformerShape& f) { t.moe.experts = f.moe.experts; }},
+      {"--moe-top-k", [](TransformerShape& t, const TransformerShape& f) { t.moe.top_k = f.moe.top_k; }},
+      {"--moe-ffn", [](TransformerShape& t, const TransformerShape& f) { t.moe.ffn = f.moe.ffn; }},
+      {"--moe-shared-ffn", [](TransformerShape& t, const TransformerShape& f) { t.moe.shared_ffn = f.moe.shared_ffn; }},
+      {"--moe-dense-layers", [](TransformerShape& t, const TransformerShape& f) { t.moe.dense_layers = f.moe.dense_layers; }},
+      // The router's kind with how it weighs and groups its choice.
+      {"--moe-router", [](TransformerShape& t, const TransformerShape& f) {
+         t.moe.router = f.moe.router, t.moe.normalize = f.moe.normalize;
+         t.moe.routed_scale = f.moe.routed_scale;
+         t.moe.groups = f.moe.groups, t.moe.top_groups = f.moe.top_groups;
+       }},
+      {"--moe-aux-loss", [](TransformerShape& t, const TransformerShape& f) { t.moe.aux_loss = f.moe.aux_loss; }},
+      {"--moe-capacity-factor", [](TransformerShape& t, const TransformerShape& f) { t.moe.capacity_factor = f.moe.capacity_factor; }},
   };
   return fields;
 }
@@ -118,6 +131,51 @@ void apply_preset(TrainConfig& c, const ModelFlagsGiven& given) {
       f.copy(c.shape, p->shape);
 }
 
+namespace {
+
+// The mixture-of-experts part of a shape (models/layers/moe.h).
+void validate_moe(const std::string& family, const TransformerShape& g) {
+  const MoeShape& m = g.moe;
+  if (m.experts == 0) {
+    const MoeShape dense;
+    const bool any = m.top_k != dense.top_k || m.ffn != dense.ffn ||
+                     m.shared_ffn != dense.shared_ffn || m.dense_layers != dense.dense_layers ||
+                     m.router != dense.router || m.normalize != dense.normalize ||
+                     m.routed_scale != dense.routed_scale || m.groups != dense.groups ||
+                     m.top_groups != dense.top_groups || m.aux_loss != dense.aux_loss ||
+                     m.capacity_factor != dense.capacity_factor;
+    require(!any, "the --moe-* flags shape a mixture of experts: give --moe-experts too");
+    return;
+  }
+  require(family == "llama",
+          fmt::format("--moe-experts applies to --model llama, not {}", family));
+  require(m.experts >= 1, fmt::format("--moe-experts must be positive, got {}", m.experts));
+  require(m.top_k >= 1 && m.top_k <= m.experts,
+          fmt::format("--moe-top-k {} must be between 1 and --moe-experts {}", m.top_k, m.experts));
+  require(m.ffn >= 0 && m.shared_ffn >= 0,
+          fmt::format("--moe-ffn and --moe-shared-ffn must be positive, got {} and {}", m.ffn,
+                      m.shared_ffn));
+  require(m.dense_layers >= 0 && m.dense_layers < g.layers,
+          fmt::format("--moe-dense-layers {} leaves none of the {} layers a mixture of experts",
+                      m.dense_layers, g.layers));
+  require(m.router == "softmax" || m.router == "sigmoid",
+          fmt::format("unknown --moe-router '{}' (choose softmax or sigmoid)", m.router));
+  require(m.groups >= 1 && m.top_groups >= 1 && m.top_groups <= m.groups &&
+              m.experts % m.groups == 0 && (m.groups == 1 || m.router == "sigmoid"),
+          fmt::format("{} experts in {} groups keeping {}: the groups must divide the experts "
+                      "and group-limited routing is the sigmoid router's",
+                      m.experts, m.groups, m.top_groups));
+  require(std::isfinite(m.aux_loss) && m.aux_loss >= 0,
+          fmt::format("--moe-aux-loss must be at least 0, got {}", m.aux_loss));
+  require(std::isfinite(m.capacity_factor) && m.capacity_factor >= 0,
+          fmt::format("--moe-capacity-factor must be at least 0 (0: dropless), got {}",
+                      m.capacity_factor));
+  require(std::isfinite(m.routed_scale) && m.routed_scale > 0,
+          fmt::format("the routed scale must be positive, got {}", m.routed_scale));
+}
+
+} // namespace
+
 void validate_shape(const std::string& family, const TransformerShape& g) {
   const std::pair<const char*, int64_t> positive[] = {{"--layers", g.layers},
                                                       {"--hidden", g.hidden},
@@ -141,13 +199,21 @@ void validate_shape(const std::string& family, const TransformerShape& g) {
           fmt::format("--heads {} is not divisible by --kv-heads {}", g.heads, g.kv_heads));
   require(std::isfinite(g.rope_theta) && g.rope_theta > 0,
           fmt::format("--rope-theta must be a positive finite number, got {}", g.rope_theta));
+  validate_moe(family, g);
   // An upper bound of either family's count (per layer at most 4H² for attention, 3HF for the
-  // MLP, 13H for biases and norms; two V×H matrices and the S×H positions), in floating point
-  // so that no int64 overflows before the limit is checked.
+  // MLP, or an MoE layer's router and experts, 13H for biases and norms; two V×H matrices and
+  // the S×H positions), in floating point so that no int64 overflows before the limit is
+  // checked.
   const double h = static_cast<double>(g.hidden);
   const double ffn = g.ffn_hidden > 0 ? static_cast<double>(g.ffn_hidden) : 4 * h;
-  const double bound = static_cast<double>(g.layers) * (4 * h * h + 3 * h * ffn + 13 * h) +
-                       (2 * static_cast<double>(g.vocab) + static_cast<double>(g.seq_len) + 2) * h;
+  const MoeShape& m = g.moe;
+  const double experts_ffn =
+      m.experts > 0 ? static_cast<double>(m.experts) * (m.ffn > 0 ? static_cast<double>(m.ffn) : ffn) +
+                          static_cast<double>(m.shared_ffn) + static_cast<double>(m.experts) / 3
+                    : 0;
+  const double bound =
+      static_cast<double>(g.layers) * (4 * h * h + 3 * h * std::max(ffn, experts_ffn) + 13 * h) +
+      (2 * static_cast<double>(g.vocab) + static_cast<double>(g.seq_len) + 2) * h;
   require(bound <= kMaxParameters,
           fmt::format("the model is too large: --layers {}, --hidden {}, --ffn-hidden {:.0f}, "
                       "--vocab {} and --seq-len {} make up to {:.3g} parameters, over meshsim's "

@@ -53,6 +53,13 @@ void validate_model_layout(const TrainConfig& c) {
   if (family.transformer) {
     const auto& g = c.shape;
     validate_shape(c.model, g);
+    // A mixture of experts trains on one GPU or data parallel today (models/layers/moe.h).
+    require(g.moe.experts == 0 ||
+                (c.tp == 1 && c.pp == 1 && c.cp == 1 && c.zero == 0 && c.micro_batches <= 1 &&
+                 c.micro_batch_size == 0 && c.recompute == "none" && c.strategy != "dp"),
+            "--moe-experts trains with --strategy single or ddp alone for now: --tp, --pp, --cp, "
+            "--zero, micro-batches, --recompute and --strategy dp do not take a mixture of "
+            "experts yet");
     require(g.heads % c.tp == 0,
             fmt::format("--heads {} is not divisible by --tp {}", g.heads, c.tp));
     require(preset_kv_heads(g) % c.tp == 0,

@@ -40,9 +40,32 @@ LlamaBlockImpl::LlamaBlockImpl(const TransformerShape& o, const torch::TensorOpt
               t),
           llama_feed_forward(o, layer, t), o.dropout, layer}) {}
 
-std::shared_ptr<FeedForward> llama_feed_forward(const TransformerShape& o, int64_t,
+std::shared_ptr<FeedForward> llama_feed_forward(const TransformerShape& o, int64_t layer,
                                                 const torch::TensorOptions& t) {
+  if (llama_moe_layer(o, layer))
+    return Moe(llama_moe_options(o), t).ptr();
   return SwiGluMlp(o.hidden, llama_ffn_hidden(o), t).ptr();
+}
+
+bool llama_moe_layer(const TransformerShape& o, int64_t layer) {
+  return o.moe.experts > 0 && layer >= o.moe.dense_layers;
+}
+
+MoeOptions llama_moe_options(const TransformerShape& o) {
+  MoeOptions m;
+  m.hidden = o.hidden;
+  m.experts = o.moe.experts;
+  m.top_k = o.moe.top_k;
+  m.expert_ffn = o.moe.ffn > 0 ? o.moe.ffn : llama_ffn_hidden(o);
+  m.shared_ffn = o.moe.shared_ffn;
+  m.router = parse_moe_router(o.moe.router);
+  m.normalize_top_k = o.moe.normalize;
+  m.routed_scale = o.moe.routed_scale;
+  m.groups = o.moe.groups;
+  m.top_groups = o.moe.top_groups;
+  m.aux_loss = o.moe.aux_loss;
+  m.capacity_factor = o.moe.capacity_factor;
+  return m;
 }
 
 int64_t llama_ffn_hidden(const TransformerShape& o) {
@@ -94,9 +117,13 @@ torch::nn::Sequential build_llama(const TransformerShape& o, uint64_t seed,
 int64_t llama_parameter_count(const TransformerShape& o) {
   const int64_t h = o.hidden, d = o.hidden / o.heads, kv = llama_kv_heads(o);
   const int64_t f = llama_ffn_hidden(o);
-  // q and o: H², k and v: H·K·d each; gate, up, down: H·F each; two RMSNorms: H each.
-  const int64_t block = 2 * h * h + 2 * h * kv * d + 3 * h * f + 2 * h;
-  return o.vocab * h + o.layers * block + h + o.vocab * h;
+  // q and o: H², k and v: H·K·d each; two RMSNorms: H each; a dense MLP's gate, up, down:
+  // H·F each, or an MoE layer's (moe_parameter_count).
+  const int64_t block = 2 * h * h + 2 * h * kv * d + 2 * h;
+  int64_t feed_forward = 0;
+  for (int64_t l = 0; l < o.layers; ++l)
+    feed_forward += llama_moe_layer(o, l) ? moe_parameter_count(llama_moe_options(o)) : 3 * h * f;
+  return o.vocab * h + o.layers * block + feed_forward + h + o.vocab * h;
 }
 
 } // namespace meshsim

@@ -13,6 +13,7 @@
 #include <torch/torch.h>
 
 #include "models/gpt.h"
+#include "models/layers/moe.h"
 #include "models/layers/norms.h"
 #include "models/models.h"
 
@@ -42,10 +43,18 @@ public:
 };
 TORCH_MODULE(LlamaBlock);
 
-/// The feed-forward of layer `layer`: SwiGluMlp (gate, up: H -> F, down: F -> H) in every
-/// layer today, F = llama_ffn_hidden(options). Where a per-layer choice (an MoE) goes.
+/// The feed-forward of layer `layer`: SwiGluMlp (gate, up: H -> F, down: F -> H),
+/// F = llama_ffn_hidden(options), or from options.moe.dense_layers on, when options.moe has
+/// experts, a mixture of experts (models/layers/moe.h, llama_moe_options).
 std::shared_ptr<FeedForward> llama_feed_forward(const TransformerShape& options, int64_t layer,
                                                 const torch::TensorOptions& tensors = {});
+
+/// Whether layer `layer`'s feed-forward is a mixture of experts.
+bool llama_moe_layer(const TransformerShape& options, int64_t layer);
+
+/// The MoE layers' options from options.moe (the routed experts' width: moe.ffn, or
+/// llama_ffn_hidden's when 0).
+MoeOptions llama_moe_options(const TransformerShape& options);
 
 /// The MLP's width: options.ffn_hidden, or Meta's rule for 0: 256 · ceil((8H/3) / 256),
 /// two thirds of GPT's 4H (SwiGLU has three matrices, not two) rounded up to a multiple of 256.

@@ -12,6 +12,22 @@
 
 namespace meshsim {
 
+/// A mixture of experts in the llama's feed-forward (models/layers/moe.h), in every layer from
+/// `dense_layers` on; 0 experts: every layer dense.
+struct MoeShape {
+  int64_t experts = 0;       // routed experts per MoE layer
+  int64_t top_k = 2;         // experts per token
+  int64_t ffn = 0;           // each routed expert's width; 0: the dense MLP's
+  int64_t shared_ffn = 0;    // the shared experts' total width; 0: none
+  int64_t dense_layers = 0;  // the first layers keep the dense MLP (DeepSeek's first_k_dense)
+  std::string router = "softmax"; // softmax | sigmoid
+  bool normalize = true;     // the chosen experts' weights sum to 1
+  double routed_scale = 1;   // the routed output's factor
+  int64_t groups = 1, top_groups = 1; // group-limited routing (sigmoid)
+  double aux_loss = 0.01;    // the balancing loss's coefficient (Switch's α)
+  double capacity_factor = 0; // 0: dropless
+};
+
 /// The decoder-only transformers, gpt (models/gpt.h) and llama (models/llama.h). Defaults: a
 /// tiny byte-level model.
 struct TransformerShape {
@@ -24,6 +40,7 @@ struct TransformerShape {
   /// outputs before their residual adds (Megatron's attention_dropout and hidden_dropout;
   /// models/layers/dropout.h); 0: none. Set from --dropout, not a part of the shape's identity.
   double dropout = 0;
+  MoeShape moe;
 };
 
 /// What a transformer keeps for backward (Korthikanti et al. 2022): None keeps every

@@ -3,6 +3,7 @@
 
 #include "models/layers/dropout.h"
 #include "models/layers/flops.h"
+#include "models/layers/moe.h"
 #include "memory/allocator.h"
 #include "models/gpt.h"
 #include "models/models.h"
@@ -90,6 +91,8 @@ double Replica::forward_backward(RankContext& ctx, const Batch& batch, int64_t s
     draw->samples = batch_samples(batch, ctx.rank);
   }
   const DropoutScope dropout_scope(draw);
+  const double scale = optimizer ? optimizer->loss_scale() : 1.0;
+  const MoeLossScale moe_scale(scale); // a mixture of experts' balancing loss is scaled alike
   auto t = ctx.mark();
   std::vector<LayerWork> layers;
   torch::Tensor x = forward_counting(model, model_inputs(batch.inputs, dtype), layers);
@@ -99,7 +102,6 @@ double Replica::forward_backward(RankContext& ctx, const Batch& batch, int64_t s
   attach_work(ctx.recorder.compute.back(), layers);
   ctx.sample_memory(step, "forward");
   t = ctx.mark();
-  const double scale = optimizer ? optimizer->loss_scale() : 1.0;
   if (scale != 1.0)
     (loss * scale).backward();
   else

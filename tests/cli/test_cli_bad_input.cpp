@@ -203,7 +203,8 @@ TEST(CliBadInput, EveryIntegerFlagRefusesMinusOneAndTwoToTheSixtyThree) {
 // seed, no ZeRO): those are listed here, and every other flag must refuse it.
 TEST(CliBadInput, EveryIntegerFlagRefusesZeroUnlessZeroMeansSomething) {
   const std::set<std::string> zero_means_something = {
-      "--max-steps", "--seed", "--checkpoint-every", "--keep-checkpoints", "--eval-limit", "--zero"};
+      "--max-steps", "--seed", "--checkpoint-every", "--keep-checkpoints", "--eval-limit", "--zero",
+      "--moe-dense-layers"};
   for (const auto& [flag, is_unsigned] : integer_flags("plan")) {
     const auto r = run_meshsim_exactly(plan_with(flag, "0") + " --json");
     if (zero_means_something.count(flag)) {
@@ -540,4 +541,24 @@ TEST(CliBadInput, TheHostOutOfMemoryIsExit4) {
   EXPECT_EQ(r.code, 4) << r.output;
   EXPECT_NE(r.output.find("this machine ran out of memory"), std::string::npos) << r.output;
   EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+}
+
+// A mixture of experts that cannot be: each is one line naming what is wrong, exit 2, before
+// anything is built.
+TEST(CliBadInput, ImpossibleMixturesOfExpertsAreOneLine) {
+  const std::string llama = "train --model llama --layers 2 --hidden 32 --heads 4 --seq-len 16 "
+                            "--data synthetic --no-progress ";
+  const struct {
+    std::string flags, named;
+  } cases[] = {
+      {llama + "--moe-experts 4 --moe-top-k 5", "--moe-top-k 5"},
+      {"train " + kGpt + "--data synthetic --moe-experts 4", "--moe-experts applies to --model llama"},
+      {llama + "--moe-top-k 1", "give --moe-experts too"},
+      {llama + "--moe-experts 4 --moe-router topk", "unknown --moe-router 'topk'"},
+      {llama + "--moe-experts 4 --moe-dense-layers 2", "--moe-dense-layers 2"},
+      {llama + "--moe-experts 4 --gpus 2 --tp 2", "--moe-experts trains with --strategy single"},
+      {"plan --model llama --moe-experts 4 --cluster 8xh100", "does not plan a mixture of experts"},
+  };
+  for (const auto& c : cases)
+    expect_one_line_naming(run_meshsim_exactly(c.flags), c.named, {2}, c.flags);
 }

@@ -6,6 +6,12 @@
 # prints the parameter count, the loss, every logit and every parameter's gradient (in
 # parameters() order), one number per line, so the C++ test can compare.
 # usage: reference_llama.py LAYERS HIDDEN HEADS KV_HEADS FFN SEQ_LEN VOCAB THETA SEED BATCH T
+#            [EXPERTS TOP_K EXPERT_FFN SHARED_FFN DENSE_LAYERS AUX_LOSS]
+# With the last six, every layer from DENSE_LAYERS on has a mixture of experts as its MLP
+# (src/models/layers/moe.h), written as Hugging Face's MixtralSparseMoeBlock computes it
+# (softmax router, top k renormalised, each expert run on the tokens that chose it), plus
+# shared experts, and the loss whose gradients are printed adds each layer's balancing loss
+# (Switch's, per sequence, averaged); the printed loss is the language model's alone.
 import math
 import sys
 
@@ -85,25 +91,62 @@ class Mlp(nn.Module):
         return self.down(F.silu(self.gate(x)) * self.up(x))
 
 
+class Moe(nn.Module):
+    def __init__(self, hidden, experts, top_k, ffn, shared_ffn, aux_loss):
+        super().__init__()
+        self.experts, self.top_k, self.aux_loss = experts, top_k, aux_loss
+        self.router = nn.Parameter(torch.empty(experts, hidden))
+        self.expert_gate = nn.Parameter(torch.empty(experts, ffn, hidden))
+        self.expert_up = nn.Parameter(torch.empty(experts, ffn, hidden))
+        self.expert_down = nn.Parameter(torch.empty(experts, hidden, ffn))
+        self.shared = Mlp(hidden, shared_ffn) if shared_ffn > 0 else None
+        self.balancing = None
+
+    def forward(self, x):
+        b, t, h = x.shape
+        flat = x.reshape(-1, h)
+        probs = torch.softmax(flat @ self.router.T, dim=-1)
+        weights, chosen = torch.topk(probs, self.top_k, dim=-1)
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+        out = torch.zeros_like(flat)
+        for e in range(self.experts):
+            token, slot = torch.where(chosen == e)
+            if token.numel() == 0:
+                continue
+            h_e = flat[token]
+            y = (F.silu(h_e @ self.expert_gate[e].T) * (h_e @ self.expert_up[e].T)) @ self.expert_down[e].T
+            out = out.index_add(0, token, y * weights[token, slot, None])
+        if self.shared is not None:
+            out = out + self.shared(flat)
+        # Switch's balancing loss per sequence: the fraction of its choices each expert got
+        # times its mean router probability, summed, times E and alpha; averaged.
+        f = F.one_hot(chosen.reshape(b, t * self.top_k), self.experts).sum(1).to(probs.dtype)
+        f = f / (t * self.top_k)
+        p = probs.reshape(b, t, self.experts).mean(1)
+        self.balancing = self.aux_loss * self.experts * (f * p).sum(-1).mean()
+        return out.reshape(b, t, h)
+
+
 class Block(nn.Module):
-    def __init__(self, hidden, heads, kv_heads, ffn, theta):
+    def __init__(self, hidden, heads, kv_heads, ffn, theta, moe=None):
         super().__init__()
         self.attn_norm = RMSNorm(hidden)
         self.attn = Attention(hidden, heads, kv_heads, theta)
         self.mlp_norm = RMSNorm(hidden)
-        self.mlp = Mlp(hidden, ffn)
+        self.mlp = Moe(hidden, *moe) if moe else Mlp(hidden, ffn)
 
     def forward(self, x):
         x = x + self.attn(self.attn_norm(x))
         return x + self.mlp(self.mlp_norm(x))
 
 
-def build(layers, hidden, heads, kv_heads, ffn, vocab, theta, seed):
+def build(layers, hidden, heads, kv_heads, ffn, vocab, theta, seed, moe=None, dense_layers=0):
     torch.manual_seed(seed)
     model = nn.Sequential()
     model.add_module("embed", Embedding(vocab, hidden))
     for l in range(layers):
-        model.add_module(f"block{l}", Block(hidden, heads, kv_heads, ffn, theta))
+        model.add_module(f"block{l}", Block(hidden, heads, kv_heads, ffn, theta,
+                                            moe if l >= dense_layers else None))
     model.add_module("norm_f", RMSNorm(hidden))
     model.add_module("head", nn.Linear(hidden, vocab, bias=False))
     torch.manual_seed(seed)
@@ -120,12 +163,18 @@ def main():
     layers, hidden, heads, kv_heads, ffn, seq_len, vocab = map(int, sys.argv[1:8])
     theta = float(sys.argv[8])
     seed, batch, t = map(int, sys.argv[9:12])
-    model = build(layers, hidden, heads, kv_heads, ffn, vocab, theta, seed).double()
+    moe, dense_layers = None, 0
+    if len(sys.argv) > 12:
+        experts, top_k, expert_ffn, shared_ffn, dense_layers = map(int, sys.argv[12:17])
+        moe = (experts, top_k, expert_ffn, shared_ffn, float(sys.argv[17]))
+    model = build(layers, hidden, heads, kv_heads, ffn, vocab, theta, seed, moe,
+                  dense_layers).double()
     tokens = torch.tensor([[(7 * b + 13 * i + 3) % vocab for i in range(t)] for b in range(batch)])
     targets = torch.tensor([[(5 * b + 11 * i + 1) % vocab for i in range(t)] for b in range(batch)])
     logits = model(tokens)
     loss = F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
-    loss.backward()
+    balancing = sum(m.balancing for m in model.modules() if isinstance(m, Moe))
+    (loss + balancing).backward()
     print(sum(p.numel() for p in model.parameters()))
     print(repr(loss.item()))
     for v in logits.detach().reshape(-1).tolist():

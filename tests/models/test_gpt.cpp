@@ -47,14 +47,7 @@ std::vector<double> python_reference(const TransformerShape& o, int seed, int64_
                           std::to_string(o.vocab) + " " + std::to_string(o.tie_head ? 1 : 0) + " " +
                           std::to_string(seed) + " " + std::to_string(batch) + " " +
                           std::to_string(t) + " " + std::to_string(gpt_ffn_hidden(o));
-  std::vector<double> values;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  double v;
-  while (pipe && std::fscanf(pipe, "%lf", &v) == 1)
-    values.push_back(v);
-  if (pipe)
-    pclose(pipe);
-  return values;
+  return meshsim::testing::numbers_printed_by(cmd);
 }
 
 struct LossAndGrads {

@@ -10,9 +10,11 @@
 #include "models/llama.h"
 #include "parallel/strategy.h"
 #include "../python_torch.h"
+#include "llama_reference.h"
 
 using namespace meshsim;
 using meshsim::testing::python_torch_available;
+using meshsim::testing::expect_llama_matches_pytorch;
 
 namespace {
 
@@ -27,90 +29,21 @@ TransformerShape small_llama(int64_t kv_heads) {
   return o;
 }
 
-// The same fixed tokens and targets reference_llama.py uses.
-torch::Tensor fixed(int64_t batch, int64_t t, int64_t vocab, int64_t a, int64_t c, int64_t d) {
-  torch::Tensor out = torch::empty({batch, t}, torch::kLong);
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t i = 0; i < t; ++i)
-      out[b][i] = (a * b + c * i + d) % vocab;
-  return out;
-}
-
-// Runs reference_llama.py: parameter count, loss, every logit, every gradient.
-std::vector<double> python_llama_reference(const TransformerShape& o, int seed, int64_t batch, int64_t t) {
-  const std::string cmd =
-      MESHSIM_PYTHON " " MESHSIM_SOURCE_DIR "/tests/models/reference_llama.py " +
-      std::to_string(o.layers) + " " + std::to_string(o.hidden) + " " + std::to_string(o.heads) +
-      " " + std::to_string(llama_kv_heads(o)) + " " + std::to_string(llama_ffn_hidden(o)) + " " +
-      std::to_string(o.seq_len) + " " + std::to_string(o.vocab) + " " +
-      std::to_string(o.rope_theta) + " " + std::to_string(seed) + " " + std::to_string(batch) +
-      " " + std::to_string(t);
-  std::vector<double> values;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  double v;
-  while (pipe && std::fscanf(pipe, "%lf", &v) == 1)
-    values.push_back(v);
-  if (pipe)
-    pclose(pipe);
-  return values;
-}
-
-double llama_relative_error(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a - b).norm().item<double>() / b.norm().item<double>();
-}
 
 } // namespace
 
-// Both sides run the same float64 operations, in possibly different summation orders (the
-// kernels differ: ATen's CPU capabilities, MKL). A dot product of length n is exact to
-// n·u relative to its absolute terms, u = 1.1e-16; the longest here are 256 (the MLP's
-// width), so 2.8e-14 per operation. Forward is ~30 such operations deep (two blocks of
-// norm, q/k/v, scores, softmax, AV, o, gate/up, down, then norm_f and the head), backward
-// twice that: ~2e-12 relative at worst. 1e-10 keeps a margin of 50 and is still eight orders
-// below a real mistake (a wrong rotary half or kv grouping moves logits by percent).
-constexpr double kFloat64ModelTolerance = 1e-10;
 
+// Against PyTorch within kFloat64ModelTolerance (llama_reference.h derives it).
 TEST(LlamaModel, LogitsLossAndGradientsMatchPyTorch) {
   if (!python_torch_available())
     GTEST_SKIP() << meshsim::testing::no_python_torch();
   for (int64_t kv : {int64_t{0}, int64_t{2}, int64_t{1}}) { // multi-head, grouped, multi-query
     TransformerShape o = small_llama(kv);
     o.rope_theta = kv == 1 ? 500000 : 10000;
-    const int64_t batch = 2, t = 12; // T < seq_len
-    const auto expected = python_llama_reference(o, 3, batch, t);
-    ModelOptions mo{3, 0, o, torch::kFloat64};
-    auto model = build_model("llama", mo);
-    const auto params = unique_parameters(*model);
-    int64_t grad_values = 0;
-    for (const auto& p : params)
-      grad_values += p.numel();
-    ASSERT_EQ(expected.size(), static_cast<size_t>(2 + batch * t * o.vocab + grad_values))
-        << "kv " << kv;
-    EXPECT_EQ(count_parameters(*model), static_cast<int64_t>(expected[0])) << "kv " << kv;
-
-    const torch::Tensor logits = model->forward(fixed(batch, t, o.vocab, 7, 13, 3));
-    const torch::Tensor loss = loss_fn(logits, fixed(batch, t, o.vocab, 5, 11, 1));
-    loss.backward();
-    const auto reference = [&](size_t offset, int64_t n) {
-      return torch::tensor(std::vector<double>(expected.begin() + static_cast<long>(offset),
-                                               expected.begin() + static_cast<long>(offset + n)),
-                           torch::kFloat64);
-    };
-    EXPECT_NEAR(loss.item<double>(), expected[1], kFloat64ModelTolerance * expected[1]);
-    const double logit_error =
-        llama_relative_error(logits.detach().reshape(-1), reference(2, logits.numel()));
-    EXPECT_LT(logit_error, kFloat64ModelTolerance) << "kv " << kv;
-    size_t offset = 2 + static_cast<size_t>(logits.numel());
-    double grad_error = 0;
-    for (const auto& p : params) {
-      const double e = llama_relative_error(p.grad().reshape(-1), reference(offset, p.numel()));
-      EXPECT_LT(e, kFloat64ModelTolerance) << "kv " << kv << " parameter of " << p.sizes();
-      grad_error = std::max(grad_error, e);
-      offset += static_cast<size_t>(p.numel());
-    }
+    const auto r = expect_llama_matches_pytorch(o, "kv " + std::to_string(kv));
     std::cout << "llama (kv heads " << llama_kv_heads(o) << ") vs PyTorch, float64: loss "
-              << loss.item<double>() << ", logits rel. error " << logit_error
-              << ", worst gradient rel. error " << grad_error << "\n";
+              << r.loss << ", logits rel. error " << r.logit_error
+              << ", worst gradient rel. error " << r.grad_error << "\n";
   }
 }
 

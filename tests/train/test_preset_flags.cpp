@@ -49,6 +49,15 @@ TEST(PresetFlags, EveryShapeFlagOverridesItsField) {
   c.shape.kv_heads = 6;
   c.shape.ffn_hidden = 7;
   c.shape.rope_theta = 8;
+  c.shape.moe.experts = 9;
+  c.shape.moe.top_k = 10;
+  c.shape.moe.ffn = 11;
+  c.shape.moe.shared_ffn = 12;
+  c.shape.moe.dense_layers = 13;
+  c.shape.moe.router = "sigmoid";
+  c.shape.moe.groups = 14;
+  c.shape.moe.aux_loss = 15;
+  c.shape.moe.capacity_factor = 16;
   ModelFlagsGiven given;
   given.preset = true;
   given.shape = shape_flag_names();
@@ -63,7 +72,16 @@ TEST(PresetFlags, EveryShapeFlagOverridesItsField) {
   EXPECT_EQ(c.shape.ffn_hidden, 7);
   EXPECT_EQ(c.shape.rope_theta, 8);
   EXPECT_FALSE(c.shape.tie_head);
-  EXPECT_EQ(shape_flag_names().size(), 9u);
+  EXPECT_EQ(c.shape.moe.experts, 9);
+  EXPECT_EQ(c.shape.moe.top_k, 10);
+  EXPECT_EQ(c.shape.moe.ffn, 11);
+  EXPECT_EQ(c.shape.moe.shared_ffn, 12);
+  EXPECT_EQ(c.shape.moe.dense_layers, 13);
+  EXPECT_EQ(c.shape.moe.router, "sigmoid");
+  EXPECT_EQ(c.shape.moe.groups, 14); // the router's flag carries its grouping
+  EXPECT_EQ(c.shape.moe.aux_loss, 15);
+  EXPECT_EQ(c.shape.moe.capacity_factor, 16);
+  EXPECT_EQ(shape_flag_names().size(), 17u);
 
   // None given: every field is the preset's.
   TrainConfig d;
@@ -79,6 +97,7 @@ TEST(PresetFlags, EveryShapeFlagOverridesItsField) {
   EXPECT_EQ(d.shape.vocab, 128256);
   EXPECT_EQ(d.shape.seq_len, 8192);
   EXPECT_EQ(d.shape.rope_theta, 500000);
+  EXPECT_EQ(d.shape.moe.experts, 0); // a dense preset
 }
 
 TEST(PresetFlags, APresetNamedAsTheModelResolvesToItsFamily) {

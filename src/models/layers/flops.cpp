@@ -102,7 +102,10 @@ void count_composite(const torch::nn::Module& m, double rows, double width, doub
   }
   for (const auto& item : m.named_children()) {
     const torch::nn::Module& child = *item.value();
-    if (const torch::Tensor w = linear_weight(child); w.defined()) {
+    if (const auto* routed = dynamic_cast<const RoutedWork*>(&child)) {
+      routed->add_routed_work(total, eb);
+      count_composite(child, rows, width, batch, seq, eb, parts, total); // shared experts
+    } else if (const torch::Tensor w = linear_weight(child); w.defined()) {
       // A Linear, or a tensor-parallel shard of one: weight [out, in] as this rank holds it.
       const double out = static_cast<double>(w.size(0));
       const double in = static_cast<double>(w.size(1));

@@ -18,6 +18,8 @@
 //    (the forward's rerun_flops), with no bytes (q and k are read once for both).
 //  - LayerNorm/BatchNorm/GroupNorm: 5 FLOPs per element; ReLU 1, GELU 8, dropout 2,
 //    softmax 5, pooling kh·kw per output element; bytes = input + output (+ parameters).
+//  - a mixture of experts (RoutedWork): the router, 2·N·H·E, and each routed expert's three
+//    GEMMs on the n_e tokens it ran, 6·n_e·H·F, with the weights of the experts that ran;
 //  - views (Flatten, Identity): nothing.
 //  - attention score traffic (LayerWork::score_bytes): what an attention core without a fused
 //    kernel moves through memory, B·heads·T² elements per pass: written by QKᵀ, read and
@@ -43,6 +45,16 @@
 #include "comm/recorder.h"
 
 namespace meshsim {
+
+/// Implemented by a mixture of experts (models/layers/moe.h): the work of its router and its
+/// routed experts in its last forward, which the routing decides and shapes alone cannot say
+/// (each expert runs the tokens sent to it). Its shared experts are counted as any MLP.
+class RoutedWork {
+public:
+  virtual ~RoutedWork() = default;
+  /// Adds that work to `total`, elements of `element_bytes` bytes.
+  virtual void add_routed_work(LayerWork& total, double element_bytes) const = 0;
+};
 
 /// Implemented by attention modules (models/layers/attention.h), which is how the counts find
 /// attention: the width of one head, so that they know the [B, heads, T, T] score matrices an

@@ -1,0 +1,265 @@
+// The mixture-of-experts feed-forward: routing, capacity, the balancing loss and the experts.
+#include "models/layers/moe.h"
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "memory/allocator.h"
+
+namespace meshsim {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+thread_local double t_moe_loss_scale = 1.0;
+
+// The softmax and the weights in float32 for 16-bit logits (as Mixtral's and DeepSeek's
+// routers compute them), in the logits' dtype otherwise.
+torch::ScalarType routing_type(const torch::Tensor& logits) {
+  const auto t = logits.scalar_type();
+  return t == torch::kHalf || t == torch::kBFloat16 ? torch::kFloat : t;
+}
+
+// The layer's output, carrying the balancing loss: forward returns `out` itself; backward
+// passes out's gradient on and gives the loss the gradient `scale` (d loss / d aux).
+struct CarryBalancingLoss : public torch::autograd::Function<CarryBalancingLoss> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& out,
+                               const torch::Tensor& aux, double scale) {
+    ctx->saved_data["scale"] = scale;
+    ctx->saved_data["aux_dtype"] = static_cast<int64_t>(aux.scalar_type());
+    return out;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const double scale = ctx->saved_data["scale"].toDouble();
+    const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["aux_dtype"].toInt());
+    torch::Tensor d_aux;
+    {
+      GpuGuard host(nullptr); // a 0-dim argument, not GPU memory
+      d_aux = torch::full({}, scale, torch::TensorOptions().dtype(dtype));
+    }
+    return {grads[0], d_aux.to(grads[0].device()), torch::Tensor()};
+  }
+};
+
+void check_options(const MoeOptions& o) {
+  if (o.hidden < 1 || o.experts < 1 || o.top_k < 1 || o.expert_ffn < 1 || o.shared_ffn < 0)
+    throw std::invalid_argument(fmt::format(
+        "moe: hidden, experts, top-k and the expert width must be positive, got {}, {}, {}, {}",
+        o.hidden, o.experts, o.top_k, o.expert_ffn));
+  if (o.top_k > o.experts)
+    throw std::invalid_argument(
+        fmt::format("moe: top-k {} is more than the {} experts", o.top_k, o.experts));
+  if (o.groups < 1 || o.top_groups < 1 || o.top_groups > o.groups || o.experts % o.groups != 0 ||
+      (o.groups > 1 && o.experts / o.groups < 2))
+    throw std::invalid_argument(fmt::format(
+        "moe: {} experts do not make {} groups of at least 2 of which to keep {}", o.experts,
+        o.groups, o.top_groups));
+  if (o.groups > 1 && o.router != MoeRouter::Sigmoid)
+    throw std::invalid_argument("moe: group-limited routing is the sigmoid router's");
+  if (o.groups > 1 && o.top_k > o.top_groups * (o.experts / o.groups))
+    throw std::invalid_argument(fmt::format(
+        "moe: top-k {} is more than the {} experts of the {} groups kept", o.top_k,
+        o.top_groups * (o.experts / o.groups), o.top_groups));
+  if (!(o.aux_loss >= 0) || !(o.capacity_factor >= 0) || !(o.routed_scale > 0))
+    throw std::invalid_argument("moe: the balancing loss's coefficient and the capacity factor "
+                                "must be at least 0, the routed scale positive");
+}
+
+} // namespace
+
+MoeRouter parse_moe_router(const std::string& name) {
+  if (name == "softmax")
+    return MoeRouter::Softmax;
+  if (name == "sigmoid")
+    return MoeRouter::Sigmoid;
+  throw std::invalid_argument("unknown --moe-router '" + name + "' (choose softmax or sigmoid)");
+}
+
+std::string to_string(MoeRouter router) {
+  return router == MoeRouter::Softmax ? "softmax" : "sigmoid";
+}
+
+MoeLossScale::MoeLossScale(double scale) : previous_(t_moe_loss_scale) {
+  t_moe_loss_scale = scale;
+}
+MoeLossScale::~MoeLossScale() { t_moe_loss_scale = previous_; }
+double MoeLossScale::current() { return t_moe_loss_scale; }
+
+MoeRouting route_tokens(const torch::Tensor& logits, const MoeOptions& o,
+                        const torch::Tensor& bias) {
+  const torch::Tensor l = logits.to(routing_type(logits));
+  MoeRouting r;
+  if (o.router == MoeRouter::Softmax) {
+    r.probabilities = torch::softmax(l, -1);
+    auto [weights, experts] = r.probabilities.topk(o.top_k, -1);
+    r.weights = weights, r.experts = experts;
+  } else {
+    const torch::Tensor scores = torch::sigmoid(l);
+    torch::Tensor choice = scores.detach();
+    if (bias.defined())
+      choice = choice + bias.to(choice.scalar_type());
+    if (o.groups > 1) {
+      const int64_t n = choice.size(0), per_group = o.experts / o.groups;
+      const torch::Tensor grouped = choice.view({n, o.groups, per_group});
+      const torch::Tensor group_scores = std::get<0>(grouped.topk(2, -1)).sum(-1); // [N, G]
+      const torch::Tensor kept = std::get<1>(group_scores.topk(o.top_groups, -1));
+      const torch::Tensor in_kept = torch::zeros_like(group_scores, torch::kBool)
+                                        .scatter_(1, kept, true)
+                                        .unsqueeze(-1)
+                                        .expand({n, o.groups, per_group})
+                                        .reshape({n, o.experts});
+      choice = choice.masked_fill(in_kept.logical_not(), -std::numeric_limits<double>::infinity());
+    }
+    r.experts = std::get<1>(choice.topk(o.top_k, -1));
+    r.weights = scores.gather(1, r.experts);
+    r.probabilities = scores / scores.sum(-1, /*keepdim=*/true);
+  }
+  if (o.normalize_top_k)
+    r.weights = r.weights / r.weights.sum(-1, /*keepdim=*/true);
+  if (o.routed_scale != 1)
+    r.weights = r.weights * o.routed_scale;
+  return r;
+}
+
+int64_t expert_capacity(double factor, int64_t tokens, int64_t top_k, int64_t experts) {
+  return static_cast<int64_t>(
+      std::ceil(factor * static_cast<double>(tokens * top_k) / static_cast<double>(experts)));
+}
+
+torch::Tensor capacity_keep(const torch::Tensor& experts, int64_t num_experts, int64_t capacity) {
+  const torch::Tensor flat = experts.reshape({-1, 1}); // token-major, then choice
+  const torch::Tensor chosen =
+      torch::zeros({flat.size(0), num_experts}, experts.options()).scatter_(1, flat, 1);
+  // Each assignment's place in its expert's queue: how many assignments to the same expert
+  // came before it, itself included, less one.
+  const torch::Tensor place = chosen.cumsum(0).gather(1, flat).sub_(1);
+  return place.lt(capacity).view(experts.sizes());
+}
+
+torch::Tensor balancing_loss(const torch::Tensor& experts, const torch::Tensor& probabilities,
+                             int64_t num_experts, int64_t sequence_length, double alpha) {
+  const int64_t n = experts.size(0), k = experts.size(1);
+  if (sequence_length < 1 || n % sequence_length != 0)
+    throw std::invalid_argument(
+        fmt::format("moe: {} tokens are not whole sequences of {}", n, sequence_length));
+  const int64_t sequences = n / sequence_length;
+  const torch::Tensor choices = experts.reshape({sequences, sequence_length * k});
+  const torch::Tensor counts =
+      torch::zeros({sequences, num_experts}, probabilities.options())
+          .scatter_add_(1, choices, torch::ones(choices.sizes(), probabilities.options()));
+  const torch::Tensor fraction = counts / static_cast<double>(sequence_length * k); // f, [S, E]
+  const torch::Tensor mean_probability =
+      probabilities.view({sequences, sequence_length, num_experts}).mean(1); // P, [S, E]
+  return (fraction * mean_probability).sum(-1).mean() *
+         (alpha * static_cast<double>(num_experts));
+}
+
+MoeImpl::MoeImpl(const MoeOptions& o, const torch::TensorOptions& t) : options_(o) {
+  check_options(o);
+  router = register_parameter("router", torch::empty({o.experts, o.hidden}, t));
+  expert_gate = register_parameter("expert_gate", torch::empty({o.experts, o.expert_ffn, o.hidden}, t));
+  expert_up = register_parameter("expert_up", torch::empty({o.experts, o.expert_ffn, o.hidden}, t));
+  expert_down = register_parameter("expert_down", torch::empty({o.experts, o.hidden, o.expert_ffn}, t));
+  router_bias = register_buffer("router_bias", torch::zeros({o.experts}, t));
+  if (o.shared_ffn > 0)
+    shared_ = register_module("shared", std::make_shared<SwiGluMlpImpl>(o.hidden, o.shared_ffn, t));
+}
+
+torch::Tensor MoeImpl::forward(const torch::Tensor& x) {
+  const MoeOptions& o = options_;
+  if (x.dim() != 3 || x.size(2) != o.hidden)
+    throw std::invalid_argument("moe: expected x [B, T, " + std::to_string(o.hidden) + "], got " +
+                                c10::str(x.sizes()));
+  const int64_t tokens = x.size(0) * x.size(1);
+  const torch::Tensor flat = x.reshape({tokens, o.hidden});
+  const MoeRouting routing =
+      route_tokens(torch::matmul(flat, router.t()), o,
+                   o.router == MoeRouter::Sigmoid ? router_bias : torch::Tensor());
+  // The assignments that run: every one, or those within their expert's capacity.
+  torch::Tensor expert_of = routing.experts.reshape({-1});
+  torch::Tensor token_of, weight_of = routing.weights.reshape({-1}).to(x.scalar_type());
+  {
+    GpuGuard host(nullptr); // indices, read by kernels as arguments
+    token_of = torch::arange(tokens, torch::TensorOptions().dtype(torch::kLong))
+                   .repeat_interleave(o.top_k)
+                   .to(x.device());
+  }
+  if (o.capacity_factor > 0) {
+    const torch::Tensor kept = capacity_keep(routing.experts, o.experts,
+                                             expert_capacity(o.capacity_factor, tokens, o.top_k,
+                                                             o.experts))
+                                   .reshape({-1});
+    expert_of = expert_of.masked_select(kept);
+    token_of = token_of.masked_select(kept);
+    weight_of = weight_of.masked_select(kept);
+  }
+  // Grouped by expert, each expert's tokens in token order.
+  const auto [sorted_experts, order] = expert_of.sort(/*stable=*/true, 0, /*descending=*/false);
+  const torch::Tensor rows = token_of.index_select(0, order);
+  const torch::Tensor weights = weight_of.index_select(0, order);
+  {
+    GpuGuard host(nullptr);
+    tokens_per_expert_ = torch::bincount(sorted_experts.cpu(), {}, o.experts);
+  }
+  last_tokens_ = tokens;
+  const auto* counts = tokens_per_expert_.data_ptr<int64_t>();
+  std::vector<torch::Tensor> outputs;
+  int64_t begin = 0;
+  for (int64_t e = 0; e < o.experts; ++e) {
+    const int64_t n = counts[e];
+    if (n == 0)
+      continue;
+    const torch::Tensor h = flat.index_select(0, rows.narrow(0, begin, n));
+    const torch::Tensor inner = torch::silu(torch::matmul(h, expert_gate[e].t())) *
+                                torch::matmul(h, expert_up[e].t());
+    outputs.push_back(torch::matmul(inner, expert_down[e].t()) *
+                      weights.narrow(0, begin, n).unsqueeze(1));
+    begin += n;
+  }
+  torch::Tensor out = torch::zeros_like(flat);
+  if (!outputs.empty())
+    out = out.index_add(0, rows, torch::cat(outputs));
+  if (shared_)
+    out = out + shared_->forward(flat);
+  if (o.aux_loss > 0 && is_training()) {
+    const torch::Tensor aux = balancing_loss(routing.experts, routing.probabilities, o.experts,
+                                             x.size(1), o.aux_loss);
+    out = CarryBalancingLoss::apply(out, aux, MoeLossScale::current());
+  }
+  return out.view(x.sizes());
+}
+
+void MoeImpl::add_routed_work(LayerWork& total, double eb) const {
+  if (!tokens_per_expert_.defined())
+    return;
+  const auto gemm = [&](double flops, double bytes) {
+    total.flops += flops, total.bytes += bytes;
+    total.gemm_flops += flops, total.gemm_bytes += bytes;
+    ++total.gemms, ++total.kernels;
+  };
+  const double h = static_cast<double>(options_.hidden), f = static_cast<double>(options_.expert_ffn);
+  const double e = static_cast<double>(options_.experts);
+  const auto* counts = tokens_per_expert_.data_ptr<int64_t>();
+  double tokens = static_cast<double>(last_tokens_);
+  gemm(2 * tokens * h * e, (tokens * h + tokens * e + e * h) * eb); // the router
+  for (int64_t x = 0; x < options_.experts; ++x) {
+    const double n = static_cast<double>(counts[x]);
+    if (n == 0)
+      continue;
+    // gate and up (H -> F each), then down (F -> H), with the expert's weights.
+    gemm(2 * n * h * f, (n * h + n * f + h * f) * eb);
+    gemm(2 * n * h * f, (n * h + n * f + h * f) * eb);
+    gemm(2 * n * f * h, (n * f + n * h + f * h) * eb);
+  }
+}
+
+int64_t moe_parameter_count(const MoeOptions& o) {
+  return o.experts * o.hidden + 3 * o.experts * o.hidden * o.expert_ffn +
+         3 * o.hidden * o.shared_ffn;
+}
+
+} // namespace meshsim

@@ -1,0 +1,105 @@
+// The Llama against PyTorch (tests/models/reference_llama.py): the same init, float64, fixed
+// tokens; the parameter count, the loss, every logit and every gradient compared. Used by the
+// dense Llama's test and the mixture of experts' (whose shape's moe part the script takes too).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "models/llama.h"
+#include "parallel/strategy.h"
+#include "../python_torch.h"
+
+namespace meshsim::testing {
+
+// Both sides run the same float64 operations, in possibly different summation orders (the
+// kernels differ: ATen's CPU capabilities, MKL). A dot product of length n is exact to
+// n·u relative to its absolute terms, u = 1.1e-16; the longest here are 256 (the MLP's
+// width), so 2.8e-14 per operation. Forward is ~30 such operations deep (two blocks of
+// norm, q/k/v, scores, softmax, AV, o, gate/up, down, then norm_f and the head; an MoE layer
+// adds its router and two weighted expert outputs), backward twice that: ~2e-12 relative at
+// worst. 1e-10 keeps a margin of 50 and is still eight orders below a real mistake (a wrong
+// rotary half, kv grouping or expert moves logits by percent).
+constexpr double kFloat64ModelTolerance = 1e-10;
+
+/// Tokens [batch, t]: (a·b + c·i + d) mod vocab, as reference_llama.py makes them.
+inline torch::Tensor fixed_tokens(int64_t batch, int64_t t, int64_t vocab, int64_t a, int64_t c,
+                                  int64_t d) {
+  torch::Tensor out = torch::empty({batch, t}, torch::kLong);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t i = 0; i < t; ++i)
+      out[b][i] = (a * b + c * i + d) % vocab;
+  return out;
+}
+
+/// Runs reference_llama.py for `o` (with its mixture of experts, if it has one): parameter
+/// count, loss, every logit, every gradient.
+inline std::vector<double> python_llama_reference(const TransformerShape& o, int seed,
+                                                  int64_t batch, int64_t t) {
+  std::string cmd =
+      MESHSIM_PYTHON " " MESHSIM_SOURCE_DIR "/tests/models/reference_llama.py " +
+      std::to_string(o.layers) + " " + std::to_string(o.hidden) + " " + std::to_string(o.heads) +
+      " " + std::to_string(llama_kv_heads(o)) + " " + std::to_string(llama_ffn_hidden(o)) + " " +
+      std::to_string(o.seq_len) + " " + std::to_string(o.vocab) + " " +
+      std::to_string(o.rope_theta) + " " + std::to_string(seed) + " " + std::to_string(batch) +
+      " " + std::to_string(t);
+  if (o.moe.experts > 0)
+    cmd += " " + std::to_string(o.moe.experts) + " " + std::to_string(o.moe.top_k) + " " +
+           std::to_string(llama_moe_options(o).expert_ffn) + " " +
+           std::to_string(o.moe.shared_ffn) + " " + std::to_string(o.moe.dense_layers) + " " +
+           std::to_string(o.moe.aux_loss);
+  return numbers_printed_by(cmd);
+}
+
+inline double norm_relative_error(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a - b).norm().item<double>() / b.norm().item<double>();
+}
+
+/// The worst relative errors of one comparison.
+struct PyTorchComparison {
+  double loss = 0, logit_error = 0, grad_error = 0;
+};
+
+/// Builds the Llama of `o` in float64 (seed 3), runs batch 2 of 12 fixed tokens forward and
+/// backward, and expects the count, the loss, the logits and every gradient to match
+/// reference_llama.py's within kFloat64ModelTolerance; `what` names the case in failures.
+inline PyTorchComparison expect_llama_matches_pytorch(const TransformerShape& o,
+                                                      const std::string& what) {
+  const int64_t batch = 2, t = 12; // T < seq_len
+  const auto expected = python_llama_reference(o, 3, batch, t);
+  ModelOptions mo{3, 0, o, torch::kFloat64};
+  auto model = build_model("llama", mo);
+  const auto params = unique_parameters(*model);
+  int64_t grad_values = 0;
+  for (const auto& p : params)
+    grad_values += p.numel();
+  PyTorchComparison out;
+  EXPECT_EQ(expected.size(), static_cast<size_t>(2 + batch * t * o.vocab + grad_values)) << what;
+  if (expected.size() != static_cast<size_t>(2 + batch * t * o.vocab + grad_values))
+    return out;
+  EXPECT_EQ(count_parameters(*model), static_cast<int64_t>(expected[0])) << what;
+  const torch::Tensor logits = model->forward(fixed_tokens(batch, t, o.vocab, 7, 13, 3));
+  const torch::Tensor loss = loss_fn(logits, fixed_tokens(batch, t, o.vocab, 5, 11, 1));
+  loss.backward();
+  const auto reference = [&](size_t offset, int64_t n) {
+    return torch::tensor(std::vector<double>(expected.begin() + static_cast<long>(offset),
+                                             expected.begin() + static_cast<long>(offset + n)),
+                         torch::kFloat64);
+  };
+  out.loss = loss.item<double>();
+  EXPECT_NEAR(out.loss, expected[1], kFloat64ModelTolerance * expected[1]) << what;
+  out.logit_error = norm_relative_error(logits.detach().reshape(-1), reference(2, logits.numel()));
+  EXPECT_LT(out.logit_error, kFloat64ModelTolerance) << what;
+  size_t offset = 2 + static_cast<size_t>(logits.numel());
+  for (const auto& p : params) {
+    const double e = norm_relative_error(p.grad().reshape(-1), reference(offset, p.numel()));
+    EXPECT_LT(e, kFloat64ModelTolerance) << what << " parameter of " << p.sizes();
+    out.grad_error = std::max(out.grad_error, e);
+    offset += static_cast<size_t>(p.numel());
+  }
+  return out;
+}
+
+} // namespace meshsim::testing
