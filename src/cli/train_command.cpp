@@ -418,13 +418,10 @@ int run_train(TrainConfig config) {
   GpuFigures figures = figures_of(*r.mesh, outcome.trained ? &outcome.result : nullptr);
   if (!r.place)
     return finish_run(r, outcome, summary, figures);
+  const bool done = finish_parts(r, outcome, summary, figures); // local writes, and a barrier
   // A failed process of a run of processes ends within kFailedRankTeardown, whatever a peer
   // that is gone or hung leaves its teardown waiting on (exit_within).
-  const bool failed = outcome.code != kExitOk;
-  if (failed)
-    exit_within(kFailedRankTeardown, outcome.code);
-  const bool done = finish_parts(r, outcome, summary, figures);
-  if (!failed && outcome.code != kExitOk)
+  if (outcome.code != kExitOk)
     exit_within(kFailedRankTeardown, outcome.code);
   return done ? outcome.code : finish_run(r, outcome, summary, figures);
 }

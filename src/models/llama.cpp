@@ -120,9 +120,10 @@ int64_t llama_parameter_count(const TransformerShape& o) {
   // q and o: H², k and v: H·K·d each; two RMSNorms: H each; a dense MLP's gate, up, down:
   // H·F each, or an MoE layer's (moe_parameter_count).
   const int64_t block = 2 * h * h + 2 * h * kv * d + 2 * h;
+  const int64_t moe = o.moe.experts > 0 ? moe_parameter_count(llama_moe_options(o)) : 0;
   int64_t feed_forward = 0;
   for (int64_t l = 0; l < o.layers; ++l)
-    feed_forward += llama_moe_layer(o, l) ? moe_parameter_count(llama_moe_options(o)) : 3 * h * f;
+    feed_forward += llama_moe_layer(o, l) ? moe : 3 * h * f;
   return o.vocab * h + o.layers * block + feed_forward + h + o.vocab * h;
 }
 

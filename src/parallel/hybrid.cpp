@@ -175,15 +175,16 @@ std::vector<std::shared_ptr<const DropoutDraw>> micro_batch_draws(
     draw->seed = options.seed;
     draw->step = step;
     draw->samples = samples[static_cast<size_t>(m)];
-    const int64_t T = static_cast<size_t>(m) < inputs.size()
-                          ? inputs[static_cast<size_t>(m)].size(1)
-                          : options.shape.seq_len / dims.cp;
-    torch::Tensor positions = dims.cp > 1 ? cp_positions(T * dims.cp, dims.cp, coord.cp, torch::kLong)
-                                          : torch::arange(T, torch::kLong);
-    if (options.sequence_parallel && dims.tp > 1)
-      positions = positions.narrow(0, coord.tp * (T / dims.tp), T / dims.tp);
-    if (dims.cp > 1 || (options.sequence_parallel && dims.tp > 1))
-      draw->positions = positions;
+    const bool sequence_split = options.sequence_parallel && dims.tp > 1;
+    if (dims.cp > 1 || sequence_split) { // else undefined: the tokens 0..T-1
+      const int64_t T = static_cast<size_t>(m) < inputs.size()
+                            ? inputs[static_cast<size_t>(m)].size(1)
+                            : options.shape.seq_len / dims.cp;
+      draw->positions = dims.cp > 1 ? cp_positions(T * dims.cp, dims.cp, coord.cp, torch::kLong)
+                                    : torch::arange(T, torch::kLong);
+      if (sequence_split)
+        draw->positions = draw->positions.narrow(0, coord.tp * (T / dims.tp), T / dims.tp);
+    }
     draws.push_back(std::move(draw));
   }
   return draws;

@@ -84,6 +84,11 @@ struct MaskedScale : public torch::autograd::Function<MaskedScale> {
   }
 };
 
+// The draw an attention module's dropout masks with: its own, or this thread's.
+std::shared_ptr<const DropoutDraw> draw_of(const AttentionDropout& dropout) {
+  return dropout.draw ? dropout.draw : current_dropout_draw();
+}
+
 } // namespace
 
 DropoutScope::DropoutScope(std::shared_ptr<const DropoutDraw> draw)
@@ -156,7 +161,7 @@ torch::Tensor attention_dropout_keep(const DropoutDraw& draw, double p, int64_t 
 
 torch::Tensor AttentionDropout::keep(int64_t batch, int64_t heads, const torch::Tensor& q_positions,
                                      const torch::Tensor& k_positions) const {
-  const std::shared_ptr<const DropoutDraw> d = draw ? draw : current_dropout_draw();
+  const std::shared_ptr<const DropoutDraw> d = draw_of(*this);
   if (!d || !d->samples.defined() || d->samples.size(0) != batch)
     throw std::logic_error("attention dropout: no draw with the batch's " + std::to_string(batch) +
                            " sample indices is installed");
@@ -168,7 +173,7 @@ void AttentionDropout::save(torch::autograd::AutogradContext* ctx) const {
   ctx->saved_data["dropout.p"] = p;
   if (!(p > 0))
     return;
-  const std::shared_ptr<const DropoutDraw> d = draw ? draw : current_dropout_draw();
+  const std::shared_ptr<const DropoutDraw> d = draw_of(*this);
   if (!d)
     throw std::logic_error("attention dropout: no draw is installed");
   ctx->saved_data["dropout.layer"] = layer;

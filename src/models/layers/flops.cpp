@@ -32,16 +32,6 @@ LayerWork work(const std::string& name, const char* op, double flops, double byt
   return w;
 }
 
-// One GEMM kernel (a Linear, a convolution, the attention core) added to `w`.
-void add_gemm(LayerWork& w, double flops, double bytes) {
-  w.flops += flops;
-  w.bytes += bytes;
-  w.gemm_flops += flops;
-  w.gemm_bytes += bytes;
-  ++w.gemms;
-  ++w.kernels;
-}
-
 // FLOPs per element of an elementwise leaf, by its type name; 1 for anything unknown.
 double elementwise_flops(const std::string& type) {
   static const std::map<std::string, double> table = {
@@ -131,6 +121,15 @@ void count_composite(const torch::nn::Module& m, double rows, double width, doub
 }
 
 } // namespace
+
+void add_gemm(LayerWork& w, double flops, double bytes) {
+  w.flops += flops;
+  w.bytes += bytes;
+  w.gemm_flops += flops;
+  w.gemm_bytes += bytes;
+  ++w.gemms;
+  ++w.kernels;
+}
 
 LayerWork count_layer(const std::string& name, const torch::nn::Module& m, at::IntArrayRef in,
                       at::IntArrayRef out, double eb, int64_t sequence_parts) {

@@ -56,6 +56,10 @@ public:
   virtual void add_routed_work(LayerWork& total, double element_bytes) const = 0;
 };
 
+/// One GEMM kernel (a Linear, a convolution, the attention core, an expert's matmul) added to
+/// `w`: its flops and bytes, in the totals and the GEMM share, and one kernel.
+void add_gemm(LayerWork& w, double flops, double bytes);
+
 /// Implemented by attention modules (models/layers/attention.h), which is how the counts find
 /// attention: the width of one head, so that they know the [B, heads, T, T] score matrices an
 /// attention core without a fused kernel writes, and the features of the queries this module

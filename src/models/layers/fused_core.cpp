@@ -172,17 +172,13 @@ struct FusedAttentionFunction : public torch::autograd::Function<FusedAttentionF
         const torch::Tensor o_tile = out.narrow(1, r0, n).transpose(1, 2);
         const torch::Tensor delta = (do_tile.to(stats) * o_tile.to(stats)).sum(-1, true);
         torch::Tensor dp = torch::matmul(do_tile, vc.transpose(-2, -1)).to(stats);
-        if (dropout.p > 0) {
-          const torch::Tensor keep =
-              dropout.keep(q.size(0), q.size(1), q_positions.narrow(0, r0, n), k_positions);
-          dv.add_(torch::matmul(fused_drop(p.clone(), keep, dropout.p).to(v.scalar_type())
-                                    .transpose(-2, -1),
-                                do_tile)
-                      .to(stats));
+        torch::Tensor keep; // the tile's mask, with dropout
+        if (dropout.p > 0)
+          keep = dropout.keep(q.size(0), q.size(1), q_positions.narrow(0, r0, n), k_positions);
+        const torch::Tensor dropped = keep.defined() ? fused_drop(p.clone(), keep, dropout.p) : p;
+        dv.add_(torch::matmul(dropped.to(v.scalar_type()).transpose(-2, -1), do_tile).to(stats));
+        if (keep.defined())
           fused_drop(dp, keep, dropout.p);
-        } else {
-          dv.add_(torch::matmul(p.to(v.scalar_type()).transpose(-2, -1), do_tile).to(stats));
-        }
         ds = dp.sub_(delta).mul_(p);
       }
       if (d_lse.defined()) {

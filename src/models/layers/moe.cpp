@@ -198,12 +198,12 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x) {
     weight_of = weight_of.masked_select(kept);
   }
   // Grouped by expert, each expert's tokens in token order.
-  const auto [sorted_experts, order] = expert_of.sort(/*stable=*/true, 0, /*descending=*/false);
+  const torch::Tensor order = std::get<1>(expert_of.sort(/*stable=*/true, 0, /*descending=*/false));
   const torch::Tensor rows = token_of.index_select(0, order);
   const torch::Tensor weights = weight_of.index_select(0, order);
   {
     GpuGuard host(nullptr);
-    tokens_per_expert_ = torch::bincount(sorted_experts.cpu(), {}, o.experts);
+    tokens_per_expert_ = torch::bincount(expert_of.cpu(), {}, o.experts);
   }
   last_tokens_ = tokens;
   const auto* counts = tokens_per_expert_.data_ptr<int64_t>();
@@ -236,24 +236,18 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x) {
 void MoeImpl::add_routed_work(LayerWork& total, double eb) const {
   if (!tokens_per_expert_.defined())
     return;
-  const auto gemm = [&](double flops, double bytes) {
-    total.flops += flops, total.bytes += bytes;
-    total.gemm_flops += flops, total.gemm_bytes += bytes;
-    ++total.gemms, ++total.kernels;
-  };
   const double h = static_cast<double>(options_.hidden), f = static_cast<double>(options_.expert_ffn);
   const double e = static_cast<double>(options_.experts);
   const auto* counts = tokens_per_expert_.data_ptr<int64_t>();
-  double tokens = static_cast<double>(last_tokens_);
-  gemm(2 * tokens * h * e, (tokens * h + tokens * e + e * h) * eb); // the router
-  for (int64_t x = 0; x < options_.experts; ++x) {
-    const double n = static_cast<double>(counts[x]);
+  const double tokens = static_cast<double>(last_tokens_);
+  add_gemm(total, 2 * tokens * h * e, (tokens * h + tokens * e + e * h) * eb); // the router
+  for (int64_t expert = 0; expert < options_.experts; ++expert) {
+    const double n = static_cast<double>(counts[expert]);
     if (n == 0)
       continue;
-    // gate and up (H -> F each), then down (F -> H), with the expert's weights.
-    gemm(2 * n * h * f, (n * h + n * f + h * f) * eb);
-    gemm(2 * n * h * f, (n * h + n * f + h * f) * eb);
-    gemm(2 * n * f * h, (n * f + n * h + f * h) * eb);
+    // gate and up (H -> F each), then down (F -> H), each reading the expert's weights.
+    for (int gemm = 0; gemm < 3; ++gemm)
+      add_gemm(total, 2 * n * h * f, (n * h + n * f + h * f) * eb);
   }
 }
 
