@@ -120,12 +120,14 @@ void write_outputs(RunFolder& run, DeviceMesh& mesh, const TrainConfig& config,
   summary["gpus"] = figures.gpus;
   std::string plot_error;
   const std::string layout =
-      uses_mesh_layout(config) ? fmt::format(" (dp={}{} x tp={} x pp={}, zero {})",
+      uses_mesh_layout(config) ? fmt::format(" (dp={}{} x tp={} x pp={}{}, zero {})",
                                              config.gpus / (config.tp * config.pp * config.cp),
                                              config.cp > 1 ? fmt::format(" x cp={} ({})", config.cp,
                                                                          config.cp_comm)
                                                            : "",
-                                             config.tp, config.pp, config.zero)
+                                             config.tp, config.pp,
+                                             config.ep > 1 ? fmt::format(", ep={}", config.ep) : "",
+                                             config.zero)
                                : "";
   picture.title = fmt::format("meshsim: {} {} on {} virtual GPUs{}", config.model,
                               config.strategy, config.gpus, layout);

@@ -253,7 +253,7 @@ nlohmann::json announce(const TrainRun& r) {
                       {"micro_batches", config.micro_batches},
                       {"recompute", config.recompute},
                       {"sequence_parallel", config.sequence_parallel},
-                      {"cp", dims.cp}, {"cp_comm", config.cp_comm}}},
+                      {"cp", dims.cp}, {"cp_comm", config.cp_comm}, {"ep", dims.ep}}},
           {"model", config.model},
           {"parameters", parameters},
           {"device", config.device},

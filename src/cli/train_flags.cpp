@@ -33,6 +33,10 @@ void add_model_layout_flags(CLI::App& app, TrainConfig& c) {
   app.add_option("--cp-comm", c.cp_comm,
                  "how --cp brings keys and values to the queries: allgather | ring")
       ->capture_default_str();
+  add_integer_flag(app, "--ep", c.ep,
+                   "expert-parallel size (--moe-experts): the routed experts over ep ranks of "
+                   "the dp × cp ranks, tokens exchanged by all_to_all")
+      ->capture_default_str();
   add_integer_flag(app, "--zero", c.zero, "ZeRO stage on the data-parallel dimension: 0 | 1 | 2 | 3")
       ->capture_default_str();
   add_integer_flag(app, "--dp-shard", c.dp_shard,

@@ -36,12 +36,13 @@ ParallelDims layout_dims(const TrainConfig& c) {
   sizes.pp = c.pp;
   sizes.cp = c.cp;
   sizes.dp_shard = c.dp_shard;
+  sizes.ep = c.ep;
   return ParallelDims::make(sizes);
 }
 
 bool uses_mesh_layout(const TrainConfig& c) {
   return c.tp > 1 || c.pp > 1 || c.zero > 0 || c.micro_batches > 1 || c.recompute != "none" ||
-         c.cp > 1;
+         c.cp > 1 || c.ep > 1;
 }
 
 namespace {

@@ -17,6 +17,7 @@ StrategyOptions strategy_options(const TrainConfig& config) {
   options.pp = config.pp;
   options.cp = config.cp;
   options.cp_comm = config.cp_comm;
+  options.ep = config.ep;
   options.sequence_parallel = config.sequence_parallel;
   options.zero = config.zero;
   options.dp_shard = config.dp_shard;

@@ -52,6 +52,16 @@ void validate_layout(TrainConfig& c) {
                       static_cast<int64_t>(c.tp) * c.pp));
   const ParallelDims dims = ParallelDims::make(c.gpus, c.tp, c.pp, c.cp);
   require(c.zero >= 0 && c.zero <= 3, fmt::format("--zero must be 0, 1, 2 or 3, got {}", c.zero));
+  // Expert parallelism is carved out of the ranks that hold different data: dp × cp (with
+  // HSDP, the dp_shard × cp ranks of one replica).
+  require(c.ep >= 1, fmt::format("--ep must be at least 1, got {}", c.ep));
+  const int64_t expert_span =
+      int64_t{c.dp_shard > 0 ? c.dp_shard : dims.dp} * dims.cp;
+  require(expert_span % c.ep == 0,
+          fmt::format("--ep {} does not divide {} × --cp {} = {}", c.ep,
+                      c.dp_shard > 0 ? fmt::format("--dp-shard {}", c.dp_shard)
+                                     : fmt::format("dp {}", dims.dp),
+                      dims.cp, expert_span));
   // HSDP shards ZeRO's state within groups of --dp-shard ranks: stage 1 its optimizer state,
   // 2 its gradients too, 3 its parameters too; without ZeRO nothing is sharded.
   require(c.dp_shard >= 0, fmt::format("--dp-shard must be at least 1, got {}", c.dp_shard));
@@ -83,7 +93,7 @@ void validate_layout(TrainConfig& c) {
   require(c.schedule != "naive" || c.micro_batches == 1,
           "--schedule naive runs the whole batch at once; use --micro-batches 1, or gpipe or 1f1b");
   require(!uses_mesh_layout(c) || c.strategy == "ddp",
-          fmt::format("--tp, --pp, --cp, --zero, --micro-batches and --recompute run with --strategy ddp "
+          fmt::format("--tp, --pp, --cp, --ep, --zero, --micro-batches and --recompute run with --strategy ddp "
                       "(the default), not {}", c.strategy));
   require(c.cp_comm == "allgather" || c.cp_comm == "ring",
           fmt::format("unknown --cp-comm '{}' (choose allgather or ring)", c.cp_comm));

@@ -50,16 +50,18 @@ void validate_model_layout(const TrainConfig& c) {
           fmt::format("--attention applies to the attention of --model gpt and llama, not {}",
                       c.model));
   stage_layer_counts(c); // unequal stages: refused in one line unless they can be
+  require(c.ep == 1 || (family.transformer && c.shape.moe.experts > 0),
+          fmt::format("--ep {} splits a mixture of experts over ranks: it needs --moe-experts",
+                      c.ep));
   if (family.transformer) {
     const auto& g = c.shape;
     validate_shape(c.model, g);
-    // A mixture of experts trains on one GPU or data parallel today (models/layers/moe.h).
-    require(g.moe.experts == 0 ||
-                (c.tp == 1 && c.pp == 1 && c.cp == 1 && c.zero == 0 && c.micro_batches <= 1 &&
-                 c.micro_batch_size == 0 && c.recompute == "none" && c.strategy != "dp"),
-            "--moe-experts trains with --strategy single or ddp alone for now: --tp, --pp, --cp, "
-            "--zero, micro-batches, --recompute and --strategy dp do not take a mixture of "
-            "experts yet");
+    // A mixture of experts (models/layers/moe.h) splits over ep (parallel/expert/).
+    require(g.moe.experts == 0 || g.moe.experts % c.ep == 0,
+            fmt::format("--moe-experts {} is not divisible by --ep {}", g.moe.experts, c.ep));
+    require(g.moe.experts == 0 || (!c.sequence_parallel && c.strategy != "dp"),
+            "--moe-experts does not take --sequence-parallel or --strategy dp yet: its layers "
+            "route whole sequences on every rank");
     require(g.heads % c.tp == 0,
             fmt::format("--heads {} is not divisible by --tp {}", g.heads, c.tp));
     require(preset_kv_heads(g) % c.tp == 0,

@@ -2,7 +2,9 @@
 // attn.v, mlp.gate, mlp.up column-parallel; attn.o and mlp.down row-parallel; the head over
 // the vocabulary; the blocks as pipeline units. Attention shards whole heads, so each member
 // keeps heads/tp query heads and kv_heads/tp kv heads, exactly the ones its query heads read
-// (both must divide by tp).
+// (both must divide by tp). A mixture-of-experts layer's feed-forward stays whole on every
+// tensor-parallel member (its experts split over ep instead: parallel/expert/), each member
+// running it on the same tokens.
 #include "models/llama.h"
 
 namespace meshsim {
@@ -15,9 +17,11 @@ ParallelPlan llama_parallel_plan(const TransformerShape& o) {
     plan.linears.push_back({block + ".attn.k", ParallelStyle::Column});
     plan.linears.push_back({block + ".attn.v", ParallelStyle::Column});
     plan.linears.push_back({block + ".attn.o", ParallelStyle::Row});
-    plan.linears.push_back({block + ".mlp.gate", ParallelStyle::Column});
-    plan.linears.push_back({block + ".mlp.up", ParallelStyle::Column});
-    plan.linears.push_back({block + ".mlp.down", ParallelStyle::Row});
+    if (!llama_moe_layer(o, l)) {
+      plan.linears.push_back({block + ".mlp.gate", ParallelStyle::Column});
+      plan.linears.push_back({block + ".mlp.up", ParallelStyle::Column});
+      plan.linears.push_back({block + ".mlp.down", ParallelStyle::Row});
+    }
     plan.pipeline_units.push_back(block);
     plan.attention.push_back(block + ".attn");
   }

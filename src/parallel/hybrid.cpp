@@ -26,6 +26,7 @@
 // The class holds the rank's parts and drives a step; the pieces of work (wiring the
 // pipeline, splitting the batch, one stage's micro-batches, evaluation through the chunks,
 // dealing the stages' parameters back into model order) are functions of their own below.
+#include <algorithm>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -35,8 +36,10 @@
 #include "models/family.h"
 #include "mesh/parallel_dims.h"
 #include "models/gpt.h"
+#include "models/layers/moe.h"
 #include "models/layers/positions.h"
 #include "parallel/context/context_parallel.h"
+#include "parallel/expert/expert_parallel.h"
 #include "parallel/pipeline/pipeline.h"
 #include "parallel/replica.h"
 #include "parallel/pipeline/schedule.h"
@@ -125,6 +128,7 @@ double accumulate_micro_batches(RankContext& ctx, const PipelineStage& pipe,
   for (size_t m = 0; m < inputs.size(); ++m) {
     const DropoutScope dropout(m < pipe.dropout.size() ? pipe.dropout[m] : nullptr);
     const double weight = static_cast<double>(inputs[m].size(0)) / static_cast<double>(local_batch);
+    const MoeLossScale aux(weight * scale); // what the micro-batch's loss reaches backward with
     auto t = ctx.mark();
     std::vector<LayerWork> work;
     torch::Tensor loss = loss_fn(forward_counting(model, inputs[m], work), targets[m]) * weight;
@@ -265,6 +269,7 @@ ParallelDims mesh_dims(int world, const StrategyOptions& options) {
   sizes.pp = options.pp;
   sizes.cp = options.cp;
   sizes.dp_shard = options.dp_shard;
+  sizes.ep = options.ep;
   return ParallelDims::make(sizes);
 }
 
@@ -279,12 +284,30 @@ std::vector<std::pair<size_t, size_t>> tied_children(const torch::nn::Sequential
   return shared;
 }
 
-// The dense parameters' group: sharded over dp_shard × cp, averaged across the replicas.
-ParamGroup dense_group(const torch::nn::Sequential& stage, const ParallelDims& dims, int rank) {
-  ParamGroup group = all_parameters(stage, dims.group(rank, "dp_shard_cp"), "dp_shard_cp");
+// The parameter groups: the dense parameters sharded over dp_shard × cp and averaged across
+// the replicas; with expert parallelism the routed experts (`experts`, indices into the
+// stage's parameters) in a group of their own over edp, the ranks that hold the same experts,
+// their gradients scaled by 1/ep so that they too end averaged over dp × cp
+// (parallel/expert/expert_parallel.h).
+std::vector<ParamGroup> parameter_groups(const torch::nn::Sequential& stage,
+                                         const ParallelDims& dims, int rank,
+                                         const std::vector<size_t>& experts) {
+  ParamGroup dense = all_parameters(stage, dims.group(rank, "dp_shard_cp"), "dp_shard_cp");
   if (dims.dp_replicate > 1)
-    group.replicate = dims.group(rank, "dp_replicate");
-  return group;
+    dense.replicate = dims.group(rank, "dp_replicate");
+  if (dims.ep == 1 || experts.empty())
+    return {dense};
+  ParamGroup expert;
+  expert.dim = "edp";
+  expert.group = dims.group(rank, "edp");
+  expert.params = experts;
+  expert.gradient_scale = 1.0 / dims.ep;
+  std::vector<size_t> rest;
+  for (size_t i : dense.params)
+    if (std::find(experts.begin(), experts.end(), i) == experts.end())
+      rest.push_back(i);
+  dense.params = std::move(rest);
+  return {dense, expert};
 }
 
 /// Sequence parallelism's partial gradients summed over the tp group: in .grad for ZeRO 0 and
@@ -333,12 +356,16 @@ public:
         plan_(model_plan(options)) {
     stage_ = build_stage();
     options_.initial.reset(); // the weights are in the stage: the host's copy may go
-    // The optimizer updates this rank's shard (ZeRO >= 1) or all of its part.
-    optimizer_numel_ = count_parameters(*stage_);
-    const int shards = dims_.size("dp_shard_cp");
-    if (options.zero >= 1) optimizer_numel_ = (optimizer_numel_ + shards - 1) / shards;
-    // Every parameter is dense today: one group, sharded over dp_shard × cp.
-    std::vector<ParamGroup> groups{dense_group(stage_, dims_, ctx.rank)};
+    std::vector<ParamGroup> groups = parameter_groups(stage_, dims_, ctx.rank, experts_);
+    // The optimizer updates this rank's shard of each group (ZeRO >= 1) or all of its part.
+    const auto params = stage_->parameters();
+    for (const ParamGroup& group : groups) {
+      int64_t numel = 0;
+      for (size_t i : group.params)
+        numel += params[i].numel();
+      const int shards = group.group.size();
+      optimizer_numel_ += options.zero >= 1 ? (numel + shards - 1) / shards : numel;
+    }
     ZeroOptions zero;
     zero.stage = options.zero;
     zero.bucket_mb = options.bucket_mb;
@@ -366,6 +393,7 @@ public:
                           inputs, targets);
       pipe_.dropout = micro_batch_draws(options_, dims_, coord_, batch, inputs, micro_batches_,
                                         step_number);
+      pipe_.loss_factors = loss_factors(batch.size(), zero_->optimizer()->loss_scale());
       local_loss = forward_backward(ctx_, pipe_, actions_, inputs, targets, batch.size(),
                                     step_number, zero_->optimizer()->loss_scale());
     }
@@ -407,6 +435,14 @@ public:
       });
     else
       mine = zero_->full_parameters();  // whole over dp
+    if (dims_.ep > 1) { // the routed experts whole over ep
+      std::vector<torch::Tensor> slices;
+      for (size_t i : experts_)
+        slices.push_back(mine[i]);
+      slices = gather_experts(slices, ctx_.comm, dims_.group(ctx_.rank, "ep"));
+      for (size_t k = 0; k < experts_.size(); ++k)
+        mine[experts_[k]] = slices[k];
+    }
     // The head's copy of a tied embedding is not in the single-device model: one copy is.
     if (tied_.copy_index >= 0) mine.erase(mine.begin() + tied_.copy_index);
     if (coord_.dp != 0 || coord_.tp != 0 || coord_.cp != 0) return {};
@@ -444,9 +480,13 @@ private:
       if (dims_.tp > 1)
         parallelize_tensor(full, plan_, ctx_.comm, tp_, coord_.tp,
                            options_.sequence_parallel);
-      if (dims_.cp > 1)  // every attention module's core brings K/V from the cp group
+      if (dims_.cp > 1) { // every attention module's core brings K/V from the cp group
         parallelize_context(full, plan_, ctx_.comm, cp_, options_.cp_comm,
                             options_.attention == AttentionKind::Fused);
+        split_moe_sequences(full, ctx_.comm, cp_); // a balancing loss over whole sequences
+      }
+      if (dims_.ep > 1) // each rank keeps its slice of the routed experts
+        parallelize_experts(full, ctx_.comm, dims_.group(ctx_.rank, "ep"));
       // Parameter tensors of every chunk, in model order, for full_parameters(); and the
       // children of this rank's chunks, which form its stage.
       const int chunks = dims_.pp * options_.virtual_stages;
@@ -462,6 +502,7 @@ private:
       stage = dims_.pp > 1 ? children_module(full, mine) : full;
       if (word.defined()) note_tied_embedding(stage, word);
       set_recompute(stage, options_.recompute);
+      experts_ = expert_parameter_indices(stage);
     }
     return stage;
   }
@@ -488,6 +529,19 @@ private:
         tied_.weight = params[i].value();
         tied_.copy_index = static_cast<int>(i);
       }
+  }
+
+  // The factor each micro-batch's loss reaches backward with: its share of the replica's
+  // batch of `rows` samples (tensor_split's sizes) times the loss scale. A mixture of experts'
+  // balancing loss takes the same (MoeLossScale).
+  std::vector<double> loss_factors(int64_t rows, double scale) const {
+    std::vector<double> factors;
+    const int64_t M = micro_batches_;
+    for (int64_t m = 0; m < M && rows > 0; ++m) {
+      const int64_t size = rows / M + (m < rows % M ? 1 : 0);
+      factors.push_back(static_cast<double>(size) / static_cast<double>(rows) * scale);
+    }
+    return factors;
   }
 
   // The last stage's first tensor-parallel member speaks for its replica's tokens (each cp
@@ -520,6 +574,7 @@ private:
   int64_t optimizer_numel_ = 0;
   torch::nn::Sequential stage_;
   std::vector<torch::Tensor> sequence_params_; // their gradients are partial (tp group)
+  std::vector<size_t> experts_; // the routed experts' parameters (indices into stage_'s)
   std::unique_ptr<ZeroDataParallel> zero_;
   PipelineStage pipe_;
   std::vector<Action> actions_;

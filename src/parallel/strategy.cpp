@@ -36,7 +36,7 @@ std::vector<torch::Tensor> Strategy::full_parameters() {
 
 bool uses_hybrid(const StrategyOptions& o) {
   return o.tp > 1 || o.pp > 1 || o.zero > 0 || o.micro_batches > 1 ||
-         o.recompute != Recompute::None || o.cp > 1;
+         o.recompute != Recompute::None || o.cp > 1 || o.ep > 1;
 }
 
 torch::Dtype compute_dtype(const StrategyOptions& options) {

@@ -47,6 +47,7 @@ struct StrategyOptions {
   TransformerShape shape;               // --model gpt
   int tp = 1, pp = 1;           // the mesh: dp = world / (tp · pp · cp)
   int cp = 1;                   // context parallel: the sequence over cp ranks
+  int ep = 1;                   // expert parallel: the routed experts over ep ranks of dp × cp
   std::string cp_comm = "allgather"; // how cp brings K/V to the queries: allgather | ring
   bool sequence_parallel = false; // with tp > 1: norms and residuals on 1/tp of the sequence
   int zero = 0;                 // ZeRO stage on the data-parallel dimension

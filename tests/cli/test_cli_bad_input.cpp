@@ -556,7 +556,17 @@ TEST(CliBadInput, ImpossibleMixturesOfExpertsAreOneLine) {
       {llama + "--moe-top-k 1", "give --moe-experts too"},
       {llama + "--moe-experts 4 --moe-router topk", "unknown --moe-router 'topk'"},
       {llama + "--moe-experts 4 --moe-dense-layers 2", "--moe-dense-layers 2"},
-      {llama + "--moe-experts 4 --gpus 2 --tp 2", "--moe-experts trains with --strategy single"},
+      {llama + "--moe-experts 4 --gpus 2 --tp 2 --sequence-parallel",
+       "--moe-experts does not take --sequence-parallel"},
+      {llama + "--moe-experts 6 --gpus 4 --ep 4", "--moe-experts 6 is not divisible by --ep 4"},
+      {llama + "--moe-experts 8 --moe-top-k 9", "--moe-top-k 9"},
+      {llama + "--moe-experts 8 --gpus 4 --ep 8", "--ep 8 does not divide dp 4 × --cp 1 = 4"},
+      {llama + "--moe-experts 8 --gpus 4 --tp 2 --ep 4", "--ep 4 does not divide dp 2 × --cp 1"},
+      {llama + "--moe-experts 8 --gpus 8 --zero 1 --dp-shard 2 --ep 4",
+       "--ep 4 does not divide --dp-shard 2 × --cp 1 = 2"},
+      {llama + "--gpus 2 --ep 2", "--ep 2 splits a mixture of experts over ranks: it needs "
+                                  "--moe-experts"},
+      {"train --model cnn --gpus 2 --ep 2", "--ep 2 splits a mixture of experts"},
       {"plan --model llama --moe-experts 4 --cluster 8xh100", "does not plan a mixture of experts"},
   };
   for (const auto& c : cases)

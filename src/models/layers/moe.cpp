@@ -141,21 +141,27 @@ torch::Tensor capacity_keep(const torch::Tensor& experts, int64_t num_experts, i
 }
 
 torch::Tensor balancing_loss(const torch::Tensor& experts, const torch::Tensor& probabilities,
-                             int64_t num_experts, int64_t sequence_length, double alpha) {
+                             int64_t num_experts, int64_t sequence_length, double alpha,
+                             const MoeSequenceParts& split) {
   const int64_t n = experts.size(0), k = experts.size(1);
   if (sequence_length < 1 || n % sequence_length != 0)
     throw std::invalid_argument(
         fmt::format("moe: {} tokens are not whole sequences of {}", n, sequence_length));
-  const int64_t sequences = n / sequence_length;
+  const int64_t sequences = n / sequence_length, parts = split.parts;
   const torch::Tensor choices = experts.reshape({sequences, sequence_length * k});
-  const torch::Tensor counts =
+  torch::Tensor counts =
       torch::zeros({sequences, num_experts}, probabilities.options())
           .scatter_add_(1, choices, torch::ones(choices.sizes(), probabilities.options()));
-  const torch::Tensor fraction = counts / static_cast<double>(sequence_length * k); // f, [S, E]
-  const torch::Tensor mean_probability =
+  if (parts > 1)
+    split.sum(counts); // the whole sequence's choices
+  const torch::Tensor fraction =
+      counts / static_cast<double>(parts * sequence_length * k); // f, [S, E]
+  torch::Tensor mean_probability =
       probabilities.view({sequences, sequence_length, num_experts}).mean(1); // P, [S, E]
+  if (parts > 1)
+    mean_probability = mean_probability / static_cast<double>(parts);
   return (fraction * mean_probability).sum(-1).mean() *
-         (alpha * static_cast<double>(num_experts));
+         (alpha * static_cast<double>(num_experts * parts));
 }
 
 MoeImpl::MoeImpl(const MoeOptions& o, const torch::TensorOptions& t) : options_(o) {
@@ -206,31 +212,56 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x) {
     tokens_per_expert_ = torch::bincount(expert_of.cpu(), {}, o.experts);
   }
   last_tokens_ = tokens;
-  const auto* counts = tokens_per_expert_.data_ptr<int64_t>();
-  std::vector<torch::Tensor> outputs;
-  int64_t begin = 0;
-  for (int64_t e = 0; e < o.experts; ++e) {
-    const int64_t n = counts[e];
-    if (n == 0)
-      continue;
-    const torch::Tensor h = flat.index_select(0, rows.narrow(0, begin, n));
-    const torch::Tensor inner = torch::silu(torch::matmul(h, expert_gate[e].t())) *
-                                torch::matmul(h, expert_up[e].t());
-    outputs.push_back(torch::matmul(inner, expert_down[e].t()) *
-                      weights.narrow(0, begin, n).unsqueeze(1));
-    begin += n;
-  }
-  torch::Tensor out = torch::zeros_like(flat);
-  if (!outputs.empty())
-    out = out.index_add(0, rows, torch::cat(outputs));
+  const torch::Tensor routed = flat.index_select(0, rows);
+  const torch::Tensor expert_out = dispatch_ ? dispatch_->run(*this, routed, tokens_per_expert_)
+                                             : run_local_experts(routed, tokens_per_expert_);
+  torch::Tensor out = torch::zeros_like(flat).index_add(0, rows,
+                                                        expert_out * weights.unsqueeze(1));
   if (shared_)
     out = out + shared_->forward(flat);
   if (o.aux_loss > 0 && is_training()) {
     const torch::Tensor aux = balancing_loss(routing.experts, routing.probabilities, o.experts,
-                                             x.size(1), o.aux_loss);
+                                             x.size(1), o.aux_loss, sequence_parts_);
     out = CarryBalancingLoss::apply(out, aux, MoeLossScale::current());
   }
   return out.view(x.sizes());
+}
+
+torch::Tensor MoeImpl::run_local_experts(const torch::Tensor& rows, const torch::Tensor& counts) {
+  expert_load_ = counts;
+  const auto* n_of = counts.data_ptr<int64_t>();
+  std::vector<torch::Tensor> outputs;
+  int64_t begin = 0;
+  for (int64_t e = 0; e < counts.numel(); ++e) {
+    const int64_t n = n_of[e];
+    if (n == 0)
+      continue;
+    const torch::Tensor h = rows.narrow(0, begin, n);
+    const torch::Tensor inner = torch::silu(torch::matmul(h, expert_gate[e].t())) *
+                                torch::matmul(h, expert_up[e].t());
+    outputs.push_back(torch::matmul(inner, expert_down[e].t()));
+    begin += n;
+  }
+  // No rows: still an output of `rows`, so that backward reaches (and exchanges) them.
+  return outputs.empty() ? rows * 0 : torch::cat(outputs);
+}
+
+void MoeImpl::keep_experts(int64_t first, int64_t count, std::shared_ptr<ExpertDispatch> dispatch) {
+  const int64_t total = options_.experts;
+  if (first < 0 || count < 1 || first + count > total || local_experts() != total)
+    throw std::invalid_argument(fmt::format(
+        "moe: cannot keep experts {} to {} of a layer holding {} of {}", first, first + count - 1,
+        local_experts(), total));
+  torch::NoGradGuard no_grad;
+  for (torch::Tensor* weight : {&expert_gate, &expert_up, &expert_down}) {
+    const std::string name = weight == &expert_gate ? "expert_gate"
+                             : weight == &expert_up ? "expert_up"
+                                                    : "expert_down";
+    *weight = weight->narrow(0, first, count).clone().requires_grad_(true);
+    parameters_[name] = *weight;
+  }
+  first_expert_ = first;
+  dispatch_ = std::move(dispatch);
 }
 
 void MoeImpl::add_routed_work(LayerWork& total, double eb) const {
@@ -238,10 +269,12 @@ void MoeImpl::add_routed_work(LayerWork& total, double eb) const {
     return;
   const double h = static_cast<double>(options_.hidden), f = static_cast<double>(options_.expert_ffn);
   const double e = static_cast<double>(options_.experts);
-  const auto* counts = tokens_per_expert_.data_ptr<int64_t>();
   const double tokens = static_cast<double>(last_tokens_);
   add_gemm(total, 2 * tokens * h * e, (tokens * h + tokens * e + e * h) * eb); // the router
-  for (int64_t expert = 0; expert < options_.experts; ++expert) {
+  if (!expert_load_.defined())
+    return;
+  const auto* counts = expert_load_.data_ptr<int64_t>();
+  for (int64_t expert = 0; expert < expert_load_.numel(); ++expert) {
     const double n = static_cast<double>(counts[expert]);
     if (n == 0)
       continue;

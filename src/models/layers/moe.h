@@ -22,10 +22,18 @@
 // same loss, as the language-model loss does. It reaches the router through autograd: the
 // layer's output carries it, and its backward adds d loss / d aux, the factor the strategy
 // multiplies the language-model loss by before backward (1, or a loss scale; MoeLossScale), as
-// Megatron's MoEAuxLossAutoScaler does.
+// Megatron's MoEAuxLossAutoScaler does. When a rank holds only part of each sequence (context
+// parallelism), the sequence's counts are summed over the parts (MoeSequenceParts) so that
+// the loss is the whole sequence's.
+//
+// Where the experts run is a slot (ExpertDispatch): by default all E on this rank; expert
+// parallelism (parallel/expert/) keeps a slice of them on each rank of an ep group and sends
+// each assignment's token to the rank that holds its expert and back (all_to_all).
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -76,11 +84,37 @@ torch::Tensor capacity_keep(const torch::Tensor& experts, int64_t num_experts, i
 /// ceil(factor · tokens · k / E): an expert's capacity under a capacity factor.
 int64_t expert_capacity(double factor, int64_t tokens, int64_t top_k, int64_t experts);
 
+
+/// Under context parallelism a rank holds `parts` pieces of every sequence, one per rank of a
+/// group; `sum` adds a tensor over those ranks in place (not differentiated: the balancing
+/// loss's counts).
+struct MoeSequenceParts {
+  int parts = 1;
+  std::function<void(torch::Tensor&)> sum;
+};
+
 /// Switch's balancing loss of one forward: α·E·Σ_e f_e·P_e per sequence of `sequence_length`
 /// tokens, averaged over the sequences (see the top). `experts` [N, k] the router's choices,
 /// `probabilities` [N, E]; N a multiple of sequence_length. Differentiable in probabilities.
+/// With `split` of parts p > 1, the N tokens are this rank's 1/p of each sequence: f is the
+/// whole sequence's (counts summed over the parts), P this part's sum over the whole
+/// sequence's length, and the loss is multiplied by p, so that the parts' average (the
+/// gradients' average over the cp group) is the whole sequences' loss.
 torch::Tensor balancing_loss(const torch::Tensor& experts, const torch::Tensor& probabilities,
-                             int64_t num_experts, int64_t sequence_length, double alpha);
+                             int64_t num_experts, int64_t sequence_length, double alpha,
+                             const MoeSequenceParts& split = {});
+
+class MoeImpl;
+
+/// Where a layer's routed experts run. `rows` [n, H] are the assignments' token rows grouped
+/// by expert in expert order, `counts` (int64 [E], on the host) how many each expert has;
+/// returns the experts' outputs [n, H] in the same order, unweighted.
+class ExpertDispatch {
+public:
+  virtual ~ExpertDispatch() = default;
+  virtual torch::Tensor run(MoeImpl& layer, const torch::Tensor& rows,
+                            const torch::Tensor& counts) = 0;
+};
 
 class MoeImpl : public FeedForward, public RoutedWork {
 public:
@@ -88,9 +122,25 @@ public:
   /// x [B, T, H] -> [B, T, H].
   torch::Tensor forward(const torch::Tensor& x) override;
   const MoeOptions& options() const { return options_; }
-  /// Tokens each expert ran in the last forward (after capacity), int64 [E] on the host.
+  /// Assignments this rank's tokens sent to each expert in the last forward (after capacity),
+  /// int64 [E] on the host.
   const torch::Tensor& tokens_per_expert() const { return tokens_per_expert_; }
+  /// Rows each of this rank's experts ran in the last forward (from every rank of its ep
+  /// group), int64 [local experts] on the host.
+  const torch::Tensor& expert_load() const { return expert_load_; }
   void add_routed_work(LayerWork& total, double element_bytes) const override;
+
+  /// Keeps experts first .. first + count - 1 of the E (their slices of the stacked weights
+  /// become the parameters, in the same places) and runs them through `dispatch`. Expert
+  /// parallelism's, once, before the layer is trained.
+  void keep_experts(int64_t first, int64_t count, std::shared_ptr<ExpertDispatch> dispatch);
+  int64_t first_expert() const { return first_expert_; }
+  int64_t local_experts() const { return expert_gate.size(0); }
+  /// Runs this rank's experts: `rows` [n, H] grouped by local expert, `counts` (int64, on the
+  /// host) how many rows each of them has. Returns their outputs [n, H] in the same order.
+  torch::Tensor run_local_experts(const torch::Tensor& rows, const torch::Tensor& counts);
+  /// Context parallelism: the balancing loss sums its counts over the sequence's parts.
+  void split_sequences(MoeSequenceParts parts) { sequence_parts_ = std::move(parts); }
 
   torch::Tensor router, expert_gate, expert_up, expert_down;  // [E,H], [E,F,H] ×2, [E,H,F]
   torch::Tensor router_bias;  // buffer [E]: the sigmoid router's steering bias (zeros)
@@ -98,7 +148,11 @@ public:
 private:
   MoeOptions options_;
   std::shared_ptr<SwiGluMlpImpl> shared_;
-  torch::Tensor tokens_per_expert_;
+  std::shared_ptr<ExpertDispatch> dispatch_;  // null: every expert here
+  MoeSequenceParts sequence_parts_;
+  int64_t first_expert_ = 0;
+  torch::Tensor tokens_per_expert_;  // [E]: the router's choices for this rank's tokens
+  torch::Tensor expert_load_;        // [local experts]: the rows this rank's experts ran
   int64_t last_tokens_ = 0;
 };
 TORCH_MODULE(Moe);

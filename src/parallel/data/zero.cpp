@@ -157,6 +157,7 @@ void ZeroDataParallel::State::build_units(const std::vector<std::vector<size_t>>
     auto unit = std::make_shared<FlatUnit>(make_flat_unit(std::move(current[g]), shards));
     unit->group = groups[g].group;
     unit->replicate = groups[g].replicate;
+    unit->gradient_scale = groups[g].gradient_scale;
     unit->member = unit->group.index_of(ctx.rank);
     units.push_back(std::move(unit));
     current[g].clear();
@@ -315,9 +316,12 @@ void ZeroDataParallel::State::wait_in_flight() {
 }
 
 void ZeroDataParallel::State::average_over_replicas(FlatUnit& unit, torch::Tensor& t) {
-  // HSDP: the group's average, then the replicas' (equal sizes: the average of all of dp).
+  // HSDP: the group's average, then the replicas' (equal sizes: the average of all of dp);
+  // then the group's scale (expert parallelism's experts).
   if (unit.replicate.size() > 1)
     ctx.comm.all_reduce(t, ReduceOp::Avg, unit.replicate);
+  if (unit.gradient_scale != 1)
+    t.mul_(unit.gradient_scale);
 }
 
 void ZeroDataParallel::State::gather(FlatUnit& unit) {

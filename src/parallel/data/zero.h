@@ -48,6 +48,9 @@ struct ParamGroup {
   /// or one rank: no replication.
   Group replicate;
   std::string replicate_dim = "dp_replicate";
+  /// The averaged gradients are multiplied by this: expert parallelism's experts, averaged
+  /// over edp, take 1/ep to be averaged over dp × cp (parallel/expert/expert_parallel.h).
+  double gradient_scale = 1;
 };
 
 /// One group over `group` holding every parameter of `model`.

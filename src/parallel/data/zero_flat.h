@@ -24,6 +24,7 @@ struct FlatUnit {
   int64_t shard_numel = 0;           // padded / shards
   Group group;                       // the ranks it is reduced and sharded over
   Group replicate;                   // HSDP: the replicas its shard's gradient is averaged over
+  double gradient_scale = 1;         // its group's (ParamGroup::gradient_scale)
   int member = 0;                    // this rank's index in `group`: which shard it owns
 
   torch::Tensor full;       // [padded], charged to parameters

@@ -9,6 +9,7 @@
 
 #include "memory/allocator.h"
 #include "models/layers/flops.h"
+#include "models/layers/moe.h"
 #include "parallel/replica.h"
 
 namespace meshsim {
@@ -217,6 +218,9 @@ double run_pipeline_step(
       const DropoutScope dropout(static_cast<size_t>(m) < stage.dropout.size()
                                      ? stage.dropout[static_cast<size_t>(m)]
                                      : nullptr);
+      const MoeLossScale aux(static_cast<size_t>(m) < stage.loss_factors.size()
+                                 ? stage.loss_factors[static_cast<size_t>(m)]
+                                 : 1.0);
       const auto t = ctx.mark();
       torch::Tensor out = forward_counting(module_of(k), first ? inputs[m] : mb.input, mb.work);
       if (last) {

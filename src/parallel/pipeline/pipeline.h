@@ -62,6 +62,10 @@ struct PipelineStage {
   /// This step's dropout draw of each micro-batch, installed around its forwards (empty: no
   /// dropout; models/layers/dropout.h).
   std::vector<std::shared_ptr<const DropoutDraw>> dropout;
+  /// The factor each micro-batch's loss reaches backward with (its share of the local batch
+  /// times the loss scale), installed around its forwards for a mixture of experts' balancing
+  /// loss (MoeLossScale, models/layers/moe.h); empty: 1.
+  std::vector<double> loss_factors;
   int virtual_stages() const { return chunks.empty() ? 1 : static_cast<int>(chunks.size()); }
 };
 
