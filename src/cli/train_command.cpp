@@ -286,6 +286,10 @@ Outcome train_into(TrainRun& r, nlohmann::json& summary) {
     summary["test_samples"] = result.test_samples;
     summary["train_seconds"] = result.train_seconds;
     summary["collectives"] = collectives_json(result.recorders);
+    if (!result.routing.empty()) { // a mixture of experts' routing, every step (report/routing.h)
+      summary["routing"] = routing_summary(result.routing);
+      write_file_atomic(r.run->dir() / "routing.csv", routing_csv(result.routing));
+    }
     if (result.stopped == StopReason::Diverged) {
       o.code = kExitDiverged, o.error = result.stop_message;
       summary.erase("test_accuracy");

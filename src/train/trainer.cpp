@@ -11,6 +11,7 @@
 #include "data/sampler.h"
 #include "memory/allocator.h"
 #include "mesh/rank_runner.h"
+#include "models/layers/moe.h"
 #include "parallel/strategy.h"
 #include "train/checkpoint.h"
 #include "train/evaluate.h"
@@ -19,6 +20,30 @@
 
 namespace meshsim {
 namespace {
+
+// What every MoE layer of this rank's model routed in the step just taken (report/routing.h).
+// The layer is the block's index, from its name ("block3.mlp").
+void record_routing(const torch::nn::Sequential& model, int rank, int64_t step,
+                    std::vector<RoutingRecord>& out) {
+  for (const auto& item : model->named_modules("", /*include_self=*/false)) {
+    const auto* moe = item.value()->as<MoeImpl>();
+    if (!moe || !moe->tokens_per_expert().defined())
+      continue;
+    RoutingRecord r;
+    r.step = step;
+    r.rank = rank;
+    const std::string& name = item.key();
+    const size_t digits = name.find_first_of("0123456789");
+    r.layer = digits == std::string::npos ? 0 : std::stoll(name.substr(digits));
+    r.first_expert = moe->first_expert();
+    const torch::Tensor& routed = moe->tokens_per_expert();
+    r.routed.assign(routed.data_ptr<int64_t>(), routed.data_ptr<int64_t>() + routed.numel());
+    const torch::Tensor& ran = moe->expert_load();
+    if (ran.defined())
+      r.ran.assign(ran.data_ptr<int64_t>(), ran.data_ptr<int64_t>() + ran.numel());
+    out.push_back(std::move(r));
+  }
+}
 
 bool same_use(const MemoryStats& a, const MemoryStats& b) {
   return a.capacity == b.capacity && a.current == b.current &&
@@ -192,6 +217,8 @@ private:
       train_seconds_ += ctx_.now() - t0;
       ++step_;
       state_bytes_ = std::max(state_bytes_, model_state_bytes(ctx_.gpu));
+      if (config_.shape.moe.experts > 0)
+        record_routing(strategy_.model(), ctx_.rank, step_, routing_);
       window_samples_ += global_loader_ ? b.size() : b.size() * shard_.replicas;
       if (ctx_.rank == 0 && !std::isfinite(last_loss_))
         s_.stop.request(StopReason::Diverged,
@@ -256,6 +283,10 @@ private:
     TrainResult& result = s_.result;
     result.eval_peak_bytes[ctx_.rank] = eval_peak_; // each rank its own element
     result.model_state_bytes[ctx_.rank] = state_bytes_;
+    if (!routing_.empty()) {
+      std::lock_guard<std::mutex> lock(s_.result_mutex);
+      result.routing.insert(result.routing.end(), routing_.begin(), routing_.end());
+    }
     if (ctx_.rank == 0) {
       progress_.finish();
       std::lock_guard<std::mutex> lock(s_.result_mutex);
@@ -268,6 +299,7 @@ private:
     }
   }
 
+  std::vector<RoutingRecord> routing_; // this rank's, every step
   SharedRun& s_;
   const TrainConfig& config_;
   RankContext& ctx_;

@@ -10,6 +10,7 @@
 #include "data/dataset.h"
 #include "mesh/device_mesh.h"
 #include "parallel/strategy.h"
+#include "report/routing.h"
 #include "report/run_folder.h"
 #include "train/checkpoint.h"
 #include "config/config.h"
@@ -31,6 +32,7 @@ struct TrainResult {
   std::vector<int64_t> eval_peak_bytes;        // per GPU: the peak while evaluating
   std::vector<int64_t> model_state_bytes;      // per GPU: parameters + gradients + optimizer
                                                // held between steps (the most at any step end)
+  std::vector<RoutingRecord> routing;          // a mixture of experts': every step, rank, layer
 };
 
 /// The training steps of one epoch over `train_samples`, as every rank counts them.

@@ -5,7 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <map>
 #include <regex>
+#include <sstream>
+#include <tuple>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "cli_harness.h"
 
@@ -152,4 +158,59 @@ TEST(CliReport, SixtyFourGpusMakeAPageUnderFiveMegabytes) {
   const auto l = load_in_chromium(chromium, out / "report.html", out / "chromium");
   expect_rendered(l, 7); // no prediction
   fs::remove_all(out);
+}
+
+// A mixture of experts' run on 4 GPUs with ep 2: routing.csv holds every step, rank and MoE
+// layer, and what it says adds up: each rank's tokens made top_k assignments each, and each
+// expert ran exactly the assignments the two ranks of its ep group sent it. The page draws
+// the routing section's two charts beside the others, with no console message.
+TEST(CliReport, ExpertParallelRunRecordsItsRoutingAndDrawsIt) {
+  const fs::path out = fresh_dir("routing");
+  const int64_t batch = 4, seq = 16, top_k = 2, experts = 4, steps = 3;
+  auto r = run_meshsim(fmt::format(
+      "train --model llama --layers 3 --hidden 16 --heads 4 --seq-len {} --moe-experts {} "
+      "--moe-top-k {} --moe-dense-layers 1 --gpus 4 --ep 2 --batch-size {} --max-steps {} "
+      "--data synthetic --synthetic-train 256 --synthetic-test 16 --out {}",
+      seq, experts, top_k, batch, steps, out.string()));
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::istringstream csv(read_text(out / "routing.csv"));
+  std::string line;
+  std::getline(csv, line);
+  EXPECT_EQ(line, "step,rank,layer,expert,routed,ran");
+  // (step, rank, layer) -> assignments; (step, layer, expert) -> sent, and ran.
+  std::map<std::tuple<int64_t, int64_t, int64_t>, int64_t> per_rank, sent, ran;
+  int64_t rows = 0;
+  while (std::getline(csv, line)) {
+    std::vector<std::string> f;
+    std::stringstream cells(line);
+    for (std::string c; std::getline(cells, c, ',');)
+      f.push_back(c);
+    if (f.size() == 5)
+      f.push_back("");
+    ASSERT_EQ(f.size(), 6u) << line;
+    const int64_t step = std::stoll(f[0]), rank = std::stoll(f[1]), layer = std::stoll(f[2]),
+                  expert = std::stoll(f[3]), routed = std::stoll(f[4]);
+    per_rank[{step, rank, layer}] += routed;
+    // ep groups are {0, 1} and {2, 3}: an expert's rows come from its group's two ranks.
+    sent[{step, layer, expert * 2 + rank / 2}] += routed;
+    if (!f[5].empty())
+      ran[{step, layer, expert * 2 + rank / 2}] += std::stoll(f[5]);
+    ++rows;
+  }
+  EXPECT_EQ(rows, steps * 4 * 2 * experts); // 4 ranks, 2 MoE layers (1 and 2)
+  for (const auto& [key, n] : per_rank)
+    EXPECT_EQ(n, batch * seq * top_k) << "step " << std::get<0>(key) << " rank "
+                                      << std::get<1>(key);
+  EXPECT_EQ(ran, sent);
+  const nlohmann::json routing = read_json(out / "summary.json")["routing"];
+  EXPECT_EQ(routing["experts"], experts);
+  EXPECT_EQ(routing["layers"], nlohmann::json({1, 2}));
+  EXPECT_EQ(routing["steps"].size(), static_cast<size_t>(steps));
+  const std::string chromium = find_chromium();
+  if (chromium.empty())
+    GTEST_SKIP() << "no Chromium (apt-get install chromium): the page was written but not loaded";
+  const Loaded l = load_in_chromium(chromium, out / "report.html", out / "browser");
+  expect_rendered(l, 9); // the 7 of a run without a prediction, and the routing's 2
+  for (const char* id : {"chart-routing-tokens", "chart-routing-imbalance"})
+    EXPECT_NE(l.dom.find(id), std::string::npos) << id;
 }

@@ -75,7 +75,7 @@
     const rows = [
       ['status', s.status + (s.error ? ': ' + s.error : '')],
       ['strategy', s.strategy + ' on ' + s.world_size + ' virtual GPUs (' + s.device + ')'],
-      ['layout', 'dp ' + l.dp + ' × tp ' + l.tp + ' × pp ' + l.pp + ', zero ' + l.zero + (l.pp > 1 ? ', ' + l.schedule + ' schedule' : '') + ', ' + l.micro_batches + ' micro-batches, recompute ' + l.recompute],
+      ['layout', 'dp ' + l.dp + (l.cp > 1 ? ' × cp ' + l.cp : '') + ' × tp ' + l.tp + ' × pp ' + l.pp + (l.ep > 1 ? ', ep ' + l.ep : '') + ', zero ' + l.zero + (l.pp > 1 ? ', ' + l.schedule + ' schedule' : '') + ', ' + l.micro_batches + ' micro-batches, recompute ' + l.recompute],
       ['model', s.model + ' (' + fmtNum(s.parameters, 0) + ' parameters)'],
       ['batch', s.batch_size + ' per replica, ' + s.global_batch_size + ' global'],
       ['steps', fmtNum(s.steps, 0)],
@@ -225,6 +225,35 @@
     table(sec, ['group', 'ranks', 'op', 'calls', 'bytes', 'mean size', 'ms (measured)'], rows);
   }
 
+  const palette = ['#4e79a7', '#f28e2b', '#e15759', '#76b7b2', '#59a14f', '#edc948', '#b07aa1', '#ff9da7', '#9c755f', '#bab0ac'];
+  function routingSection(d) {
+    const r = d.summary.routing;
+    if (!r) return;
+    const sec = section('Routing', 'A mixture of experts\' routing as the run recorded it (routing.csv has every step, rank and layer): the tokens sent to each expert over the run, each step\'s imbalance (the busiest expert\'s tokens over the mean: 1 is balanced), and each GPU\'s experts beside its memory peak.');
+    const row = el(sec, 'div', { className: 'row' });
+    chart('routing-tokens', canvas(row, 'routing-tokens', 'half'), {
+      type: 'bar',
+      data: { labels: Array.from({ length: r.experts }, (_, e) => 'expert ' + e),
+        datasets: r.layers.map((layer, i) => ({ label: 'layer ' + layer, data: r.tokens_per_expert[layer], backgroundColor: palette[i % palette.length] })) },
+      options: { scales: { y: { beginAtZero: true, title: { display: true, text: 'tokens over the run' } } } },
+    });
+    chart('routing-imbalance', canvas(row, 'routing-imbalance', 'half'), {
+      type: 'line',
+      data: { labels: r.steps, datasets: r.layers.map((layer, i) => ({ label: 'layer ' + layer, data: r.imbalance[layer], borderColor: palette[i % palette.length], pointRadius: 0 })) },
+      options: { scales: { x: { title: { display: true, text: 'step' } }, y: { beginAtZero: true, title: { display: true, text: 'busiest expert ÷ mean' } } } },
+    });
+    const gpus = d.summary.gpus || [];
+    // The hottest GPU is the one whose experts ran the most rows in one step: a step's
+    // activations are what a peak holds, not the run's total.
+    const loads = r.ranks.map((k) => k.most_rows_in_a_step);
+    const most = Math.max(...loads), least = Math.min(...loads);
+    table(sec, ['GPU', 'experts held', 'rows its experts ran', 'in its busiest step', 'peak memory', ''], r.ranks.map((k) => [
+      String(k.rank), k.experts[0] === k.experts[1] ? String(k.experts[0]) : k.experts[0] + '–' + k.experts[1],
+      fmtNum(k.rows_ran, 0), fmtNum(k.most_rows_in_a_step, 0), gpus[k.rank] ? fmtBytes(gpus[k.rank].peak_bytes) : '–',
+      most !== least && k.most_rows_in_a_step === most ? 'hottest' : most !== least && k.most_rows_in_a_step === least ? 'coolest' : '',
+    ]));
+  }
+
   function predictionSection(d) {
     const p = d.prediction, s = d.summary;
     if (!p) return;
@@ -250,7 +279,7 @@
   try {
     const d = JSON.parse(document.getElementById('meshsim-data').textContent);
     el(document.getElementById('report'), 'h1', {}, d.title);
-    [summarySection, trainingSection, memorySection, collectivesSection, predictionSection].forEach((f) => {
+    [summarySection, trainingSection, memorySection, routingSection, collectivesSection, predictionSection].forEach((f) => {
       try { f(d); } catch (e) { showError(f.name + ': ' + e.message); }
     });
     body.dataset.chartsRendered = String(drawn);
