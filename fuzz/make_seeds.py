@@ -62,6 +62,14 @@ records = {
                          "peer": -1, "start_s": 0.01, "end_s": 0.02}],
     }, {"compute": [], "collectives": []}],
 }
+# fuzz_routing: the first byte is the plan's experts less one, then a routing.csv.
+routing = "step,rank,layer,expert,routed,ran\n" + "".join(
+    f"{step},{rank},1,{e},{n},{n if e // 2 == rank else ''}\n"
+    for step in (1, 2) for rank in (0, 1) for e, n in enumerate((3, 1, 0, 4) if step == 1 else (5, 1, 1, 1)))
+put("fuzz_routing", "two-ranks-8", bytes([7]) + routing.encode())
+put("fuzz_routing", "two-ranks-3", bytes([2]) + routing.encode())
+put("fuzz_routing", "header-only", bytes([3]) + b"step,rank,layer,expert,routed,ran\n")
+
 put("fuzz_records", "two-ranks.json", json.dumps(records, indent=1))
 put("fuzz_records", "empty.json", json.dumps({"format": "meshsim-records-1",
                                               "samples_per_step": 1, "ranks": []}))

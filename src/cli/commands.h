@@ -73,6 +73,8 @@ struct PlanArgs {
   bool search = false;     // --search: rank the layouts instead of planning the one given
   int top = 10;            // --top: layouts --search prints
   bool gpus_given = false; // --gpus on the command line (else: the cluster's GPUs)
+  std::string moe_routing = "balanced"; // a mixture of experts' routing (plan/moe_routing.h)
+  double moe_imbalance = 0;             // --moe-imbalance F; 0: not given
 };
 void add_plan_flags(CLI::App& app, TrainConfig& config, PlanArgs& args);
 int run_plan(TrainConfig config, const PlanArgs& args);

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "plan/moe_routing.h"
 #include "cli/integer_flag.h"
 #include "config/stage_layers.h"
 #include "cost/predict.h"
@@ -136,6 +137,12 @@ void add_plan_flags(CLI::App& app, TrainConfig& config, PlanArgs& args) {
                "sequence parallel) and print the fastest that fit");
   add_integer_flag(app, "--top", args.top, "layouts --search prints (default 10)", /*min=*/1)
       ->check(CLI::Range(1, 1000));
+  app.add_option("--moe-routing", args.moe_routing,
+                 "a mixture of experts' routing: balanced, or RUN_DIR (a run's routing.csv: its "
+                 "busiest step, rescaled to the plan's experts)")
+      ->capture_default_str();
+  app.add_option("--moe-imbalance", args.moe_imbalance,
+                 "a mixture of experts' routing: expert 0 of every layer takes F times the mean");
 }
 
 int run_plan(TrainConfig config, const PlanArgs& args) {
@@ -158,15 +165,32 @@ int run_plan(TrainConfig config, const PlanArgs& args) {
     config.data = "synthetic"; // a plan reads no data
     config.device = "meta";    // and computes nothing: fp16 plans too, which CPUs cannot train
     check_plannable(config);
+    if (config.shape.moe.experts == 0 && (args.moe_routing != "balanced" || args.moe_imbalance != 0))
+      throw std::invalid_argument("--moe-routing and --moe-imbalance plan a mixture of experts: "
+                                  "give --moe-experts");
+    std::string routing_note; // said once the layout is known to be sound
+    if (config.shape.moe.experts > 0) {
+      const PlannedRouting routing =
+          planned_routing(args.moe_routing, args.moe_imbalance, config.shape.moe.experts);
+      config.shape.moe.planned_shares = routing.shares;
+      config.shape.moe.planned_routing = routing.description;
+      routing_note = fmt::format("meshsim: routing assumed: {}{}\n", routing.description,
+                                 config.ep > 1 ? "; every ep rank is planned as the one "
+                                                 "holding expert 0"
+                                               : "");
+    }
     if (args.search && !model_family(config.model).transformer) {
       fmt::print(stderr, "meshsim: plan --search lays out transformers (gpt, llama); plan {} "
                          "one layout at a time\n",
                  config.model);
       return kExitUsage;
     }
-    if (args.search)
+    if (args.search) {
+      fmt::print(stderr, "{}", routing_note);
       return run_search(config, cluster, args);
+    }
     validate(config);
+    fmt::print(stderr, "{}", routing_note);
     check_plan_work(config, kPlanSteps);
     const nlohmann::json doc = plan_and_write(config, cluster);
     if (args.json)
@@ -198,6 +222,9 @@ nlohmann::json plan_and_write(const TrainConfig& config, const ClusterSpec& clus
                      {"parameters", parameter_count(config)},
                      {"cluster", cluster.to_string()},
                      {"layout", layout_json(config)},
+                     {"routing", config.shape.moe.experts > 0
+                                     ? nlohmann::json(config.shape.moe.planned_routing)
+                                     : nlohmann::json(nullptr)},
                      {"global_batch_size", plan.samples_per_step},
                      {"step_seconds", f.step_seconds},
                      {"tokens_per_s_per_gpu", f.tokens_per_s_per_gpu},

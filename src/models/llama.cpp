@@ -65,6 +65,7 @@ MoeOptions llama_moe_options(const TransformerShape& o) {
   m.top_groups = o.moe.top_groups;
   m.aux_loss = o.moe.aux_loss;
   m.capacity_factor = o.moe.capacity_factor;
+  m.planned_shares = o.moe.planned_shares;
   return m;
 }
 

@@ -26,6 +26,10 @@ struct MoeShape {
   int64_t groups = 1, top_groups = 1; // group-limited routing (sigmoid)
   double aux_loss = 0.01;    // the balancing loss's coefficient (Switch's α)
   double capacity_factor = 0; // 0: dropless
+  /// Plans (meta tensors, which have no values to route): each expert's share of a layer's
+  /// assignments, the same on every rank (plan/moe_routing.h); empty: balanced, k·N/E each.
+  std::vector<double> planned_shares;
+  std::string planned_routing; // what those shares assume, in one line (plan.json's "routing")
 };
 
 /// The decoder-only transformers, gpt (models/gpt.h) and llama (models/llama.h). Defaults: a

@@ -114,10 +114,6 @@ void check_plannable(const TrainConfig& config) {
     throw std::invalid_argument(fmt::format(
         "meshsim plan runs --strategy ddp and its layouts (--tp --pp --zero), not {}",
         config.strategy));
-  if (config.shape.moe.experts > 0)
-    throw std::invalid_argument("meshsim plan does not plan a mixture of experts yet: its "
-                                "routing needs token values, which meta tensors do not have; "
-                                "train it instead");
 }
 
 void check_plan_work(const TrainConfig& config, int64_t steps) {

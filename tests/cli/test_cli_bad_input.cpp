@@ -567,7 +567,14 @@ TEST(CliBadInput, ImpossibleMixturesOfExpertsAreOneLine) {
       {llama + "--gpus 2 --ep 2", "--ep 2 splits a mixture of experts over ranks: it needs "
                                   "--moe-experts"},
       {"train --model cnn --gpus 2 --ep 2", "--ep 2 splits a mixture of experts"},
-      {"plan --model llama --moe-experts 4 --cluster 8xh100", "does not plan a mixture of experts"},
+      {"plan --model llama --moe-imbalance 2 --cluster 8xh100",
+       "--moe-routing and --moe-imbalance plan a mixture of experts: give --moe-experts"},
+      {"plan --model llama --moe-experts 8 --moe-imbalance 9 --cluster 8xh100",
+       "--moe-imbalance 9 must be between 1"},
+      {"plan --model llama --moe-experts 8 --moe-routing /nonexistent --cluster 8xh100",
+       "--moe-routing /nonexistent: no routing.csv there"},
+      {"plan --model llama --moe-experts 6 --ep 4 --cluster 8xh100",
+       "--moe-experts 6 is not divisible by --ep 4"},
   };
   for (const auto& c : cases)
     expect_one_line_naming(run_meshsim_exactly(c.flags), c.named, {2}, c.flags);

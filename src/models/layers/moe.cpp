@@ -1,6 +1,7 @@
 // The mixture-of-experts feed-forward: routing, capacity, the balancing loss and the experts.
 #include "models/layers/moe.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -70,6 +71,32 @@ void check_options(const MoeOptions& o) {
 }
 
 } // namespace
+
+std::vector<int64_t> planned_counts(const std::vector<double>& shares, int64_t experts,
+                                    int64_t assignments) {
+  if (!shares.empty() && static_cast<int64_t>(shares.size()) != experts)
+    throw std::invalid_argument(fmt::format("moe: a planned routing of {} experts for a layer of {}",
+                                            shares.size(), experts));
+  std::vector<int64_t> counts(static_cast<size_t>(experts), 0);
+  std::vector<std::pair<double, int64_t>> remainders;
+  double total = 0;
+  for (int64_t e = 0; e < experts; ++e)
+    total += shares.empty() ? 1.0 : shares[static_cast<size_t>(e)];
+  int64_t given = 0;
+  for (int64_t e = 0; e < experts; ++e) {
+    const double share = (shares.empty() ? 1.0 : shares[static_cast<size_t>(e)]) / total;
+    const double exact = share * static_cast<double>(assignments);
+    counts[static_cast<size_t>(e)] = static_cast<int64_t>(std::floor(exact));
+    given += counts[static_cast<size_t>(e)];
+    remainders.emplace_back(exact - std::floor(exact), e);
+  }
+  // The assignments rounding left go to the largest remainders (the first expert on a tie).
+  std::stable_sort(remainders.begin(), remainders.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (size_t i = 0; given < assignments; ++i, ++given)
+    ++counts[static_cast<size_t>(remainders[i % remainders.size()].second)];
+  return counts;
+}
 
 MoeRouter parse_moe_router(const std::string& name) {
   if (name == "softmax")
@@ -194,7 +221,9 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x) {
                    .repeat_interleave(o.top_k)
                    .to(x.device());
   }
-  if (o.capacity_factor > 0) {
+  // Meta tensors (plans) have no values to route: the counts are the planned routing's.
+  const bool planned = x.is_meta();
+  if (o.capacity_factor > 0 && !planned) {
     const torch::Tensor kept = capacity_keep(routing.experts, o.experts,
                                              expert_capacity(o.capacity_factor, tokens, o.top_k,
                                                              o.experts))
@@ -205,11 +234,24 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x) {
   }
   // Grouped by expert, each expert's tokens in token order.
   const torch::Tensor order = std::get<1>(expert_of.sort(/*stable=*/true, 0, /*descending=*/false));
-  const torch::Tensor rows = token_of.index_select(0, order);
-  const torch::Tensor weights = weight_of.index_select(0, order);
+  torch::Tensor rows = token_of.index_select(0, order);
+  torch::Tensor weights = weight_of.index_select(0, order);
   {
     GpuGuard host(nullptr);
-    tokens_per_expert_ = torch::bincount(expert_of.cpu(), {}, o.experts);
+    if (planned) {
+      std::vector<int64_t> counts = planned_counts(o.planned_shares, o.experts, tokens * o.top_k);
+      if (o.capacity_factor > 0)
+        for (int64_t& n : counts)
+          n = std::min(n, expert_capacity(o.capacity_factor, tokens, o.top_k, o.experts));
+      tokens_per_expert_ = torch::tensor(counts, torch::kLong);
+    } else {
+      tokens_per_expert_ = torch::bincount(expert_of.cpu(), {}, o.experts);
+    }
+  }
+  if (planned) { // the rows that run: all of them, or what the capacities leave
+    const int64_t n = tokens_per_expert_.sum().item<int64_t>();
+    rows = rows.narrow(0, 0, n);
+    weights = weights.narrow(0, 0, n);
   }
   last_tokens_ = tokens;
   const torch::Tensor routed = flat.index_select(0, rows);

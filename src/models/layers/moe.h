@@ -62,7 +62,16 @@ struct MoeOptions {
   int64_t groups = 1, top_groups = 1;  // group-limited routing (sigmoid router)
   double aux_loss = 0;          // Switch's α; 0: no load-balancing loss
   double capacity_factor = 0;   // 0: dropless
+  /// On meta tensors (plans), which have no values to route: each expert's share of the N·k
+  /// assignments (summing to 1); empty: k·N/E each. The experts, their rows and the exchange
+  /// of expert parallelism then have the shapes this routing gives.
+  std::vector<double> planned_shares;
 };
+
+/// The assignments each of E experts gets of `assignments` under `shares` (empty: equal):
+/// the largest-remainder rounding of assignments · share, so they sum to `assignments`.
+std::vector<int64_t> planned_counts(const std::vector<double>& shares, int64_t experts,
+                                    int64_t assignments);
 
 /// The choice of N tokens: experts int64 [N, k], weights [N, k] (float32 for 16-bit logits,
 /// the logits' dtype otherwise), and the router probabilities [N, E] the balancing loss reads

@@ -51,7 +51,13 @@ public:
     torch::Tensor received_counts;
     {
       CategoryScope scope(MemoryCategory::Communication);
-      received_counts = comm_.all_to_all(counts.to(rows.device()), {}, {}, ep_).cpu();
+      received_counts = comm_.all_to_all(counts.to(rows.device()), {}, {}, ep_);
+    }
+    if (rows.is_meta()) { // a plan: every rank routes as planned, so each sends me the same
+      GpuGuard host(nullptr);
+      received_counts = counts.narrow(0, layer.first_expert(), local).repeat({ranks});
+    } else {
+      received_counts = received_counts.cpu();
     }
     const auto* sent = counts.data_ptr<int64_t>();
     const auto* got = received_counts.data_ptr<int64_t>();

@@ -1,0 +1,131 @@
+// A plan's mixture of experts (plan/moe_routing.h): meta tensors have no values to route, so
+// each expert gets a planned share of every layer's assignments. The shares round to whole
+// assignments that add up; a recorded run's busiest step is read from routing.csv and
+// rescaled to the plan's experts; and the routing planned is the work and the memory the
+// plan's hottest rank gets: its experts' FLOPs are 6·H·F per row they ran, every rank of its
+// ep group sending it its planned count.
+#include <gtest/gtest.h>
+
+#include "base/errors.h"
+#include "models/layers/moe.h"
+#include "plan/moe_routing.h"
+#include "plan/plan.h"
+
+using namespace meshsim;
+
+TEST(PlannedRouting, CountsAreWholeAndAddUp) {
+  EXPECT_EQ(planned_counts({}, 4, 10), (std::vector<int64_t>{3, 3, 2, 2}));
+  // 3.5, 1.75, 1.75: floors 3, 1, 1; the two left go to the largest remainders.
+  EXPECT_EQ(planned_counts({0.5, 0.25, 0.25}, 3, 7), (std::vector<int64_t>{3, 2, 2}));
+  EXPECT_THROW(planned_counts({0.5, 0.5}, 3, 7), std::invalid_argument);
+}
+
+TEST(PlannedRouting, ImbalanceGivesExpertZeroItsShare) {
+  const PlannedRouting r = planned_routing("balanced", 3, 8);
+  ASSERT_EQ(r.shares.size(), 8u);
+  EXPECT_DOUBLE_EQ(r.shares[0], 3.0 / 8);
+  for (size_t e = 1; e < 8; ++e)
+    EXPECT_DOUBLE_EQ(r.shares[e], (1 - 3.0 / 8) / 7);
+  EXPECT_TRUE(planned_routing("balanced", 0, 8).shares.empty());
+  EXPECT_THROW(planned_routing("balanced", 9, 8), std::invalid_argument);
+  EXPECT_THROW(planned_routing("balanced", 0.5, 8), std::invalid_argument);
+  EXPECT_THROW(planned_routing("/some/run", 2, 8), std::invalid_argument);
+  EXPECT_THROW(planned_routing("/nonexistent/run", 0, 8), std::invalid_argument);
+}
+
+TEST(PlannedRouting, ARunsBusiestStepIsRescaledToThePlansExperts) {
+  // Step 1 is balanced; step 2's busiest expert takes 5 of 8, 2.5 times the mean of 2.
+  const std::string csv = "step,rank,layer,expert,routed,ran\n"
+                          "1,0,1,0,1,1\n1,0,1,1,1,1\n1,0,1,2,1,\n1,0,1,3,1,\n"
+                          "2,0,1,0,1,1\n2,0,1,1,1,1\n2,0,1,2,5,\n2,0,1,3,1,\n";
+  const PlannedRouting same = routing_from_csv(csv, "routing.csv", 4);
+  EXPECT_EQ(same.shares, (std::vector<double>{5.0 / 8, 1.0 / 8, 1.0 / 8, 1.0 / 8}));
+  EXPECT_DOUBLE_EQ(same.hottest, 2.5);
+  EXPECT_NE(same.description.find("step 2, layer 1"), std::string::npos) << same.description;
+  // Twice the experts: each of the run's splits in two.
+  const PlannedRouting twice = routing_from_csv(csv, "routing.csv", 8);
+  const std::vector<double> expected{5.0 / 16, 5.0 / 16, 1.0 / 16, 1.0 / 16,
+                                     1.0 / 16, 1.0 / 16, 1.0 / 16, 1.0 / 16};
+  ASSERT_EQ(twice.shares.size(), expected.size());
+  for (size_t e = 0; e < expected.size(); ++e)
+    EXPECT_NEAR(twice.shares[e], expected[e], 1e-15) << e;
+  // Half: the busiest two together.
+  const PlannedRouting half = routing_from_csv(csv, "routing.csv", 2);
+  EXPECT_NEAR(half.shares[0], 6.0 / 8, 1e-15);
+  EXPECT_NEAR(half.shares[1], 2.0 / 8, 1e-15);
+  for (const char* bad : {"step,rank\n1,0\n", "step,rank,layer,expert,routed,ran\n1,0,1,0,1\n",
+                          "step,rank,layer,expert,routed,ran\n1,0,1,x,1,\n",
+                          "step,rank,layer,expert,routed,ran\n1,0,1,-1,1,\n",
+                          "step,rank,layer,expert,routed,ran\n",
+                          "step,rank,layer,expert,routed,ran\n1,0,1,0,0,0\n"})
+    EXPECT_THROW(routing_from_csv(bad, "routing.csv", 4), DataError) << bad;
+}
+
+namespace {
+
+TrainConfig moe_plan_config() {
+  TrainConfig c;
+  c.model = "llama";
+  c.shape.layers = 3;
+  c.shape.hidden = 64;
+  c.shape.heads = 4;
+  c.shape.seq_len = 32;
+  c.shape.vocab = 256;
+  c.shape.moe.experts = 4;
+  c.shape.moe.top_k = 2;
+  c.shape.moe.ffn = 48;
+  c.shape.moe.dense_layers = 1;
+  c.data = "synthetic";
+  c.device = "meta";
+  c.gpus = 4;
+  c.ep = 4;
+  c.batch_size = 8;
+  c.max_steps = kPlanSteps;
+  c.progress = false;
+  validate(c);
+  return c;
+}
+
+struct Hottest {
+  double forward_flops = 0;
+  int64_t peak = 0;
+};
+
+Hottest plan_hottest(std::vector<double> shares) {
+  TrainConfig c = moe_plan_config();
+  c.shape.moe.planned_shares = std::move(shares);
+  const Plan plan = make_plan(c, int64_t{1} << 40);
+  Hottest h;
+  for (const ComputeRecord& r : plan.recorders[0].compute)
+    if (r.name == "forward")
+      for (const LayerWork& w : r.layers)
+        h.forward_flops += w.flops;
+  h.peak = plan.ranks[0].stats.peak;
+  return h;
+}
+
+} // namespace
+
+TEST(PlanMoe, ThePlannedRoutingIsTheHottestRanksWorkAndMemory) {
+  const TrainConfig c = moe_plan_config();
+  const int64_t tokens = c.batch_size * c.shape.seq_len;  // per rank
+  const int64_t assignments = tokens * c.shape.moe.top_k;
+  const double per_row = 6.0 * c.shape.hidden * c.shape.moe.ffn; // gate, up and down
+  const int64_t moe_layers = c.shape.layers - c.shape.moe.dense_layers;
+  const Hottest balanced = plan_hottest({});
+  double previous_peak = static_cast<double>(balanced.peak);
+  for (double imbalance : {2.0, 4.0}) {
+    const PlannedRouting r = planned_routing("balanced", imbalance, c.shape.moe.experts);
+    const Hottest got = plan_hottest(r.shares);
+    // Rank 0 holds expert 0 alone (4 experts over ep 4), and each of the 4 ranks sends it
+    // its planned count.
+    const int64_t rows = 4 * planned_counts(r.shares, 4, assignments)[0];
+    const int64_t balanced_rows = 4 * planned_counts({}, 4, assignments)[0];
+    const double expected =
+        per_row * static_cast<double>(moe_layers) * static_cast<double>(rows - balanced_rows);
+    EXPECT_NEAR(got.forward_flops - balanced.forward_flops, expected, 1e-9 * expected)
+        << "imbalance " << imbalance;
+    EXPECT_GT(static_cast<double>(got.peak), previous_peak) << "imbalance " << imbalance;
+    previous_peak = static_cast<double>(got.peak);
+  }
+}
