@@ -17,6 +17,9 @@ void add_model_layout_flags(CLI::App& app, TrainConfig& c) {
   app.add_option(
       "--preset", c.preset,
       "start from this model's published shape (meshsim models); shape flags override it");
+  app.add_option("--hf-config", c.hf_config,
+                 "llama, mistral, qwen2, qwen3, mixtral or qwen3_moe: the model's shape from this "
+                 "Hugging Face config.json (or a folder holding one); shape flags override it");
   app.add_option("--data", c.data,
                  "IDX folder (MNIST/Fashion-MNIST, .gz or raw) for cnn/lenet, any text file for gpt, "
                  "or 'synthetic' (default: " + std::string(kDefaultData) + ", or " + kDefaultText +
@@ -211,7 +214,10 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
       if (app.count(flag) > 0)
         given.shape.push_back(flag);
     try {
-      apply_preset(c, given);
+      if (app.count("--hf-config") > 0)
+        apply_hf_config(c, given);
+      else
+        apply_preset(c, given);
     } catch (const std::invalid_argument& e) {
       throw CLI::ValidationError(e.what());
     }
