@@ -68,6 +68,13 @@ TEST(CliHfConfig, PlansFromTheFile) {
   EXPECT_EQ(r.code, 0) << r.output;
 }
 
+// A preset parsed from its file plans too: Llama 3.1's scaled rotary frequencies on meta.
+TEST(CliHfConfig, PlansAPresetWithLlama3Scaling) {
+  const auto r = run_meshsim("plan --preset llama3.1-8b --cluster 8xh100 --zero 3 --precision "
+                             "bf16 --global-batch-size 8 --seq-len 2048");
+  EXPECT_EQ(r.code, 0) << r.output;
+}
+
 TEST(CliBadInput, HfConfigRefusalsAreOneLineNamingTheKey) {
   const fs::path qwen3 = config_file("qwen3-bad", kQwen3);
   struct Case {
