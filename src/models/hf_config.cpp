@@ -36,7 +36,7 @@ public:
   Keys(const json& doc, std::string where) : doc_(doc), where_(std::move(where)) {}
 
   [[noreturn]] void refuse(const std::string& key, const std::string& why) const {
-    throw std::invalid_argument(fmt::format("{} {}: {}", where_, key, why));
+    throw std::invalid_argument(fmt::format("{} {}: {}", where_, printable(key), why));
   }
   std::string shown(const std::string& key) const { return printable(doc_.at(key).dump()); }
 
