@@ -142,6 +142,7 @@ void apply_preset(TrainConfig& c, const ModelFlagsGiven& given) {
   require(!given.model || model_is_preset || c.model == p->family,
           fmt::format("--preset {} is a {} model, not --model {}", p->name, p->family, c.model));
   c.model = p->family;
+  c.hf_config.clear(); // the shape is the preset's now, not a file's
   copy_shape(c.shape, p->shape, given);
 }
 

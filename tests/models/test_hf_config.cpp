@@ -14,7 +14,8 @@
 using namespace meshsim;
 using nlohmann::json;
 
-namespace {
+// Named: the unity build compiles this file with others whose anonymous names would clash.
+namespace hf_config_test {
 
 json llama3() {
   return json::parse(R"({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
@@ -47,7 +48,9 @@ std::string refusal(const json& doc) {
   return "";
 }
 
-} // namespace
+} // namespace hf_config_test
+
+using namespace hf_config_test;
 
 TEST(HfConfig, LlamaWithLlama3Scaling) {
   const HfModel m = parse_hf_config(llama3(), "config.json");
@@ -159,6 +162,7 @@ TEST(HfConfig, RefusesWhatItCannotHonourInOneLineNamingTheKey) {
       {with(qwen3_moe(), "num_experts_per_tok", 9), "num_experts_per_tok"},
       {with(qwen3_moe(), "-head_dim", nullptr), "head_dim"},
       {with(qwen3_moe(), "shared_expert_intermediate_size", 64), "shared_expert_intermediate_size"},
+      {with(llama3(), "odd\nkey", 1), "odd"}, // quoted printably: still one line
   };
   for (const auto& [doc, key] : cases) {
     const std::string line = refusal(doc);

@@ -18,7 +18,8 @@
 
 using namespace meshsim;
 
-namespace {
+// Named: the unity build compiles this file with others whose anonymous names would clash.
+namespace hf_llama_test {
 
 TransformerShape tiny() {
   TransformerShape s;
@@ -73,7 +74,9 @@ std::vector<std::pair<std::string, TransformerShape>> variants() {
   return out;
 }
 
-} // namespace
+} // namespace hf_llama_test
+
+using namespace hf_llama_test;
 
 TEST(HfLlamaVariants, ParameterCountIsTheBuiltModels) {
   for (const auto& [what, s] : variants()) {

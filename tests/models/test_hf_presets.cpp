@@ -18,7 +18,8 @@
 
 using namespace meshsim;
 
-namespace {
+// Named: the unity build compiles this file with others whose anonymous names would clash.
+namespace hf_presets_test {
 
 std::vector<const ModelPreset*> hf_config_presets() {
   std::vector<const ModelPreset*> out;
@@ -39,7 +40,9 @@ std::string transformers_python() {
   return given && *given ? given : MESHSIM_PYTHON;
 }
 
-} // namespace
+} // namespace hf_presets_test
+
+using namespace hf_presets_test;
 
 TEST(HfPresets, EveryModelTypeFileIsAPreset) {
   std::vector<std::string> names;
