@@ -97,7 +97,7 @@ void add_model_layout_flags(CLI::App& app, TrainConfig& c) {
   add_integer_flag(app, "--vocab", c.shape.vocab, "gpt/llama: vocabulary (256 for byte-level text)")
       ->capture_default_str();
   app.add_flag("--tie-head,!--no-tie-head", c.shape.tie_head,
-               "gpt: the LM head shares the token embedding (--no-tie-head: its own weight)");
+               "gpt/llama: the LM head shares the token embedding (--no-tie-head: its own weight)");
   app.add_option("--rope-theta", c.shape.rope_theta, "llama: the rotary embedding's base")
       ->capture_default_str();
   app.add_option("--dropout", c.dropout,

@@ -207,8 +207,7 @@ void read_common(Keys& k, TransformerShape& s, bool explicit_head_dim, bool head
   if (act != "silu")
     k.refuse("hidden_act",
              fmt::format("is \"{}\"; meshsim's feed-forward is SwiGLU (silu)", printable(act)));
-  k.require_bool("tie_word_embeddings", false, false,
-                 "meshsim's llama has its own head, untied from the embedding");
+  s.tie_head = k.boolean("tie_word_embeddings", false);
   k.require_zero("attention_dropout",
                  "meshsim's dropout is --dropout, not a part of the model's shape");
   read_rope(k, s);
@@ -342,7 +341,6 @@ HfModel parse_hf_config(const json& doc, const std::string& where) {
                                        "mixtral and qwen3_moe",
                                        printable(out.model_type)));
   out.family = "llama";
-  out.shape.tie_head = false;
   type->read(k, out.shape);
   k.refuse_unread("model_type " + out.model_type);
   return out;

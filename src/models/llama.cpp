@@ -106,14 +106,16 @@ torch::nn::Sequential build_llama(const TransformerShape& o, uint64_t seed,
   if (o.heads % llama_kv_heads(o) != 0)
     throw std::invalid_argument("llama: heads " + std::to_string(o.heads) +
                                 " is not divisible by kv_heads " + std::to_string(o.kv_heads));
-  if (o.tie_head)
-    throw std::invalid_argument("llama: the head is untied (no --tie-head)");
   nn::Sequential model;
-  model->push_back("embed", LlamaEmbedding(o.vocab, o.hidden, o.seq_len, t));
+  LlamaEmbedding embed(o.vocab, o.hidden, o.seq_len, t);
+  model->push_back("embed", embed);
   for (int64_t l = 0; l < o.layers; ++l)
     model->push_back("block" + std::to_string(l), LlamaBlock(o, t, l));
   model->push_back("norm_f", RmsNorm(o.hidden, o.norm_eps, t));
-  model->push_back("head", make_linear(o.hidden, o.vocab, false, t));
+  if (o.tie_head) // tie_word_embeddings: the head reads the embedding's wte
+    model->push_back("head", TiedHead(nn::AnyModule(embed), &embed->wte));
+  else
+    model->push_back("head", make_linear(o.hidden, o.vocab, false, t));
   if (t.device().is_meta())
     return model; // shapes only: nothing to initialize
 
@@ -140,7 +142,7 @@ int64_t llama_parameter_count(const TransformerShape& o) {
   int64_t feed_forward = 0;
   for (int64_t l = 0; l < o.layers; ++l)
     feed_forward += llama_moe_layer(o, l) ? moe : 3 * h * f;
-  return o.vocab * h + o.layers * block + feed_forward + h + o.vocab * h;
+  return o.vocab * h + o.layers * block + feed_forward + h + (o.tie_head ? 0 : o.vocab * h);
 }
 
 int64_t llama_active_parameter_count(const TransformerShape& o) {

@@ -284,11 +284,11 @@ std::vector<std::pair<std::string, std::string>> llama_names(const TransformerSh
 void require_plain_llama(const TransformerShape& s) {
   const TransformerShape plain;
   if (s.head_dim > 0 || s.qkv_bias || s.out_bias || s.qk_norm || s.norm_eps != plain.norm_eps ||
-      s.rope_scaling.factor > 0)
+      s.rope_scaling.factor > 0 || s.tie_head)
     throw std::invalid_argument(
         "the Hugging Face folder meshsim writes and reads is the plain LlamaForCausalLM: this "
-        "model's head_dim, attention biases, q/k norms, norm_eps or rope scaling (from "
-        "--hf-config) are not in it yet");
+        "model's head_dim, attention biases, q/k norms, norm_eps, rope scaling or tied head "
+        "(from --hf-config) are not in it yet");
 }
 
 hf_json llama_config(const TransformerShape& s, const std::string& dtype) {

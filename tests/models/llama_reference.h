@@ -68,6 +68,8 @@ inline std::vector<double> python_llama_reference(const TransformerShape& o, int
     cmd += " --llama3 " + exact(o.rope_scaling.factor) + " " +
            exact(o.rope_scaling.low_freq_factor) + " " + exact(o.rope_scaling.high_freq_factor) +
            " " + std::to_string(o.rope_scaling.original_max);
+  if (o.tie_head)
+    cmd += " --tie";
   if (o.moe.experts > 0 && !o.moe.normalize)
     cmd += " --no-normalize";
   return numbers_printed_by(cmd);

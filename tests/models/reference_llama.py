@@ -12,7 +12,8 @@
 # --qk-norm (Qwen3's RMSNorm over each head of q and k before the rotation), --eps E (every
 # RMSNorm's epsilon), --llama3 FACTOR LOW HIGH ORIGINAL (Llama 3.1's rotary scaling, as
 # transformers' _compute_llama3_parameters), --no-normalize (the top k router weights kept as
-# the softmax gave them, Qwen3-MoE's norm_topk_prob false).
+# the softmax gave them, Qwen3-MoE's norm_topk_prob false), --tie (the head reads the embedding's
+# wte: tie_word_embeddings).
 # With the last six, every layer from DENSE_LAYERS on has a mixture of experts as its MLP
 # (src/models/layers/moe.h), written as Hugging Face's MixtralSparseMoeBlock computes it
 # (softmax router, top k renormalised, each expert run on the tokens that chose it), plus
@@ -78,7 +79,17 @@ def rotary(x, theta):
 
 
 VARIANT = {"head_dim": 0, "qkv_bias": False, "out_bias": False, "qk_norm": False,
-           "normalize": True}
+           "normalize": True, "tie": False}
+
+
+class TiedHead(nn.Module):
+    # logits = x @ wte^T with the embedding's own weight, which stays listed once (at embed.wte)
+    def __init__(self, embed):
+        super().__init__()
+        self.embed = [embed]  # a list: not a child, so no second listing of its weight
+
+    def forward(self, x):
+        return x @ self.embed[0].wte.T
 
 
 class Attention(nn.Module):
@@ -185,7 +196,10 @@ def build(layers, hidden, heads, kv_heads, ffn, vocab, theta, seed, moe=None, de
         model.add_module(f"block{l}", Block(hidden, heads, kv_heads, ffn, theta,
                                             moe if l >= dense_layers else None))
     model.add_module("norm_f", RMSNorm(hidden))
-    model.add_module("head", nn.Linear(hidden, vocab, bias=False))
+    if VARIANT["tie"]:
+        model.add_module("head", TiedHead(model.embed))
+    else:
+        model.add_module("head", nn.Linear(hidden, vocab, bias=False))
     torch.manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -206,6 +220,8 @@ def read_variants(args):
             i += 1
         elif flag in ("--qkv-bias", "--out-bias", "--qk-norm"):
             VARIANT[flag[2:].replace("-", "_")] = True
+        elif flag == "--tie":
+            VARIANT["tie"] = True
         elif flag == "--no-normalize":
             VARIANT["normalize"] = False
         elif flag == "--eps":

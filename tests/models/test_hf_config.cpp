@@ -69,6 +69,9 @@ TEST(HfConfig, LlamaWithLlama3Scaling) {
   EXPECT_FALSE(s.qkv_bias || s.out_bias || s.qk_norm || s.tie_head);
   EXPECT_EQ(s.head_dim, 0);
   EXPECT_EQ(s.moe.experts, 0);
+  json tied = llama3();
+  tied["tie_word_embeddings"] = true;
+  EXPECT_TRUE(parse_hf_config(tied, "config.json").shape.tie_head);
 }
 
 // transformers 5 keeps rope_theta and the scaling in rope_parameters: the same model.
@@ -146,7 +149,6 @@ TEST(HfConfig, RefusesWhatItCannotHonourInOneLineNamingTheKey) {
       {with(llama3(), "hidden_act", "gelu"), "hidden_act"},
       {with(llama3(), "rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}), "rope_type"},
       {with(llama3(), "rope_scaling", {{"type", "linear"}, {"factor", 4.0}}), "type"},
-      {with(llama3(), "tie_word_embeddings", true), "tie_word_embeddings"},
       {with(llama3(), "mlp_bias", true), "mlp_bias"},
       {with(llama3(), "attention_dropout", 0.1), "attention_dropout"},
       {with(llama3(), "quantization_config", json::object()), "quantization_config"},

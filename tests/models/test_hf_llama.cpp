@@ -1,6 +1,6 @@
 // The Llama's variants that Hugging Face configs describe (models/hf_config.h): an explicit
 // head width, q/k/v and output biases (Qwen2, attention_bias), Qwen3's per-head q/k RMSNorm,
-// another norm epsilon, Llama 3.1's rotary scaling, and Qwen3-MoE's router without
+// another norm epsilon, Llama 3.1's rotary scaling, a tied head, and Qwen3-MoE's router without
 // renormalisation (norm_topk_prob false). Each against PyTorch (reference_llama.py, float64:
 // logits, loss and every gradient within kFloat64ModelTolerance), and each model's closed-form
 // parameter count against the built model's, on the CPU and on meta.
@@ -59,6 +59,9 @@ std::vector<std::pair<std::string, TransformerShape>> variants() {
   s.norm_eps = 1e-6;
   out.emplace_back("q/k norms, eps 1e-6 (qwen3)", s);
   out.emplace_back("llama3 rope scaling", llama3_scaled());
+  s = tiny();
+  s.tie_head = true;
+  out.emplace_back("tied head (tie_word_embeddings)", s);
   s = tiny();
   s.head_dim = 8;
   s.qk_norm = true;

@@ -2,12 +2,18 @@
 // each equals its file in the repository read by --hf-config's parser; its closed-form count
 // (total and active) equals the model meshsim builds on meta; the published totals of
 // PUBLISHED.md; and, where Python has transformers, the parameters transformers' own model of
-// the same file has, built on meta (tests/models/hf_parameter_count.py).
+// the same file has, built on meta (tests/models/hf_parameter_count.py). The last check runs on
+// a small file of every model_type too, with what the presets lack (biases, a tied head, an
+// explicit head_dim, dense first layers, no renormalisation).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../python_torch.h"
@@ -38,6 +44,29 @@ std::string source_file(const ModelPreset& p) {
 std::string transformers_python() {
   const char* given = std::getenv("MESHSIM_TRANSFORMERS_PYTHON");
   return given && *given ? given : MESHSIM_PYTHON;
+}
+
+// One small config.json per model_type, each with what the presets do not exercise.
+std::vector<std::pair<std::string, std::string>> small_configs() {
+  const std::string tiny = R"("hidden_size": 32, "num_hidden_layers": 3, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "intermediate_size": 48, "vocab_size": 96,
+    "max_position_embeddings": 64, "rms_norm_eps": 1e-06, "rope_theta": 10000.0,
+    "hidden_act": "silu", )";
+  return {
+      {"llama", "{" + tiny + R"("model_type": "llama", "attention_bias": true,
+                                 "tie_word_embeddings": true})"},
+      {"mistral", "{" + tiny + R"("model_type": "mistral", "sliding_window": null,
+                                   "head_dim": 16})"},
+      {"qwen2", "{" + tiny + R"("model_type": "qwen2", "use_sliding_window": false,
+                                 "tie_word_embeddings": true})"},
+      {"qwen3", "{" + tiny + R"("model_type": "qwen3", "head_dim": 24, "attention_bias": true,
+                                 "use_sliding_window": false})"},
+      {"mixtral", "{" + tiny + R"("model_type": "mixtral", "num_local_experts": 4,
+                                   "num_experts_per_tok": 2, "sliding_window": null})"},
+      {"qwen3_moe", "{" + tiny + R"("model_type": "qwen3_moe", "head_dim": 8, "num_experts": 4,
+          "num_experts_per_tok": 2, "moe_intermediate_size": 16, "norm_topk_prob": false,
+          "mlp_only_layers": [0], "decoder_sparse_step": 1})"},
+  };
 }
 
 } // namespace hf_presets_test
@@ -124,5 +153,38 @@ TEST(HfPresets, TransformersBuildsTheSameCounts) {
         << p.name;
     std::cout << p.name << ": transformers " << static_cast<int64_t>(counts[2 * i]) << " total, "
               << static_cast<int64_t>(counts[2 * i + 1]) << " active\n";
+  }
+}
+
+// transformers' model of a small file of every model_type, on meta: the same total and active
+// parameters as meshsim's shape of the same file.
+TEST(HfPresets, TransformersBuildsTheSameCountsForEveryModelType) {
+  const std::string python = transformers_python();
+  if (std::system((python + " -c 'import transformers' >/dev/null 2>&1").c_str()) != 0)
+    GTEST_SKIP() << python << " cannot import transformers (set MESHSIM_TRANSFORMERS_PYTHON to "
+                 << "the python bash scripts/setup_torch2.sh prints)";
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("meshsim-hf-types-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::string cmd = python + " " MESHSIM_SOURCE_DIR "/tests/models/hf_parameter_count.py";
+  std::vector<HfModel> models;
+  for (const auto& [type, text] : small_configs()) {
+    const std::filesystem::path file = dir / (type + ".json");
+    std::ofstream(file) << text;
+    cmd += " " + file.string();
+    models.push_back(read_hf_config(file.string()));
+  }
+  const std::vector<double> counts = meshsim::testing::numbers_printed_by(cmd);
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(counts.size(), 2 * models.size()) << cmd;
+  for (size_t i = 0; i < models.size(); ++i) {
+    const HfModel& m = models[i];
+    EXPECT_EQ(preset_parameter_count(m.family, m.shape), static_cast<int64_t>(counts[2 * i]))
+        << m.model_type;
+    EXPECT_EQ(preset_active_parameter_count(m.family, m.shape),
+              static_cast<int64_t>(counts[2 * i + 1]))
+        << m.model_type;
+    std::cout << m.model_type << ": " << static_cast<int64_t>(counts[2 * i]) << " total, "
+              << static_cast<int64_t>(counts[2 * i + 1]) << " active (transformers and meshsim)\n";
   }
 }

@@ -132,9 +132,9 @@ TEST(LlamaEquivalence, SequenceParallel) {
 // The variants Hugging Face configs describe (models/hf_config.h): heads 12 wide in a hidden
 // of 32, biases on q, k, v and o, Llama 3.1's rotary scaling (original context 64: of the
 // wavelengths 6.3, 29, 135, ... positions the first is kept, the second blended, the rest
-// stretched), another norm epsilon: tensor parallel 2 and a
-// pipeline equal one device; with Qwen3's q/k norms, data parallel and the pipeline do (tensor
-// parallelism refuses them in validation).
+// stretched), another norm epsilon. Tensor parallel 2 and a pipeline equal one device, with
+// the head untied and tied (tie_word_embeddings); with Qwen3's q/k norms, data parallel and
+// the pipeline do (tensor parallelism refuses them in validation).
 TEST(LlamaEquivalence, HfVariants) {
   StrategyOptions o = llama_sgd();
   o.shape.head_dim = 12;
@@ -153,6 +153,11 @@ TEST(LlamaEquivalence, HfVariants) {
   expect_llama_matches_single(2, with(o, 2, 1, 1), "tp2 head_dim 12, biases, llama3 rope", &single);
   expect_llama_matches_single(8, with(o, 2, 2, 2), "dp2 tp2 pp2 head_dim 12, biases, llama3 rope",
                               &single);
+  StrategyOptions tied = o;
+  tied.shape.tie_head = true; // the embedding group sums the two copies' gradients under pp
+  const HarnessRun tied_single = run_llama(1, "single", tied);
+  expect_llama_matches_single(2, with(tied, 2, 1, 1), "tp2 tied head", &tied_single);
+  expect_llama_matches_single(4, with(tied, 2, 2, 2), "tp2 pp2 tied head", &tied_single);
   o.shape.qk_norm = true;
   const HarnessRun normed = run_llama(1, "single", o);
   expect_llama_matches_single(2, with(o, 1, 1, 1), "ddp2 q/k norms", &normed);
