@@ -97,6 +97,31 @@ preset = dict(config, model="gpt", preset="gpt2", data="synthetic", gpus=1, stra
                    "seq_len": 32, "vocab": 256, "tie_head": True, "rope_theta": 500000.0})
 put("fuzz_config", "preset.json", json.dumps(preset, indent=2))
 
+# fuzz_hf_config: the presets' published config.json files (src/models/hf_configs/), each model
+# type once more in miniature (two layers, so the target builds it), and near misses.
+HF_CONFIGS = os.path.join(os.path.dirname(ROOT), "..", "src", "models", "hf_configs")
+for name in sorted(os.listdir(HF_CONFIGS)):
+    with open(os.path.join(HF_CONFIGS, name), "rb") as f:
+        put("fuzz_hf_config", name, f.read())
+tiny = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "intermediate_size": 48, "vocab_size": 64,
+        "max_position_embeddings": 32, "rms_norm_eps": 1e-06, "rope_theta": 10000.0}
+put("fuzz_hf_config", "tiny-llama.json", json.dumps(dict(tiny, model_type="llama")))
+put("fuzz_hf_config", "tiny-qwen2.json", json.dumps(dict(tiny, model_type="qwen2")))
+put("fuzz_hf_config", "tiny-qwen3.json", json.dumps(dict(tiny, model_type="qwen3", head_dim=16)))
+put("fuzz_hf_config", "tiny-mixtral.json", json.dumps(dict(
+    tiny, model_type="mixtral", num_local_experts=4, num_experts_per_tok=2)))
+put("fuzz_hf_config", "tiny-qwen3-moe.json", json.dumps(dict(
+    tiny, model_type="qwen3_moe", head_dim=8, num_experts=4, num_experts_per_tok=2,
+    moe_intermediate_size=16, norm_topk_prob=False, mlp_only_layers=[0])))
+put("fuzz_hf_config", "tiny-rope-parameters.json", json.dumps(dict(
+    {k: v for k, v in tiny.items() if k != "rope_theta"}, model_type="llama",
+    rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                     "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 16})))
+put("fuzz_hf_config", "deepseek.json", json.dumps(dict(tiny, model_type="deepseek_v3")))
+put("fuzz_hf_config", "sliding.json", json.dumps(dict(tiny, model_type="mistral")))
+
 part = b"\x50\x4b\x03\x04 a part's bytes"
 manifest = {"format": "meshsim checkpoint 1", "step": 42, "world_size": 2, "kind": "per-rank",
             "model": "gpt layers=2", "optimizer": "adam", "layout": "dp2",

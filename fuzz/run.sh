@@ -34,8 +34,8 @@ fi
 
 # Per target: the longest input worth trying, and the inputs run. Measured on 2 cores: the
 # string parsers run 50-100k inputs/s, the JSON ones 25-35k/s, the IDX reader ~10k/s (a file
-# and tensors per input), the safetensors reader ~15k/s; the defaults give the first eight 10-20 s
-# each and the last two about 2 and 5 minutes, 4.25 million inputs in all.
+# and tensors per input), the safetensors reader ~15k/s; the defaults give the first nine 10-35 s
+# each and the last two about 2 and 5 minutes, 4.55 million inputs in all.
 targets=(
   # name           max_len  runs
   "fuzz_size       64       1000000"
@@ -43,6 +43,7 @@ targets=(
   "fuzz_text       512      300000"
   "fuzz_records    4096     300000"
   "fuzz_config     4096     300000"
+  "fuzz_hf_config  4096     300000"
   "fuzz_checkpoint 4096     300000"
   "fuzz_idx        2048     150000"
   "fuzz_safetensors 4096    300000"

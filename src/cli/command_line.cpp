@@ -82,6 +82,9 @@ int CommandLineParser::parse(int argc, char** argv) {
                                                 : "";
     std::fprintf(stderr, "meshsim: %s (see meshsim %s --help)\n", printable(what).c_str(), command);
     return kExitUsage;
+  } catch (const std::exception& e) {
+    // A file a flag names, read while the flags are applied (--hf-config): its own exit code.
+    return report_failure(e);
   }
   // add_train_flags sets sgd's default learning rate when --lr is absent; the file's own
   // learning rate wins unless the command line changed the optimizer.

@@ -1,5 +1,6 @@
-// `meshsim models`: every model preset with its shape, its parameter count and its source, as
-// a table or (--json) as a JSON array with the same fields.
+// `meshsim models`: every model preset with its shape, its parameter count (total, and active:
+// what one token meets, top_k of each MoE layer's routed experts) and its source, as a table
+// or (--json) as a JSON array with the same fields.
 #include <cstdio>
 #include <string>
 
@@ -47,7 +48,18 @@ nlohmann::json preset_json(const ModelPreset& p) {
                       {"seq_len", s.seq_len},
                       {"tie_head", s.tie_head},
                       {"parameters", preset_parameter_count(p.family, s)},
+                      {"active_parameters", preset_active_parameter_count(p.family, s)},
                       {"source", p.source}};
+  if (s.moe.experts > 0)
+    j["moe"] = {{"experts", s.moe.experts},
+                {"top_k", s.moe.top_k},
+                {"expert_ffn", s.moe.ffn},
+                {"shared_ffn", s.moe.shared_ffn},
+                {"dense_layers", s.moe.dense_layers}};
+  if (s.head_dim > 0)
+    j["head_dim"] = s.head_dim;
+  if (!p.hf_config.empty())
+    j["hf_config"] = p.hf_config;
   // Only a family with rotary embeddings (llama) has a theta; gpt's positions are learned.
   if (model_family(p.family).rotary)
     j["rope_theta"] = s.rope_theta;
@@ -68,20 +80,28 @@ int run_models(const ModelsArgs& args) {
     fmt::print("{}\n", all.dump(2));
     return kExitOk;
   }
-  const char* row =
-      "{:<12} {:<6} {:>6} {:>6} {:>5} {:>3} {:>6} {:>6} {:>5} {:<6} {:>7} {:>17}  {}\n";
-  fmt::print(row, "name", "family", "layers", "hidden", "heads", "kv", "ffn", "vocab", "seq",
-             "head", "params", "exact", "source");
+  const char* row = "{:<15} {:<6} {:>6} {:>6} {:>5} {:>3} {:>6} {:>7} {:>6} {:>6} {:<6} {:>7} "
+                    "{:>17} {:>7} {:>17}  {}\n";
+  fmt::print(row, "name", "family", "layers", "hidden", "heads", "kv", "ffn", "experts", "vocab",
+             "seq", "head", "params", "exact", "active", "exact", "source");
   for (const ModelPreset& p : model_presets()) {
     const TransformerShape& s = p.shape;
     const int64_t n = preset_parameter_count(p.family, s);
-    fmt::print(row, p.name, p.family, s.layers, s.hidden, s.heads, preset_kv_heads(s),
-               preset_ffn_hidden(p.family, s), s.vocab, s.seq_len, s.tie_head ? "tied" : "untied",
-               short_count(n), grouped(n), p.source);
+    const int64_t active = preset_active_parameter_count(p.family, s);
+    // An MoE preset's ffn column is each routed expert's width.
+    const std::string ffn = std::to_string(
+        s.moe.experts > 0 && s.moe.ffn > 0 ? s.moe.ffn : preset_ffn_hidden(p.family, s));
+    const std::string experts =
+        s.moe.experts > 0 ? fmt::format("{}/{}", s.moe.top_k, s.moe.experts) : "-";
+    fmt::print(row, p.name, p.family, s.layers, s.hidden, s.heads, preset_kv_heads(s), ffn, experts,
+               s.vocab, s.seq_len, s.tie_head ? "tied" : "untied", short_count(n), grouped(n),
+               short_count(active), grouped(active), p.source);
   }
-  fmt::print("Use one as --model NAME or --preset NAME; the shape flags (--layers, --hidden, "
-             "--heads, --kv-heads, --ffn-hidden, --seq-len, --vocab, --tie-head, --rope-theta) "
-             "override its fields. See docs/presets.md.\n");
+  fmt::print("experts: top k of the routed experts per token (ffn is then each expert's width); "
+             "active: the parameters one token meets (dense, shared experts, router, top k "
+             "experts).\nUse one as --model NAME or --preset NAME; the shape flags (--layers, "
+             "--hidden, --heads, --kv-heads, --ffn-hidden, --seq-len, --vocab, --tie-head, "
+             "--rope-theta, --moe-*) override its fields. See docs/presets.md.\n");
   return kExitOk;
 }
 

@@ -17,6 +17,9 @@ void add_model_layout_flags(CLI::App& app, TrainConfig& c) {
   app.add_option(
       "--preset", c.preset,
       "start from this model's published shape (meshsim models); shape flags override it");
+  app.add_option("--hf-config", c.hf_config,
+                 "llama, mistral, qwen2, qwen3, mixtral or qwen3_moe: the model's shape from this "
+                 "Hugging Face config.json (or a folder holding one); shape flags override it");
   app.add_option("--data", c.data,
                  "IDX folder (MNIST/Fashion-MNIST, .gz or raw) for cnn/lenet, any text file for gpt, "
                  "or 'synthetic' (default: " + std::string(kDefaultData) + ", or " + kDefaultText +
@@ -98,7 +101,7 @@ void add_model_layout_flags(CLI::App& app, TrainConfig& c) {
   add_integer_flag(app, "--vocab", c.shape.vocab, "gpt/llama: vocabulary (256 for byte-level text)")
       ->capture_default_str();
   app.add_flag("--tie-head,!--no-tie-head", c.shape.tie_head,
-               "gpt: the LM head shares the token embedding (--no-tie-head: its own weight)");
+               "gpt/llama: the LM head shares the token embedding (--no-tie-head: its own weight)");
   app.add_option("--rope-theta", c.shape.rope_theta, "llama: the rotary embedding's base")
       ->capture_default_str();
   app.add_option("--dropout", c.dropout,
@@ -215,7 +218,10 @@ void add_train_flags(CLI::App& app, TrainConfig& c) {
       if (app.count(flag) > 0)
         given.shape.push_back(flag);
     try {
-      apply_preset(c, given);
+      if (app.count("--hf-config") > 0)
+        apply_hf_config(c, given);
+      else
+        apply_preset(c, given);
     } catch (const std::invalid_argument& e) {
       throw CLI::ValidationError(e.what());
     }

@@ -32,6 +32,7 @@ struct TrainConfig {
   std::string model = "cnn";
   std::string data;           // an IDX folder, a text file (gpt), or "synthetic"; "" = the model's default
   std::string preset;         // --preset NAME (or a preset name as --model): the shape started from
+  std::string hf_config;      // --hf-config FILE: the Hugging Face config.json the shape came from
   TransformerShape shape;             // --layers --hidden --heads --kv-heads --ffn-hidden --seq-len --vocab
                               // --tie-head --rope-theta (gpt and llama)
   int tp = 1, pp = 1;         // dp = gpus / (tp · pp · cp)
@@ -111,6 +112,13 @@ const std::vector<std::string>& shape_flag_names();
 /// flag was given. Does nothing when neither flag names a preset. Throws std::invalid_argument
 /// (one line) for an unknown preset, two different presets, or --model of another family.
 void apply_preset(TrainConfig& config, const ModelFlagsGiven& given);
+
+/// Applies --hf-config: reads config.hf_config (a config.json, or a folder holding one;
+/// models/hf_config.h), sets model to its family and the shape to the file's, except the
+/// fields whose flags were given, which override it as they override a preset. Throws
+/// std::invalid_argument (one line) for --preset or another model beside it, or a file meshsim
+/// cannot build; DataError or JsonError for a file it cannot read as JSON.
+void apply_hf_config(TrainConfig& config, const ModelFlagsGiven& given);
 
 /// Checks a transformer's shape for `family` ("gpt" or "llama"): every size positive (kv_heads
 /// and ffn_hidden may be 0, the family's default), heads divide hidden, kv heads divide heads

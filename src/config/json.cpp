@@ -14,7 +14,44 @@
 
 namespace meshsim {
 
+nlohmann::json to_json_fields(const TrainConfig& c);
+
+namespace {
+
+// The llama's variants from --hf-config and the file's name, written only when they differ
+// from the plain model's, so that every earlier run's config.json (and fingerprint) reads the
+// same.
+void add_hf_fields(nlohmann::json& doc, const TrainConfig& c) {
+  const TransformerShape plain, &g = c.shape;
+  nlohmann::json& shape = doc["gpt"];
+  if (!c.hf_config.empty())
+    doc["hf_config"] = c.hf_config;
+  if (g.head_dim != plain.head_dim)
+    shape["head_dim"] = g.head_dim;
+  if (g.qkv_bias)
+    shape["qkv_bias"] = true;
+  if (g.out_bias)
+    shape["out_bias"] = true;
+  if (g.qk_norm)
+    shape["qk_norm"] = true;
+  if (g.norm_eps != plain.norm_eps)
+    shape["norm_eps"] = g.norm_eps;
+  if (!(g.rope_scaling == plain.rope_scaling))
+    shape["rope_scaling"] = {{"factor", g.rope_scaling.factor},
+                             {"low_freq_factor", g.rope_scaling.low_freq_factor},
+                             {"high_freq_factor", g.rope_scaling.high_freq_factor},
+                             {"original_max", g.rope_scaling.original_max}};
+}
+
+} // namespace
+
 nlohmann::json to_json(const TrainConfig& c) {
+  nlohmann::json doc = to_json_fields(c);
+  add_hf_fields(doc, c);
+  return doc;
+}
+
+nlohmann::json to_json_fields(const TrainConfig& c) {
   return {{"gpus", c.gpus},
           {"strategy", c.strategy},
           {"model", c.model},
@@ -175,7 +212,9 @@ TrainConfig config_from_json(const json& doc) {
       {"heads", to(g.heads)},           {"kv_heads", to(g.kv_heads)},
       {"ffn_hidden", to(g.ffn_hidden)}, {"seq_len", to(g.seq_len)},
       {"vocab", to(g.vocab)},           {"tie_head", to(g.tie_head)},
-      {"rope_theta", to(g.rope_theta)},
+      {"rope_theta", to(g.rope_theta)}, {"head_dim", to(g.head_dim)},
+      {"qkv_bias", to(g.qkv_bias)},     {"out_bias", to(g.out_bias)},
+      {"qk_norm", to(g.qk_norm)},       {"norm_eps", to(g.norm_eps)},
   };
   MoeShape& m = g.moe;
   const std::map<std::string, Setter> moe_setters = {
@@ -186,7 +225,19 @@ TrainConfig config_from_json(const json& doc) {
       {"groups", to(m.groups)},         {"top_groups", to(m.top_groups)},
       {"aux_loss", to(m.aux_loss)},     {"capacity_factor", to(m.capacity_factor)},
   };
+  RopeScaling& r = g.rope_scaling;
+  const std::map<std::string, Setter> rope_setters = {
+      {"factor", to(r.factor)},
+      {"low_freq_factor", to(r.low_freq_factor)},
+      {"high_freq_factor", to(r.high_freq_factor)},
+      {"original_max", to(r.original_max)},
+  };
   std::map<std::string, Setter> shape_setters = gpt_setters;
+  shape_setters["rope_scaling"] = [&](const json& v, const std::string& k) {
+    if (!v.is_object())
+      wrong_type(k, v, "an object");
+    apply(v, k + ".", rope_setters);
+  };
   shape_setters["moe"] = [&](const json& v, const std::string& k) {
     if (!v.is_object())
       wrong_type(k, v, "an object");
@@ -199,6 +250,7 @@ TrainConfig config_from_json(const json& doc) {
       {"strategy", to(c.strategy)},
       {"model", to(c.model)},
       {"preset", to(c.preset)},
+      {"hf_config", to(c.hf_config)},
       {"data", to(c.data)},
       {"device", to(c.device)},
       {"epochs", to(c.epochs)},

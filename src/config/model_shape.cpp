@@ -9,9 +9,11 @@
 
 #include <fmt/format.h>
 
-#include "models/family.h"
-#include "models/presets.h"
+#include "base/printable.h"
 #include "config/config.h"
+#include "models/family.h"
+#include "models/hf_config.h"
+#include "models/presets.h"
 
 namespace meshsim {
 namespace {
@@ -65,6 +67,20 @@ const std::vector<ShapeField>& shape_fields() {
       {"--moe-capacity-factor", [](TransformerShape& t, const TransformerShape& f) { t.moe.capacity_factor = f.moe.capacity_factor; }},
   };
   return fields;
+}
+
+// The shape of a preset or config.json over `to`: the fields no flag sets always, the others
+// unless their flag was given.
+void copy_shape(TransformerShape& to, const TransformerShape& from, const ModelFlagsGiven& given) {
+  to.head_dim = from.head_dim;
+  to.qkv_bias = from.qkv_bias;
+  to.out_bias = from.out_bias;
+  to.qk_norm = from.qk_norm;
+  to.norm_eps = from.norm_eps;
+  to.rope_scaling = from.rope_scaling;
+  for (const ShapeField& f : shape_fields())
+    if (std::find(given.shape.begin(), given.shape.end(), f.flag) == given.shape.end())
+      f.copy(to, from);
 }
 
 } // namespace
@@ -126,9 +142,21 @@ void apply_preset(TrainConfig& c, const ModelFlagsGiven& given) {
   require(!given.model || model_is_preset || c.model == p->family,
           fmt::format("--preset {} is a {} model, not --model {}", p->name, p->family, c.model));
   c.model = p->family;
-  for (const ShapeField& f : shape_fields())
-    if (std::find(given.shape.begin(), given.shape.end(), f.flag) == given.shape.end())
-      f.copy(c.shape, p->shape);
+  c.hf_config.clear(); // the shape is the preset's now, not a file's
+  copy_shape(c.shape, p->shape, given);
+}
+
+void apply_hf_config(TrainConfig& c, const ModelFlagsGiven& given) {
+  require(
+      !given.preset && !(given.model && find_preset(c.model)),
+      "--hf-config and --preset (or a preset as --model) both name the model's shape: give one");
+  const HfModel m = read_hf_config(c.hf_config);
+  require(!given.model || c.model == m.family,
+          fmt::format("--hf-config {} describes a {} model ({}), not --model {}",
+                      printable(c.hf_config), m.family, m.model_type, c.model));
+  c.model = m.family;
+  c.preset.clear();
+  copy_shape(c.shape, m.shape, given);
 }
 
 namespace {
@@ -187,8 +215,26 @@ void validate_shape(const std::string& family, const TransformerShape& g) {
   // 0 is the family's default (a flag refuses 0 on its text; config.json may hold it).
   require(g.kv_heads >= 0, fmt::format("--kv-heads must be positive, got {}", g.kv_heads));
   require(g.ffn_hidden >= 0, fmt::format("--ffn-hidden must be positive, got {}", g.ffn_hidden));
-  require(g.hidden % g.heads == 0,
+  require(g.head_dim > 0 || g.hidden % g.heads == 0,
           fmt::format("--hidden {} is not divisible by --heads {}", g.hidden, g.heads));
+  require(
+      g.head_dim >= 0 && g.head_dim % 2 == 0,
+      fmt::format("head_dim must be positive and even (rotary rotates pairs), got {}", g.head_dim));
+  require(std::isfinite(g.norm_eps) && g.norm_eps > 0,
+          fmt::format("norm_eps must be a positive number, got {}", g.norm_eps));
+  const bool llama_only = g.head_dim > 0 || g.qkv_bias || g.out_bias || g.qk_norm ||
+                          g.norm_eps != TransformerShape{}.norm_eps || g.rope_scaling.factor > 0;
+  require(!llama_only || model_family(family).rotary,
+          fmt::format("head_dim, attention biases, q/k norms, norm_eps and rope scaling are the "
+                      "llama's (from --hf-config), not {}'s",
+                      family));
+  const RopeScaling& r = g.rope_scaling;
+  require(r.factor == 0 ||
+              (std::isfinite(r.factor) && r.factor > 0 && std::isfinite(r.low_freq_factor) &&
+               r.low_freq_factor > 0 && std::isfinite(r.high_freq_factor) &&
+               r.high_freq_factor > r.low_freq_factor && r.original_max >= 1),
+          "rope_scaling needs a positive factor, 0 < low_freq_factor < high_freq_factor and a "
+          "positive original_max");
   if (!model_family(family).grouped_query)
     require(
         g.kv_heads == 0 || g.kv_heads == g.heads,
@@ -212,7 +258,10 @@ void validate_shape(const std::string& family, const TransformerShape& g) {
                           static_cast<double>(m.shared_ffn) + static_cast<double>(m.experts) / 3
                     : 0;
   const double bound =
-      static_cast<double>(g.layers) * (4 * h * h + 3 * h * std::max(ffn, experts_ffn) + 13 * h) +
+      static_cast<double>(g.layers) *
+          (4 * h * std::max(h, static_cast<double>(g.heads) * static_cast<double>(g.head_dim)) +
+           3 * h * std::max(ffn, experts_ffn) + 13 * h +
+           4 * static_cast<double>(g.heads) * static_cast<double>(g.head_dim)) +
       (2 * static_cast<double>(g.vocab) + static_cast<double>(g.seq_len) + 2) * h;
   require(bound <= kMaxParameters,
           fmt::format("the model is too large: --layers {}, --hidden {}, --ffn-hidden {:.0f}, "

@@ -62,6 +62,13 @@ void validate_model_layout(const TrainConfig& c) {
     require(g.moe.experts == 0 || (!c.sequence_parallel && c.strategy != "dp"),
             "--moe-experts does not take --sequence-parallel or --strategy dp yet: its layers "
             "route whole sequences on every rank");
+    // Qwen3's q_norm and k_norm: one weight every head shares, whose gradient each tp member
+    // would hold only its heads' part of.
+    require(!g.qk_norm || c.tp == 1,
+            fmt::format("the q/k norms of this model (qk_norm, from --hf-config) do not split over "
+                        "--tp {} yet: each member would see its own heads' gradient of the shared "
+                        "weight; use --tp 1",
+                        c.tp));
     require(g.heads % c.tp == 0,
             fmt::format("--heads {} is not divisible by --tp {}", g.heads, c.tp));
     require(preset_kv_heads(g) % c.tp == 0,

@@ -91,6 +91,7 @@ ModelFamily llama_family() {
     return build_llama(o.shape, o.seed, t);
   };
   f.parameter_count = llama_parameter_count;
+  f.active_parameter_count = llama_active_parameter_count;
   f.ffn_hidden = llama_ffn_hidden;
   f.checkpoint_identity = [](const TransformerShape& g) {
     return transformer_identity("llama", g,

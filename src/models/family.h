@@ -67,6 +67,9 @@ struct ModelFamily {
                                  const torch::TensorOptions& tensors) = nullptr;
   /// Its parameters in closed form for a shape (presets.h); null for the image nets.
   int64_t (*parameter_count)(const TransformerShape& shape) = nullptr;
+  /// The parameters one token meets (a mixture of experts' top_k of its routed experts); null:
+  /// parameter_count.
+  int64_t (*active_parameter_count)(const TransformerShape& shape) = nullptr;
   /// The MLP's inner width for a shape (ffn_hidden, or the family's default); null for the
   /// image nets.
   int64_t (*ffn_hidden)(const TransformerShape& shape) = nullptr;

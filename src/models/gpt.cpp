@@ -62,7 +62,7 @@ std::shared_ptr<FeedForward> gpt_feed_forward(const TransformerShape& o, int64_t
 }
 
 torch::Tensor TiedHeadImpl::forward(const torch::Tensor& x) {
-  return nn::functional::linear(x, embed_->wte);
+  return nn::functional::linear(x, *wte_);
 }
 
 int64_t gpt_ffn_hidden(const TransformerShape& o) {

@@ -60,15 +60,22 @@ std::shared_ptr<FeedForward> gpt_feed_forward(const TransformerShape& options, i
 /// not registered here, so parameters() lists it once (at embed.wte, as PyTorch does).
 class TiedHeadImpl : public torch::nn::Module {
 public:
-  explicit TiedHeadImpl(GptEmbedding embed) : embed_(std::move(embed)) {}
+  explicit TiedHeadImpl(GptEmbedding embed)
+      : embed_(torch::nn::AnyModule(embed)), wte_(&embed->wte) {}
+  /// Any embedding module `embed` whose word embedding is the member `*wte` (the llama's).
+  TiedHeadImpl(torch::nn::AnyModule embed, const torch::Tensor* wte)
+      : embed_(std::move(embed)), wte_(wte) {}
   torch::Tensor forward(const torch::Tensor& x);
   /// The embedding whose weight this head reads (ZeRO-3 gathers it for the head too).
-  const GptEmbedding& embedding() const { return embed_; }
+  const torch::nn::AnyModule& embedding() const { return embed_; }
   /// The word embedding it reads (the embedding's wte): what a pipeline copies to its last stage.
-  const torch::Tensor& weight() const { return embed_->wte; }
+  const torch::Tensor& weight() const { return *wte_; }
 
 private:
-  GptEmbedding embed_; // shared with the model's "embed" child, deliberately not a child here
+  // Shared with the model's "embed" child, deliberately not a child here; wte_ points at its
+  // member, which the module (held here too) outlives nothing of.
+  torch::nn::AnyModule embed_;
+  const torch::Tensor* wte_;
 };
 TORCH_MODULE(TiedHead);
 

@@ -12,7 +12,16 @@ namespace {
 
 namespace nn = torch::nn;
 
-constexpr double kRmsNormEps = 1e-5;
+AttentionOptions llama_attention(const TransformerShape& o, int64_t layer) {
+  AttentionOptions a{o.hidden, o.heads,      llama_kv_heads(o), o.qkv_bias,
+                     "o",      o.rope_theta, o.dropout,         layer};
+  a.head_dim = llama_head_dim(o);
+  a.out_bias = o.out_bias ? 1 : 0;
+  a.qk_norm = o.qk_norm;
+  a.norm_eps = o.norm_eps;
+  a.rope_scaling = o.rope_scaling;
+  return a;
+}
 
 } // namespace
 
@@ -32,12 +41,8 @@ torch::Tensor LlamaEmbeddingImpl::forward(const torch::Tensor& tokens) {
 LlamaBlockImpl::LlamaBlockImpl(const TransformerShape& o, const torch::TensorOptions& t,
                                int64_t layer)
     : PreNormBlockImpl(BlockParts{
-          "attn_norm", "mlp_norm", nn::AnyModule(RmsNorm(o.hidden, kRmsNormEps, t)),
-          nn::AnyModule(RmsNorm(o.hidden, kRmsNormEps, t)),
-          Attention(
-              AttentionOptions{o.hidden, o.heads, llama_kv_heads(o), false, "o", o.rope_theta,
-                               o.dropout, layer},
-              t),
+          "attn_norm", "mlp_norm", nn::AnyModule(RmsNorm(o.hidden, o.norm_eps, t)),
+          nn::AnyModule(RmsNorm(o.hidden, o.norm_eps, t)), Attention(llama_attention(o, layer), t),
           llama_feed_forward(o, layer, t), o.dropout, layer}) {}
 
 std::shared_ptr<FeedForward> llama_feed_forward(const TransformerShape& o, int64_t layer,
@@ -80,27 +85,38 @@ int64_t llama_kv_heads(const TransformerShape& o) {
   return o.kv_heads > 0 ? o.kv_heads : o.heads;
 }
 
+int64_t llama_head_dim(const TransformerShape& o) {
+  return o.head_dim > 0 ? o.head_dim : o.hidden / o.heads;
+}
+
 torch::nn::Sequential build_llama(const TransformerShape& o, uint64_t seed,
                                   const torch::TensorOptions& t) {
   if (o.layers < 1 || o.hidden < 1 || o.heads < 1 || o.seq_len < 1 || o.vocab < 1 ||
-      o.kv_heads < 0 || o.ffn_hidden < 0 || !(o.rope_theta > 0))
-    throw std::invalid_argument("llama: layers, hidden, heads, seq_len, vocab and rope_theta must "
-                                "be positive (kv_heads and ffn_hidden positive or 0)");
-  if (o.hidden % o.heads != 0 || (o.hidden / o.heads) % 2 != 0)
+      o.kv_heads < 0 || o.ffn_hidden < 0 || o.head_dim < 0 || !(o.rope_theta > 0) ||
+      !(o.norm_eps > 0))
+    throw std::invalid_argument("llama: layers, hidden, heads, seq_len, vocab, rope_theta and "
+                                "norm_eps must be positive (kv_heads, ffn_hidden and head_dim "
+                                "positive or 0)");
+  if (o.head_dim > 0 && o.head_dim % 2 != 0)
+    throw std::invalid_argument("llama: head_dim " + std::to_string(o.head_dim) +
+                                " is odd (rotary embeddings rotate pairs)");
+  if (o.head_dim == 0 && (o.hidden % o.heads != 0 || (o.hidden / o.heads) % 2 != 0))
     throw std::invalid_argument("llama: hidden " + std::to_string(o.hidden) + " is not heads (" +
                                 std::to_string(o.heads) +
                                 ") times an even head size (rotary embeddings rotate pairs)");
   if (o.heads % llama_kv_heads(o) != 0)
     throw std::invalid_argument("llama: heads " + std::to_string(o.heads) +
                                 " is not divisible by kv_heads " + std::to_string(o.kv_heads));
-  if (o.tie_head)
-    throw std::invalid_argument("llama: the head is untied (no --tie-head)");
   nn::Sequential model;
-  model->push_back("embed", LlamaEmbedding(o.vocab, o.hidden, o.seq_len, t));
+  LlamaEmbedding embed(o.vocab, o.hidden, o.seq_len, t);
+  model->push_back("embed", embed);
   for (int64_t l = 0; l < o.layers; ++l)
     model->push_back("block" + std::to_string(l), LlamaBlock(o, t, l));
-  model->push_back("norm_f", RmsNorm(o.hidden, kRmsNormEps, t));
-  model->push_back("head", make_linear(o.hidden, o.vocab, false, t));
+  model->push_back("norm_f", RmsNorm(o.hidden, o.norm_eps, t));
+  if (o.tie_head) // tie_word_embeddings: the head reads the embedding's wte
+    model->push_back("head", TiedHead(nn::AnyModule(embed), &embed->wte));
+  else
+    model->push_back("head", make_linear(o.hidden, o.vocab, false, t));
   if (t.device().is_meta())
     return model; // shapes only: nothing to initialize
 
@@ -116,16 +132,29 @@ torch::nn::Sequential build_llama(const TransformerShape& o, uint64_t seed,
 }
 
 int64_t llama_parameter_count(const TransformerShape& o) {
-  const int64_t h = o.hidden, d = o.hidden / o.heads, kv = llama_kv_heads(o);
-  const int64_t f = llama_ffn_hidden(o);
-  // q and o: H², k and v: H·K·d each; two RMSNorms: H each; a dense MLP's gate, up, down:
-  // H·F each, or an MoE layer's (moe_parameter_count).
-  const int64_t block = 2 * h * h + 2 * h * kv * d + 2 * h;
+  const int64_t h = o.hidden, d = llama_head_dim(o), kv = llama_kv_heads(o);
+  const int64_t f = llama_ffn_hidden(o), q = o.heads * d;
+  // q and o: H·heads·d each, k and v: H·K·d each, with their biases if any; q_norm and k_norm:
+  // d each; two RMSNorms: H each; a dense MLP's gate, up, down: H·F each, or an MoE layer's
+  // (moe_parameter_count).
+  const int64_t biases = (o.qkv_bias ? q + 2 * kv * d : 0) + (o.out_bias ? h : 0);
+  const int64_t block = 2 * h * q + 2 * h * kv * d + biases + (o.qk_norm ? 2 * d : 0) + 2 * h;
   const int64_t moe = o.moe.experts > 0 ? moe_parameter_count(llama_moe_options(o)) : 0;
   int64_t feed_forward = 0;
   for (int64_t l = 0; l < o.layers; ++l)
     feed_forward += llama_moe_layer(o, l) ? moe : 3 * h * f;
-  return o.vocab * h + o.layers * block + feed_forward + h + o.vocab * h;
+  return o.vocab * h + o.layers * block + feed_forward + h + (o.tie_head ? 0 : o.vocab * h);
+}
+
+int64_t llama_active_parameter_count(const TransformerShape& o) {
+  int64_t idle = 0;
+  if (o.moe.experts > 0) {
+    const MoeOptions m = llama_moe_options(o);
+    for (int64_t l = 0; l < o.layers; ++l)
+      if (llama_moe_layer(o, l))
+        idle += (m.experts - m.top_k) * 3 * m.hidden * m.expert_ffn;
+  }
+  return llama_parameter_count(o) - idle;
 }
 
 } // namespace meshsim

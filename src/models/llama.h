@@ -1,8 +1,8 @@
 // llama: a Llama-family decoder (Touvron et al. 2023; Meta's and Hugging Face's layout):
 // RMSNorm before attention and MLP, rotary position embeddings, grouped-query attention,
-// a SwiGLU MLP, no biases, an untied head and no position embedding. Like the GPT it is a
-// Sequential of embed, block0..block{L-1}, norm_f, head assembled from models/layers/; its
-// parallel plan (llama_plan.cpp) says where a pipeline cuts it and which of q, k, v, o, gate,
+// a SwiGLU MLP, no biases, an untied head (tied with tie_head) and no position embedding. Like the
+// GPT it is a Sequential of embed, block0..block{L-1}, norm_f, head assembled from models/layers/;
+// its parallel plan (llama_plan.cpp) says where a pipeline cuts it and which of q, k, v, o, gate,
 // up, down tensor parallelism replaces (LinearSlots); activation checkpointing is a switch on
 // each block or attention core.
 #pragma once
@@ -63,12 +63,16 @@ int64_t llama_ffn_hidden(const TransformerShape& options);
 /// options.kv_heads, or options.heads when it is 0 (multi-head attention).
 int64_t llama_kv_heads(const TransformerShape& options);
 
+/// options.head_dim, or hidden / heads when it is 0.
+int64_t llama_head_dim(const TransformerShape& options);
+
 /// Builds the Llama with every parameter created by `tensors`, then (after
 /// torch::manual_seed(seed) again) initializes in parameters() order: RMSNorm weights 1,
 /// every other weight (wte, every Linear, the head) normal(0, 0.02), as the GPT does
 /// (tests/models/reference_llama.py does the same in PyTorch). Nothing is drawn on meta.
+/// With tie_head the head is a TiedHead reading the embedding's wte (tie_word_embeddings).
 /// Throws std::invalid_argument for bad options (heads not dividing hidden, kv_heads not
-/// dividing heads, an odd head_dim, a tied head).
+/// dividing heads, an odd head_dim).
 torch::nn::Sequential build_llama(const TransformerShape& options, uint64_t seed,
                                   const torch::TensorOptions& tensors = {});
 
@@ -77,8 +81,16 @@ torch::nn::Sequential build_llama(const TransformerShape& options, uint64_t seed
 /// vocabulary; each block a pipeline unit and its attn an attention.
 ParallelPlan llama_parallel_plan(const TransformerShape& options);
 
-/// Parameters of the Llama for `options`, with d = H/heads, K = kv heads, F = the MLP width:
-/// V·H (embed) + L·(2H² + 2H·K·d + 3H·F + 2H) + H (norm_f) + V·H (head).
+/// Parameters of the Llama for `options`, with d = llama_head_dim, n = heads, K = kv heads,
+/// F = the MLP width: V·H (embed) + L·(2H·n·d + 2H·K·d + 3H·F + 2H) + H (norm_f) + V·H (head,
+/// unless tied),
+/// plus n·d + 2K·d per layer with q/k/v biases, H with an output bias, 2d with q/k norms, and
+/// an MoE layer's parameters instead of 3H·F in its layers.
 int64_t llama_parameter_count(const TransformerShape& options);
+
+/// The parameters a token meets (active parameters): llama_parameter_count less, in every MoE
+/// layer, the experts it does not visit ((experts - top_k) · 3·H·F); the router and the shared
+/// experts count whole. Equal to the total for a dense Llama.
+int64_t llama_active_parameter_count(const TransformerShape& options);
 
 } // namespace meshsim

@@ -32,6 +32,19 @@ struct MoeShape {
   std::string planned_routing; // what those shares assume, in one line (plan.json's "routing")
 };
 
+/// Llama 3.1's rotary scaling (Hugging Face's rope_type "llama3"): frequencies whose wavelength
+/// exceeds original_max / low_freq_factor are divided by `factor`, those below original_max /
+/// high_freq_factor kept, those between interpolated smoothly. factor 0: unscaled.
+struct RopeScaling {
+  double factor = 0;
+  double low_freq_factor = 1, high_freq_factor = 4;
+  int64_t original_max = 8192; // original_max_position_embeddings
+  bool operator==(const RopeScaling& o) const {
+    return factor == o.factor && low_freq_factor == o.low_freq_factor &&
+           high_freq_factor == o.high_freq_factor && original_max == o.original_max;
+  }
+};
+
 /// The decoder-only transformers, gpt (models/gpt.h) and llama (models/llama.h). Defaults: a
 /// tiny byte-level model.
 struct TransformerShape {
@@ -40,6 +53,13 @@ struct TransformerShape {
   int64_t kv_heads = 0;      // key/value heads (llama, grouped-query attention); 0: heads
   int64_t ffn_hidden = 0;    // the MLP's inner width; 0: the family's default
   double rope_theta = 10000; // llama's rotary base
+  // The llama's variants that Hugging Face configs describe (models/hf_config.h).
+  int64_t head_dim = 0;     // each head's width; 0: hidden / heads
+  bool qkv_bias = false;    // biases on q, k and v (Qwen2's; attention_bias)
+  bool out_bias = false;    // a bias on the output projection (attention_bias)
+  bool qk_norm = false;     // an RMSNorm over each head of q and of k before rotary (Qwen3)
+  double norm_eps = 1e-5;   // every RMSNorm's epsilon (rms_norm_eps)
+  RopeScaling rope_scaling; // llama3 scaling of the rotary frequencies
   /// Dropout in training on the attention probabilities and on the attention's and the MLP's
   /// outputs before their residual adds (Megatron's attention_dropout and hidden_dropout;
   /// models/layers/dropout.h); 0: none. Set from --dropout, not a part of the shape's identity.

@@ -102,7 +102,12 @@ std::vector<ModelPreset> make_presets() {
 } // namespace
 
 const std::vector<ModelPreset>& model_presets() {
-  static const std::vector<ModelPreset> presets = make_presets();
+  static const std::vector<ModelPreset> presets = [] {
+    std::vector<ModelPreset> all = make_presets();
+    for (ModelPreset& p : hf_presets())
+      all.push_back(std::move(p));
+    return all;
+  }();
   return presets;
 }
 
@@ -128,6 +133,13 @@ int64_t preset_parameter_count(const std::string& family, const TransformerShape
   if (!f || !f->parameter_count)
     throw std::invalid_argument("no parameter count for model '" + family + "'");
   return f->parameter_count(s);
+}
+
+int64_t preset_active_parameter_count(const std::string& family, const TransformerShape& s) {
+  const ModelFamily* f = find_model_family(family);
+  if (f && f->active_parameter_count)
+    return f->active_parameter_count(s);
+  return preset_parameter_count(family, s);
 }
 
 } // namespace meshsim

@@ -20,7 +20,14 @@ struct ModelPreset {
   /// kv_heads or ffn_hidden means the family's default (preset_kv_heads, preset_ffn_hidden).
   TransformerShape shape;
   std::string source; ///< where the shape is published (paper and table, or model card)
+  /// The repository's copy of the published config.json the shape is parsed from
+  /// ("src/models/hf_configs/mixtral-8x7b.json"), or "" for a shape written out here.
+  std::string hf_config = "";
 };
+
+/// The presets parsed from published Hugging Face config.json files (hf_presets.cpp), in the
+/// order `meshsim models` lists them after the others.
+std::vector<ModelPreset> hf_presets();
 
 /// Every preset, in the order `meshsim models` lists them.
 const std::vector<ModelPreset>& model_presets();
@@ -44,5 +51,10 @@ int64_t preset_ffn_hidden(const std::string& family, const TransformerShape& sha
 ///   unless tied): q, k, v and o without biases, gate/up/down, two RMSNorm weights per layer.
 /// (ModelFamily::parameter_count.) Throws std::invalid_argument for a family without one.
 int64_t preset_parameter_count(const std::string& family, const TransformerShape& shape);
+
+/// The parameters one token meets (ModelFamily::active_parameter_count): the dense ones, the
+/// shared experts, the router and top_k routed experts of each MoE layer; the total for a
+/// family without experts.
+int64_t preset_active_parameter_count(const std::string& family, const TransformerShape& shape);
 
 } // namespace meshsim

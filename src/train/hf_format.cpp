@@ -279,7 +279,20 @@ std::vector<std::pair<std::string, std::string>> llama_names(const TransformerSh
   return names;
 }
 
+// The Llama is written as LlamaForCausalLM without its Hugging Face variants (models/hf_config.h):
+// a model with them is refused in one line rather than written as another model.
+void require_plain_llama(const TransformerShape& s) {
+  const TransformerShape plain;
+  if (s.head_dim > 0 || s.qkv_bias || s.out_bias || s.qk_norm || s.norm_eps != plain.norm_eps ||
+      s.rope_scaling.factor > 0 || s.tie_head)
+    throw std::invalid_argument(
+        "the Hugging Face folder meshsim writes and reads is the plain LlamaForCausalLM: this "
+        "model's head_dim, attention biases, q/k norms, norm_eps, rope scaling or tied head "
+        "(from --hf-config) are not in it yet");
+}
+
 hf_json llama_config(const TransformerShape& s, const std::string& dtype) {
+  require_plain_llama(s);
   return hf_json{{"architectures", {"LlamaForCausalLM"}},
                  {"model_type", "llama"},
                  {"vocab_size", s.vocab},
@@ -307,6 +320,7 @@ hf_json llama_config(const TransformerShape& s, const std::string& dtype) {
 }
 
 void llama_check(const ConfigReader& r, const TransformerShape& s) {
+  require_plain_llama(s);
   r.expect("num_hidden_layers", s.layers, "--layers");
   r.expect("hidden_size", s.hidden, "--hidden");
   r.expect("num_attention_heads", s.heads, "--heads");

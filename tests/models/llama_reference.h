@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <string>
 #include <vector>
 
@@ -50,6 +52,26 @@ inline std::vector<double> python_llama_reference(const TransformerShape& o, int
            std::to_string(llama_moe_options(o).expert_ffn) + " " +
            std::to_string(o.moe.shared_ffn) + " " + std::to_string(o.moe.dense_layers) + " " +
            std::to_string(o.moe.aux_loss);
+  // The Hugging Face variants (models/hf_config.h), in the script's flags.
+  const auto exact = [](double x) { return fmt::format("{:.17g}", x); };
+  if (o.head_dim > 0)
+    cmd += " --head-dim " + std::to_string(o.head_dim);
+  if (o.qkv_bias)
+    cmd += " --qkv-bias";
+  if (o.out_bias)
+    cmd += " --out-bias";
+  if (o.qk_norm)
+    cmd += " --qk-norm";
+  if (o.norm_eps != TransformerShape{}.norm_eps)
+    cmd += " --eps " + exact(o.norm_eps);
+  if (o.rope_scaling.factor > 0)
+    cmd += " --llama3 " + exact(o.rope_scaling.factor) + " " +
+           exact(o.rope_scaling.low_freq_factor) + " " + exact(o.rope_scaling.high_freq_factor) +
+           " " + std::to_string(o.rope_scaling.original_max);
+  if (o.tie_head)
+    cmd += " --tie";
+  if (o.moe.experts > 0 && !o.moe.normalize)
+    cmd += " --no-normalize";
   return numbers_printed_by(cmd);
 }
 

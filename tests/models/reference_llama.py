@@ -6,7 +6,14 @@
 # prints the parameter count, the loss, every logit and every parameter's gradient (in
 # parameters() order), one number per line, so the C++ test can compare.
 # usage: reference_llama.py LAYERS HIDDEN HEADS KV_HEADS FFN SEQ_LEN VOCAB THETA SEED BATCH T
-#            [EXPERTS TOP_K EXPERT_FFN SHARED_FFN DENSE_LAYERS AUX_LOSS]
+#            [EXPERTS TOP_K EXPERT_FFN SHARED_FFN DENSE_LAYERS AUX_LOSS] [VARIANTS...]
+# VARIANTS, the ones Hugging Face configs describe (src/models/hf_config.h): --head-dim D (heads
+# D wide, not HIDDEN/HEADS), --qkv-bias and --out-bias (Qwen2's and attention_bias' biases),
+# --qk-norm (Qwen3's RMSNorm over each head of q and k before the rotation), --eps E (every
+# RMSNorm's epsilon), --llama3 FACTOR LOW HIGH ORIGINAL (Llama 3.1's rotary scaling, as
+# transformers' _compute_llama3_parameters), --no-normalize (the top k router weights kept as
+# the softmax gave them, Qwen3-MoE's norm_topk_prob false), --tie (the head reads the embedding's
+# wte: tie_word_embeddings).
 # With the last six, every layer from DENSE_LAYERS on has a mixture of experts as its MLP
 # (src/models/layers/moe.h), written as Hugging Face's MixtralSparseMoeBlock computes it
 # (softmax router, top k renormalised, each expert run on the tokens that chose it), plus
@@ -29,11 +36,14 @@ class Embedding(nn.Module):
         return F.embedding(tokens, self.wte)
 
 
+EPS = 1e-5  # every RMSNorm's epsilon (--eps)
+
+
 class RMSNorm(nn.Module):
-    def __init__(self, width, eps=1e-5):
+    def __init__(self, width, eps=None):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(width))
-        self.eps = eps
+        self.eps = EPS if eps is None else eps
 
     def forward(self, x):
         return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
@@ -44,23 +54,58 @@ def rotate_half(x):
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+def llama3_frequencies(inv_freq, factor, low, high, original):
+    # transformers' _compute_llama3_parameters
+    low_wavelen, high_wavelen = original / low, original / high
+    wavelen = 2 * math.pi / inv_freq
+    inv_freq_llama = torch.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
+    smooth = (original / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * inv_freq_llama / factor + smooth * inv_freq_llama
+    medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
+    return torch.where(medium, smoothed, inv_freq_llama)
+
+
+LLAMA3 = None  # (factor, low, high, original) with --llama3
+
+
 def rotary(x, theta):
     t, d = x.shape[-2], x.shape[-1]
     inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=x.dtype) / d))
+    if LLAMA3:
+        inv_freq = llama3_frequencies(inv_freq, *LLAMA3)
     freqs = torch.outer(torch.arange(t, dtype=x.dtype), inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)
     return x * emb.cos() + rotate_half(x) * emb.sin()
 
 
+VARIANT = {"head_dim": 0, "qkv_bias": False, "out_bias": False, "qk_norm": False,
+           "normalize": True, "tie": False}
+
+
+class TiedHead(nn.Module):
+    # logits = x @ wte^T with the embedding's own weight, which stays listed once (at embed.wte)
+    def __init__(self, embed):
+        super().__init__()
+        self.embed = [embed]  # a list: not a child, so no second listing of its weight
+
+    def forward(self, x):
+        return x @ self.embed[0].wte.T
+
+
 class Attention(nn.Module):
     def __init__(self, hidden, heads, kv_heads, theta):
         super().__init__()
-        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, hidden // heads
+        self.heads, self.kv_heads = heads, kv_heads
+        self.head_dim = VARIANT["head_dim"] or hidden // heads
         self.theta = theta
-        self.q = nn.Linear(hidden, heads * self.head_dim, bias=False)
-        self.k = nn.Linear(hidden, kv_heads * self.head_dim, bias=False)
-        self.v = nn.Linear(hidden, kv_heads * self.head_dim, bias=False)
-        self.o = nn.Linear(heads * self.head_dim, hidden, bias=False)
+        bias = VARIANT["qkv_bias"]
+        self.q = nn.Linear(hidden, heads * self.head_dim, bias=bias)
+        self.k = nn.Linear(hidden, kv_heads * self.head_dim, bias=bias)
+        self.v = nn.Linear(hidden, kv_heads * self.head_dim, bias=bias)
+        self.o = nn.Linear(heads * self.head_dim, hidden, bias=VARIANT["out_bias"])
+        if VARIANT["qk_norm"]:  # Qwen3Attention's q_norm and k_norm, over each head
+            self.q_norm = RMSNorm(self.head_dim)
+            self.k_norm = RMSNorm(self.head_dim)
 
     def forward(self, x):
         b, t, _ = x.shape
@@ -68,6 +113,8 @@ class Attention(nn.Module):
         q = self.q(x).view(b, t, self.heads, d).transpose(1, 2)
         k = self.k(x).view(b, t, self.kv_heads, d).transpose(1, 2)
         v = self.v(x).view(b, t, self.kv_heads, d).transpose(1, 2)
+        if VARIANT["qk_norm"]:
+            q, k = self.q_norm(q), self.k_norm(k)
         q, k = rotary(q, self.theta), rotary(k, self.theta)
         # Hugging Face's repeat_kv: kv head j serves query heads j*rep .. (j+1)*rep - 1.
         rep = self.heads // self.kv_heads
@@ -107,7 +154,8 @@ class Moe(nn.Module):
         flat = x.reshape(-1, h)
         probs = torch.softmax(flat @ self.router.T, dim=-1)
         weights, chosen = torch.topk(probs, self.top_k, dim=-1)
-        weights = weights / weights.sum(dim=-1, keepdim=True)
+        if VARIANT["normalize"]:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
         out = torch.zeros_like(flat)
         for e in range(self.experts):
             token, slot = torch.where(chosen == e)
@@ -148,7 +196,10 @@ def build(layers, hidden, heads, kv_heads, ffn, vocab, theta, seed, moe=None, de
         model.add_module(f"block{l}", Block(hidden, heads, kv_heads, ffn, theta,
                                             moe if l >= dense_layers else None))
     model.add_module("norm_f", RMSNorm(hidden))
-    model.add_module("head", nn.Linear(hidden, vocab, bias=False))
+    if VARIANT["tie"]:
+        model.add_module("head", TiedHead(model.embed))
+    else:
+        model.add_module("head", nn.Linear(hidden, vocab, bias=False))
     torch.manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -159,14 +210,42 @@ def build(layers, hidden, heads, kv_heads, ffn, vocab, theta, seed, moe=None, de
     return model
 
 
+def read_variants(args):
+    global EPS, LLAMA3
+    i = 0
+    while i < len(args):
+        flag = args[i]
+        if flag == "--head-dim":
+            VARIANT["head_dim"] = int(args[i + 1])
+            i += 1
+        elif flag in ("--qkv-bias", "--out-bias", "--qk-norm"):
+            VARIANT[flag[2:].replace("-", "_")] = True
+        elif flag == "--tie":
+            VARIANT["tie"] = True
+        elif flag == "--no-normalize":
+            VARIANT["normalize"] = False
+        elif flag == "--eps":
+            EPS = float(args[i + 1])
+            i += 1
+        elif flag == "--llama3":
+            LLAMA3 = tuple(float(v) for v in args[i + 1:i + 5])
+            i += 4
+        else:
+            sys.exit("unknown variant " + flag)
+        i += 1
+
+
 def main():
     layers, hidden, heads, kv_heads, ffn, seq_len, vocab = map(int, sys.argv[1:8])
     theta = float(sys.argv[8])
     seed, batch, t = map(int, sys.argv[9:12])
     moe, dense_layers = None, 0
-    if len(sys.argv) > 12:
-        experts, top_k, expert_ffn, shared_ffn, dense_layers = map(int, sys.argv[12:17])
-        moe = (experts, top_k, expert_ffn, shared_ffn, float(sys.argv[17]))
+    rest = sys.argv[12:]
+    if rest and not rest[0].startswith("--"):
+        experts, top_k, expert_ffn, shared_ffn, dense_layers = map(int, rest[:5])
+        moe = (experts, top_k, expert_ffn, shared_ffn, float(rest[5]))
+        rest = rest[6:]
+    read_variants(rest)
     model = build(layers, hidden, heads, kv_heads, ffn, vocab, theta, seed, moe,
                   dense_layers).double()
     tokens = torch.tensor([[(7 * b + 13 * i + 3) % vocab for i in range(t)] for b in range(batch)])

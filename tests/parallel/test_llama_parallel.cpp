@@ -59,8 +59,10 @@ const HarnessRun& llama_reference() {
   return ref;
 }
 
-void expect_llama_matches_single(int world, const StrategyOptions& options, const std::string& what) {
-  const HarnessRun& ref = llama_reference();
+// Against `reference` when given (a run of another shape on one device), else llama_reference().
+void expect_llama_matches_single(int world, const StrategyOptions& options, const std::string& what,
+                                 const HarnessRun* reference = nullptr) {
+  const HarnessRun& ref = reference ? *reference : llama_reference();
   const HarnessRun got = run_llama(world, "ddp", options);
   ASSERT_EQ(got.losses.size(), ref.losses.size()) << what;
   for (int k = 0; k < kLlamaSteps; ++k)
@@ -125,6 +127,41 @@ TEST(LlamaEquivalence, SequenceParallel) {
   expect_llama_matches_single(4, sp(llama_with(2, 1, 1)), "dp2 tp2 zero1 sequence parallel");
   expect_llama_matches_single(8, sp(llama_with(2, 2, 1, 2, Recompute::Full)),
                         "dp2 tp2 pp2 zero1 recompute sequence parallel");
+}
+
+// The variants Hugging Face configs describe (models/hf_config.h): heads 12 wide in a hidden
+// of 32, biases on q, k, v and o, Llama 3.1's rotary scaling (original context 64: of the
+// wavelengths 6.3, 29, 135, ... positions the first is kept, the second blended, the rest
+// stretched), another norm epsilon. Tensor parallel 2 and a pipeline equal one device, with
+// the head untied and tied (tie_word_embeddings); with Qwen3's q/k norms, data parallel and
+// the pipeline do (tensor parallelism refuses them in validation).
+TEST(LlamaEquivalence, HfVariants) {
+  StrategyOptions o = llama_sgd();
+  o.shape.head_dim = 12;
+  o.shape.qkv_bias = o.shape.out_bias = true;
+  o.shape.norm_eps = 1e-6;
+  o.shape.rope_scaling.factor = 8;
+  o.shape.rope_scaling.original_max = 64;
+  const HarnessRun single = run_llama(1, "single", o);
+  const auto with = [&](StrategyOptions v, int tp, int pp, int micro_batches) {
+    v.tp = tp;
+    v.pp = pp;
+    v.schedule = "1f1b";
+    v.micro_batches = micro_batches;
+    return v;
+  };
+  expect_llama_matches_single(2, with(o, 2, 1, 1), "tp2 head_dim 12, biases, llama3 rope", &single);
+  expect_llama_matches_single(8, with(o, 2, 2, 2), "dp2 tp2 pp2 head_dim 12, biases, llama3 rope",
+                              &single);
+  StrategyOptions tied = o;
+  tied.shape.tie_head = true; // the embedding group sums the two copies' gradients under pp
+  const HarnessRun tied_single = run_llama(1, "single", tied);
+  expect_llama_matches_single(2, with(tied, 2, 1, 1), "tp2 tied head", &tied_single);
+  expect_llama_matches_single(4, with(tied, 2, 2, 2), "tp2 pp2 tied head", &tied_single);
+  o.shape.qk_norm = true;
+  const HarnessRun normed = run_llama(1, "single", o);
+  expect_llama_matches_single(2, with(o, 1, 1, 1), "ddp2 q/k norms", &normed);
+  expect_llama_matches_single(2, with(o, 1, 2, 2), "pp2 q/k norms", &normed);
 }
 
 TEST(LlamaTensorParallel, PlanShardsWholeHeadsAndRefusesSplitKvHeads) {

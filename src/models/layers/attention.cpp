@@ -14,14 +14,19 @@ namespace nn = torch::nn;
 
 AttentionImpl::AttentionImpl(const AttentionOptions& o, const torch::TensorOptions& t,
                              std::shared_ptr<const AttentionCore> core)
-    : options_(o), head_dim_(o.hidden / o.heads),
+    : options_(o), head_dim_(o.head_dim > 0 ? o.head_dim : o.hidden / o.heads),
       core_(core ? std::move(core) : std::make_shared<EagerCausalCore>()) {
   const int64_t kv = (o.kv_heads > 0 ? o.kv_heads : o.heads) * head_dim_;
   const int64_t inner = o.heads * head_dim_;
   q_ = nn::AnyModule(register_module("q", make_linear(o.hidden, inner, o.bias, t)));
   k_ = nn::AnyModule(register_module("k", make_linear(o.hidden, kv, o.bias, t)));
   v_ = nn::AnyModule(register_module("v", make_linear(o.hidden, kv, o.bias, t)));
-  out_ = nn::AnyModule(register_module(o.out_name, make_linear(inner, o.hidden, o.bias, t)));
+  const bool out_bias = o.out_bias < 0 ? o.bias : o.out_bias > 0;
+  out_ = nn::AnyModule(register_module(o.out_name, make_linear(inner, o.hidden, out_bias, t)));
+  if (o.qk_norm) {
+    q_norm_ = nn::AnyModule(register_module("q_norm", RmsNorm(head_dim_, o.norm_eps, t)));
+    k_norm_ = nn::AnyModule(register_module("k_norm", RmsNorm(head_dim_, o.norm_eps, t)));
+  }
 }
 
 void AttentionImpl::set_core(std::shared_ptr<const AttentionCore> core) {
@@ -60,9 +65,13 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   q = split(q, heads);
   k = split(k, kv_heads);
   v = split(v, kv_heads);
+  if (options_.qk_norm) {
+    q = q_norm_.forward(q);
+    k = k_norm_.forward(k);
+  }
   if (options_.rope_theta > 0) {
-    q = apply_rotary(q, at, options_.rope_theta);
-    k = apply_rotary(k, at, options_.rope_theta);
+    q = apply_rotary(q, at, options_.rope_theta, options_.rope_scaling);
+    k = apply_rotary(k, at, options_.rope_theta, options_.rope_scaling);
   }
   if (kv_heads != heads && !core_->takes_grouped_kv()) { // kv head j serves query heads j·group .. (j+1)·group - 1
     const int64_t group = heads / kv_heads;

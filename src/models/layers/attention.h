@@ -15,7 +15,9 @@
 
 #include "models/layers/dropout.h"
 #include "models/layers/flops.h"
+#include "models/layers/norms.h"
 #include "models/layers/recompute.h"
+#include "models/layers/rotary.h"
 #include "models/layers/slots.h"
 
 namespace meshsim {
@@ -56,13 +58,20 @@ struct AttentionOptions {
   double rope_theta = 0;        // rotary embedding of q and k at the positions; 0: none
   double dropout = 0;           // on the probabilities, in training (attention_dropout)
   int64_t layer = 0;            // the block's index in the whole model (dropout's masks)
+  int64_t head_dim = 0;         // each head's width; 0: hidden / heads
+  int out_bias = -1;            // a bias on out: 1 yes, 0 no, -1 as `bias`
+  bool qk_norm = false;         // RMSNorm q_norm, k_norm over each head's width, before rotary
+  double norm_eps = 1e-5;       // their epsilon
+  RopeScaling rope_scaling;     // of the rotary frequencies (rotary.h)
 };
 
 /// Self-attention: q [H -> heads·d], k and v [H -> kv_heads·d], out [heads·d -> H], then
-/// the core. Each kv head serves heads/kv_heads consecutive query heads. The heads it runs
-/// are read from q's and k's output features, so a column shard of whole heads (heads/tp
-/// query and kv_heads/tp kv heads) runs unchanged. Children: q, k, v, out (parameters in
-/// that order); the core holds no parameters and is no child.
+/// the core; with qk_norm, q and k are RMS-normalised per head (one weight of d shared by the
+/// heads, Qwen3's q_norm and k_norm) before their rotation. Each kv head serves heads/kv_heads
+/// consecutive query heads. The heads it runs are read from q's and k's output features, so a
+/// column shard of whole heads (heads/tp query and kv_heads/tp kv heads) runs unchanged. Children:
+/// q, k, v, out (parameters in that order; then q_norm, k_norm); the core holds no parameters and
+/// is no child.
 class AttentionImpl : public torch::nn::Module,
                       public LinearSlots,
                       public CheckpointedAttention,
@@ -99,6 +108,7 @@ private:
   int64_t first_head_ = 0;
   std::shared_ptr<const AttentionCore> core_;
   torch::nn::AnyModule q_, k_, v_, out_;
+  torch::nn::AnyModule q_norm_, k_norm_; // empty without qk_norm
 };
 TORCH_MODULE(Attention);
 

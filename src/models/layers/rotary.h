@@ -5,12 +5,17 @@
 
 #include <torch/torch.h>
 
+#include "models/models.h"
+
 namespace meshsim {
 
 /// Rotary position embedding of x [B, heads, T, head_dim] for the tokens at `positions`
 /// (int64 [T]), rotating the two halves of each head (rotate_half, as Hugging Face's and
-/// Meta's Llama do): x·cos + rotate_half(x)·sin with angle position · theta^(-2i/head_dim).
-torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& positions, double theta);
+/// Meta's Llama do): x·cos + rotate_half(x)·sin with angle position · theta^(-2i/head_dim),
+/// the frequencies theta^(-2i/head_dim) scaled as `scaling` says (Llama 3.1's rule; factor 0:
+/// unscaled).
+torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& positions, double theta,
+                           const RopeScaling& scaling = {});
 
 /// torch::arange(start, end, step, options), in a tensor allocated at its final size first.
 /// arange fills an empty tensor and resizes it; LibTorch 2.x resizes a meta tensor's storage
