@@ -6,8 +6,11 @@
 // ep group sending it its planned count.
 #include <gtest/gtest.h>
 
+#include <iostream>
+
 #include "base/errors.h"
 #include "models/layers/moe.h"
+#include "models/presets.h"
 #include "plan/moe_routing.h"
 #include "plan/plan.h"
 
@@ -127,5 +130,55 @@ TEST(PlanMoe, ThePlannedRoutingIsTheHottestRanksWorkAndMemory) {
         << "imbalance " << imbalance;
     EXPECT_GT(static_cast<double>(got.peak), previous_peak) << "imbalance " << imbalance;
     previous_peak = static_cast<double>(got.peak);
+  }
+}
+
+// Mixtral 8x7B at tp 1, ep 8, pp 4 on 64 H100 (dp 16, so edp 2), bf16 with ZeRO 1: each GPU
+// holds its stage's dense parameters whole and 1/8 of its routed experts, in bf16, with bf16
+// gradients of both; the fp32 master weights and Adam's two moments (12 bytes a parameter)
+// of the dense parameters sharded over dp × cp = 16 and of its experts over edp = 2. Every
+// count here divides its group, so no flat buffer is padded: the bytes are the formula's.
+TEST(PlanMoe, MixtralModelStateIsTheFormulasOnEveryStage) {
+  const ModelPreset* preset = find_preset("mixtral-8x7b");
+  ASSERT_NE(preset, nullptr);
+  TrainConfig c;
+  c.model = preset->family;
+  c.preset = preset->name;
+  c.shape = preset->shape;
+  c.shape.seq_len = 256; // the state does not depend on it; the plan is quicker
+  c.data = "synthetic";
+  c.device = "meta";
+  c.gpus = 64;
+  c.pp = 4;
+  c.ep = 8;
+  c.zero = 1;
+  c.precision = "bf16";
+  c.micro_batches = 4;
+  c.batch_size = 4;
+  c.max_steps = kPlanSteps;
+  c.progress = false;
+  validate(c);
+  const TransformerShape& s = c.shape;
+  const int64_t H = s.hidden, heads = s.heads, kv = preset_kv_heads(s), d = H / heads;
+  const int64_t E = s.moe.experts, F = s.moe.ffn, V = s.vocab, per_stage = s.layers / c.pp;
+  const int64_t attention = H * heads * d + 2 * H * kv * d + heads * d * H;
+  const int64_t dense_layer = attention + 2 * H /* norms */ + E * H /* router */;
+  const int64_t expert_layer = 3 * E * H * F;
+  const int64_t dp = 16, edp = dp / c.ep;
+  const Plan plan = make_plan(c, int64_t{1} << 40);
+  ASSERT_EQ(plan.ranks.size(), 4u);
+  for (const PlannedRank& r : plan.ranks) {
+    const int stage = r.coord.pp;
+    int64_t dense = per_stage * dense_layer;
+    if (stage == 0)
+      dense += V * H; // the embedding
+    if (stage == c.pp - 1)
+      dense += H + V * H; // the final norm and the head
+    const int64_t experts = per_stage * expert_layer / c.ep;
+    const int64_t held = dense + experts;
+    const int64_t expected = 2 * held + 2 * held + 12 * (dense / dp + experts / edp);
+    EXPECT_EQ(r.model_state_bytes, expected) << "stage " << stage;
+    std::cout << "mixtral-8x7b stage " << stage << ": model state " << r.model_state_bytes
+              << " bytes (" << held << " parameters held)\n";
   }
 }
