@@ -115,6 +115,7 @@ nlohmann::json layout_json(const TrainConfig& c) {
   return {{"dp", c.gpus / (c.tp * c.pp * c.cp)},
           {"cp", c.cp},
           {"cp_comm", c.cp_comm},
+          {"ep", c.ep},
           {"tp", c.tp},
           {"pp", c.pp},
           {"virtual_stages", c.virtual_stages},

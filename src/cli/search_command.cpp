@@ -51,8 +51,11 @@ void print_search(const nlohmann::json& doc) {
       const auto& y = l["layout"];
       // dp, or with HSDP its replicas × shard group ("2x8").
       const int dp = y["dp"].get<int>(), shard = y.value("dp_shard", dp);
+      // and ep, carved out of it: "8 ep4".
+      const int ep = y.value("ep", 1);
       const std::string dp_text =
-          shard == dp ? std::to_string(dp) : fmt::format("{}x{}", dp / shard, shard);
+          (shard == dp ? std::to_string(dp) : fmt::format("{}x{}", dp / shard, shard)) +
+          (ep > 1 ? fmt::format(" ep{}", ep) : "");
       // cp, with its exchange: "4 ring" or "4 ag" (all-gather).
       const int cp = y.value("cp", 1);
       const std::string cp_text =

@@ -6,6 +6,8 @@
 
 #include "config/config.h"
 #include "memory/category.h"
+#include "models/family.h"
+#include "models/llama.h"
 #include "models/presets.h"
 #include "parallel/pipeline/schedule.h"
 
@@ -169,7 +171,14 @@ PlanFigures estimate_layout(const TrainConfig& config, const ClusterSpec& cluste
 }
 
 int64_t model_state_floor(const TrainConfig& c) {
-  const int64_t psi = preset_parameter_count(c.model, c.shape);
+  // A mixture of experts' routed experts: over ep (and pp; tp does not split them), their
+  // state sharded over edp = dp × cp / ep; the rest over tp and pp, sharded over dp × cp.
+  const int64_t experts =
+      c.shape.moe.experts > 0 && model_family(c.model).transformer
+          ? (c.shape.layers - c.shape.moe.dense_layers) * 3 * c.shape.moe.experts *
+                c.shape.hidden * llama_moe_options(c.shape).expert_ffn
+          : 0;
+  const int64_t psi = preset_parameter_count(c.model, c.shape) - experts;
   // What ZeRO shards over: dp_shard × cp (HSDP), or all of dp × cp.
   const int dp = c.dp_shard > 0 ? c.dp_shard * c.cp : c.gpus / (c.tp * c.pp);
   const double element = c.precision == "fp32" ? 4 : 2;
@@ -177,10 +186,13 @@ int64_t model_state_floor(const TrainConfig& c) {
   // and the fp32 master weights of mixed precision.
   const double state = (c.optimizer.name == "adam" ? 8 : c.optimizer.momentum != 0 ? 4 : 0) +
                        (c.precision == "fp32" ? 0 : 4);
-  const double per_parameter = element / (c.zero >= 3 ? dp : 1) +
-                               element / (c.zero >= 2 ? dp : 1) +
-                               state / (c.zero >= 1 ? dp : 1);
-  return static_cast<int64_t>(static_cast<double>(psi) / (c.tp * c.pp) * per_parameter);
+  auto per_parameter = [&](double shards) {
+    return element / (c.zero >= 3 ? shards : 1) + element / (c.zero >= 2 ? shards : 1) +
+           state / (c.zero >= 1 ? shards : 1);
+  };
+  const double edp = static_cast<double>(c.gpus / (c.tp * c.pp)) / c.ep;
+  return static_cast<int64_t>(static_cast<double>(psi) / (c.tp * c.pp) * per_parameter(dp) +
+                              static_cast<double>(experts) / (c.ep * c.pp) * per_parameter(edp));
 }
 
 } // namespace meshsim

@@ -152,8 +152,10 @@ FamilyOutcome search_family(const TrainConfig& base, const ClusterSpec& cluster,
   Family& family = out.family;
   family.report.family = describe(shape);
   const std::vector<Sharding> zeros = family_shardings(shape, world, cluster.gpus_per_node);
-  const std::vector<bool> sps =
-      shape.tp > 1 ? std::vector<bool>{true, false} : std::vector<bool>{false};
+  // A mixture of experts does not take sequence parallelism (its layers route whole sequences).
+  const std::vector<bool> sps = shape.tp > 1 && base.shape.moe.experts == 0
+                                    ? std::vector<bool>{true, false}
+                                    : std::vector<bool>{false};
   const int per_size = static_cast<int>(zeros.size()) * 3;
   if (base.shape.layers % shape.pp != 0) { // Megatron's 1F1B needs equal stages too
     const int count = static_cast<int>(sps.size()) * 4 * per_size;

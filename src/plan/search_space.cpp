@@ -45,8 +45,11 @@ std::vector<FamilyShape> family_shapes(const TrainConfig& base, const ClusterSpe
       for (const char* comm : {"allgather", "ring"}) {
         if (cp == 1 && std::string(comm) == "ring")
           continue;
-        for (int pp : divisors(world / (tp * cp)))
-          shapes.push_back({tp, cp, pp, comm, std::nullopt});
+        for (int pp : divisors(world / (tp * cp))) {
+          const int64_t experts = base.shape.moe.experts, span = world / (tp * pp);
+          for (int ep = 1; ep == 1 || (experts % ep == 0 && span % ep == 0); ep *= 2)
+            shapes.push_back({tp, cp, pp, comm, ep, std::nullopt});
+        }
       }
     }
   }
@@ -55,8 +58,9 @@ std::vector<FamilyShape> family_shapes(const TrainConfig& base, const ClusterSpe
 
 
 std::string describe(const FamilyShape& f) {
-  return f.cp > 1 ? fmt::format("tp {}, cp {} ({}), pp {}", f.tp, f.cp, f.cp_comm, f.pp)
-                  : fmt::format("tp {}, pp {}", f.tp, f.pp);
+  const std::string ep = f.ep > 1 ? fmt::format(", ep {}", f.ep) : "";
+  return f.cp > 1 ? fmt::format("tp {}, cp {} ({}), pp {}{}", f.tp, f.cp, f.cp_comm, f.pp, ep)
+                  : fmt::format("tp {}, pp {}{}", f.tp, f.pp, ep);
 }
 
 TrainConfig candidate(const TrainConfig& base, int world, const FamilyShape& shape,
@@ -67,6 +71,7 @@ TrainConfig candidate(const TrainConfig& base, int world, const FamilyShape& sha
   c.pp = shape.pp;
   c.cp = shape.cp;
   c.cp_comm = shape.cp_comm;
+  c.ep = shape.ep;
   c.zero = sharding.zero;
   c.dp_shard = sharding.dp_shard;
   c.reshard_after_forward = true;
@@ -82,13 +87,14 @@ TrainConfig candidate(const TrainConfig& base, int world, const FamilyShape& sha
 }
 
 TrainConfig gate_candidate(const TrainConfig& base, int world, const FamilyShape& shape) {
-  return candidate(base, world, shape, {3, 0}, shape.tp > 1, 1, "full");
+  return candidate(base, world, shape, {3, 0}, shape.tp > 1 && base.shape.moe.experts == 0, 1,
+                   "full");
 }
 
 std::string describe(const TrainConfig& c) {
-  return fmt::format("tp {}{} pp {} dp {}{} zero {} mbs {} recompute {}{}", c.tp,
+  return fmt::format("tp {}{} pp {} dp {}{}{} zero {} mbs {} recompute {}{}", c.tp,
                      c.cp > 1 ? fmt::format(" cp {} ({})", c.cp, c.cp_comm) : "", c.pp,
-                     c.gpus / (c.tp * c.pp * c.cp),
+                     c.gpus / (c.tp * c.pp * c.cp), c.ep > 1 ? fmt::format(" ep {}", c.ep) : "",
                      c.dp_shard > 0 ? fmt::format(" (shard {})", c.dp_shard) : "", c.zero,
                      micro_batch_size_of(c), c.recompute, c.sequence_parallel ? " sp" : "");
 }

@@ -15,10 +15,12 @@
 
 namespace meshsim::search {
 
-/// A family of the search: one tp × cp × pp (and the context-parallel exchange).
+/// A family of the search: one tp × cp × pp (and the context-parallel exchange), and for a
+/// mixture of experts its ep.
 struct FamilyShape {
   int tp = 1, cp = 1, pp = 1;
   std::string cp_comm = "allgather";
+  int ep = 1;
   /// The estimate of the family's gate (gate_candidate), where choosing the exchange made it.
   std::optional<PlanFigures> gate;
 };
@@ -41,7 +43,9 @@ TrainConfig candidate(const TrainConfig& base, int world, const FamilyShape& sha
 /// sequence parallelism where tp > 1, one sample per micro-batch, full recompute.
 TrainConfig gate_candidate(const TrainConfig& base, int world, const FamilyShape& shape);
 
-/// The families, in order (search_space.cpp says which).
+/// The families, in order (search_space.cpp says which): every tp within a node, cp and pp
+/// that divide; for a mixture of experts, each of them with every power-of-two ep that
+/// divides the experts and dp × cp.
 std::vector<FamilyShape> family_shapes(const TrainConfig& base, const ClusterSpec& cluster);
 
 /// A family's ZeRO shardings, from the most to the least.
