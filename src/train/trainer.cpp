@@ -21,20 +21,30 @@
 namespace meshsim {
 namespace {
 
-// What every MoE layer of this rank's model routed in the step just taken (report/routing.h).
-// The layer is the block's index, from its name ("block3.mlp").
-void record_routing(const torch::nn::Sequential& model, int rank, int64_t step,
+// The MoE layers of this rank's model, each with its block's index, from its name
+// ("block3.mlp"): found once, read after every step.
+using MoeLayers = std::vector<std::pair<int64_t, const MoeImpl*>>;
+MoeLayers moe_layers(const torch::nn::Sequential& model) {
+  MoeLayers layers;
+  for (const auto& item : model->named_modules("", /*include_self=*/false))
+    if (const auto* moe = item.value()->as<MoeImpl>()) {
+      const std::string& name = item.key();
+      const size_t digits = name.find_first_of("0123456789");
+      layers.emplace_back(digits == std::string::npos ? 0 : std::stoll(name.substr(digits)), moe);
+    }
+  return layers;
+}
+
+// What every MoE layer routed in the step just taken (report/routing.h).
+void record_routing(const MoeLayers& layers, int rank, int64_t step,
                     std::vector<RoutingRecord>& out) {
-  for (const auto& item : model->named_modules("", /*include_self=*/false)) {
-    const auto* moe = item.value()->as<MoeImpl>();
-    if (!moe || !moe->tokens_per_expert().defined())
+  for (const auto& [layer, moe] : layers) {
+    if (!moe->tokens_per_expert().defined())
       continue;
     RoutingRecord r;
     r.step = step;
     r.rank = rank;
-    const std::string& name = item.key();
-    const size_t digits = name.find_first_of("0123456789");
-    r.layer = digits == std::string::npos ? 0 : std::stoll(name.substr(digits));
+    r.layer = layer;
     r.first_expert = moe->first_expert();
     const torch::Tensor& routed = moe->tokens_per_expert();
     r.routed.assign(routed.data_ptr<int64_t>(), routed.data_ptr<int64_t>() + routed.numel());
@@ -137,7 +147,10 @@ public:
         sampler_(shared.data.train.size(), global_loader_ ? 1 : shard_.replicas,
                  global_loader_ ? 0 : shard_.index, true, config_.seed),
         progress_(shared.total_steps, config_.log_every, config_.progress && ctx.rank == 0),
-        step_(start_step), window_start_(ctx.now()) {}
+        step_(start_step), window_start_(ctx.now()) {
+    if (config_.shape.moe.experts > 0)
+      moe_layers_ = moe_layers(strategy.model());
+  }
 
   void run() {
     for (int64_t epoch = step_ / s_.epoch_steps; step_ < s_.total_steps && !stopped_; ++epoch) {
@@ -217,8 +230,7 @@ private:
       train_seconds_ += ctx_.now() - t0;
       ++step_;
       state_bytes_ = std::max(state_bytes_, model_state_bytes(ctx_.gpu));
-      if (config_.shape.moe.experts > 0)
-        record_routing(strategy_.model(), ctx_.rank, step_, routing_);
+      record_routing(moe_layers_, ctx_.rank, step_, routing_); // none without experts
       window_samples_ += global_loader_ ? b.size() : b.size() * shard_.replicas;
       if (ctx_.rank == 0 && !std::isfinite(last_loss_))
         s_.stop.request(StopReason::Diverged,
@@ -299,6 +311,7 @@ private:
     }
   }
 
+  MoeLayers moe_layers_;               // a mixture of experts' layers, whose routing is recorded
   std::vector<RoutingRecord> routing_; // this rank's, every step
   SharedRun& s_;
   const TrainConfig& config_;

@@ -10,51 +10,14 @@
 
 #include <iostream>
 
-#include "data/text.h"
 #include "models/layers/moe.h"
 #include "parallel/expert/expert_parallel.h"
-#include "strategy_harness.h"
+#include "moe_harness.h"
 
 using namespace meshsim;
 using namespace meshsim::testing;
 
 namespace {
-
-constexpr int kEpSteps = 10;
-constexpr int64_t kEpGlobalBatch = 8;
-
-StrategyOptions ep_llama() {
-  StrategyOptions o;
-  o.model = "llama";
-  o.seed = 17;
-  o.shape.layers = 4;
-  o.shape.hidden = 16;
-  o.shape.heads = 4;
-  o.shape.kv_heads = 2;
-  o.shape.ffn_hidden = 32;
-  o.shape.seq_len = 16;
-  o.shape.vocab = 64;
-  o.shape.moe.experts = 4;
-  o.shape.moe.top_k = 2;
-  o.shape.moe.ffn = 16;
-  o.shape.moe.shared_ffn = 8;
-  o.shape.moe.dense_layers = 1;
-  o.shape.moe.aux_loss = 0.05;
-  o.optimizer.name = "sgd";
-  o.optimizer.lr = 0.1;
-  o.optimizer.momentum = 0.9;
-  o.dtype = torch::kFloat64;
-  return o;
-}
-
-HarnessRun run_ep(int world, const StrategyOptions& options) {
-  static std::vector<std::unique_ptr<DeviceMesh>> meshes; // outlive the returned runs
-  meshes.push_back(std::make_unique<DeviceMesh>(mesh_options(world, int64_t{1} << 30)));
-  torch::manual_seed(5); // the same permutation of the data for every run
-  static const Dataset data = synthetic_text(256, 16, 16, 64, 7).train;
-  return run_strategy(*meshes.back(), world == 1 ? "single" : "ddp", options, data,
-                      kEpGlobalBatch, kEpSteps);
-}
 
 struct EpLayout {
   const char* name;
@@ -64,8 +27,8 @@ struct EpLayout {
 } // namespace
 
 TEST(ExpertParallel, EveryLayoutTrainsAsOneGpu) {
-  const StrategyOptions base = ep_llama();
-  const HarnessRun ref = run_ep(1, base);
+  const StrategyOptions base = tiny_moe_llama(4, 0.05);
+  const HarnessRun ref = run_tiny_moe(1, base);
   EXPECT_LT(ref.losses.back(), ref.losses.front() - 0.05) << "the reference did not learn";
   const EpLayout layouts[] = {
       {"ep 2", 2, 2, 1, 1, 1, 0, 1, 0},
@@ -87,9 +50,9 @@ TEST(ExpertParallel, EveryLayoutTrainsAsOneGpu) {
     o.zero = l.zero;
     o.micro_batches = l.micro_batches;
     o.dp_shard = l.dp_shard;
-    const HarnessRun got = run_ep(l.world, o);
+    const HarnessRun got = run_tiny_moe(l.world, o);
     ASSERT_EQ(got.losses.size(), ref.losses.size()) << l.name;
-    for (int k = 0; k < kEpSteps; ++k)
+    for (int k = 0; k < kTinyMoeSteps; ++k)
       EXPECT_NEAR(got.losses[k], ref.losses[k], kFloat64Tolerance * std::abs(ref.losses[k]))
           << l.name << " step " << k + 1;
     ASSERT_EQ(got.parameters.size(), ref.parameters.size()) << l.name;

@@ -9,57 +9,16 @@
 
 #include <iostream>
 
-#include "data/text.h"
-#include "strategy_harness.h"
+#include "moe_harness.h"
 
 using namespace meshsim;
 using namespace meshsim::testing;
 
-namespace {
-
-constexpr int kMoeSteps = 10;
-constexpr int64_t kMoeGlobalBatch = 8;
-
-StrategyOptions moe_llama(double aux_loss) {
-  StrategyOptions o;
-  o.model = "llama";
-  o.seed = 17;
-  o.shape.layers = 3;
-  o.shape.hidden = 16;
-  o.shape.heads = 4;
-  o.shape.kv_heads = 2;
-  o.shape.ffn_hidden = 32;
-  o.shape.seq_len = 16;
-  o.shape.vocab = 64;
-  o.shape.moe.experts = 4;
-  o.shape.moe.top_k = 2;
-  o.shape.moe.ffn = 16;
-  o.shape.moe.shared_ffn = 8;
-  o.shape.moe.dense_layers = 1;
-  o.shape.moe.aux_loss = aux_loss;
-  o.optimizer.name = "sgd";
-  o.optimizer.lr = 0.1;
-  o.optimizer.momentum = 0.9;
-  o.dtype = torch::kFloat64;
-  return o;
-}
-
-HarnessRun run_moe(int world, const StrategyOptions& options) {
-  static std::vector<std::unique_ptr<DeviceMesh>> meshes; // outlive the returned runs
-  meshes.push_back(std::make_unique<DeviceMesh>(mesh_options(world, int64_t{1} << 30)));
-  torch::manual_seed(5); // the same permutation of the data for every run
-  static const Dataset data = synthetic_text(256, 16, 16, 64, 7).train;
-  return run_strategy(*meshes.back(), world == 1 ? "single" : "ddp", options, data,
-                      kMoeGlobalBatch, kMoeSteps);
-}
-
-} // namespace
-
 TEST(MoeDataParallel, TwoAndFourReplicasTrainAsOneGpu) {
   std::vector<torch::Tensor> routers; // the first MoE router after training, per loss
   for (double aux : {0.0, 0.05}) {
-    const StrategyOptions options = moe_llama(aux);
-    const HarnessRun ref = run_moe(1, options);
+    const StrategyOptions options = tiny_moe_llama(3, aux);
+    const HarnessRun ref = run_tiny_moe(1, options);
     for (size_t i = 0; i < ref.parameters.size(); ++i)
       if (ref.parameters[i].dim() == 2 && ref.parameters[i].size(0) == 4 &&
           ref.parameters[i].size(1) == 16) { // [experts, hidden]: the router
@@ -68,11 +27,11 @@ TEST(MoeDataParallel, TwoAndFourReplicasTrainAsOneGpu) {
       }
     EXPECT_LT(ref.losses.back(), ref.losses.front() - 0.05) << "the reference did not learn";
     for (int world : {2, 4}) {
-      const HarnessRun got = run_moe(world, options);
+      const HarnessRun got = run_tiny_moe(world, options);
       const std::string what = "ddp " + std::to_string(world) + ", balancing loss " +
                                std::to_string(aux);
       ASSERT_EQ(got.losses.size(), ref.losses.size()) << what;
-      for (int k = 0; k < kMoeSteps; ++k)
+      for (int k = 0; k < kTinyMoeSteps; ++k)
         EXPECT_NEAR(got.losses[k], ref.losses[k], kFloat64Tolerance * std::abs(ref.losses[k]))
             << what << " step " << k + 1;
       ASSERT_EQ(got.parameters.size(), ref.parameters.size()) << what;

@@ -240,9 +240,11 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x) {
     GpuGuard host(nullptr);
     if (planned) {
       std::vector<int64_t> counts = planned_counts(o.planned_shares, o.experts, tokens * o.top_k);
-      if (o.capacity_factor > 0)
+      if (o.capacity_factor > 0) {
+        const int64_t capacity = expert_capacity(o.capacity_factor, tokens, o.top_k, o.experts);
         for (int64_t& n : counts)
-          n = std::min(n, expert_capacity(o.capacity_factor, tokens, o.top_k, o.experts));
+          n = std::min(n, capacity);
+      }
       tokens_per_expert_ = torch::tensor(counts, torch::kLong);
     } else {
       tokens_per_expert_ = torch::bincount(expert_of.cpu(), {}, o.experts);
@@ -295,10 +297,9 @@ void MoeImpl::keep_experts(int64_t first, int64_t count, std::shared_ptr<ExpertD
         "moe: cannot keep experts {} to {} of a layer holding {} of {}", first, first + count - 1,
         local_experts(), total));
   torch::NoGradGuard no_grad;
-  for (torch::Tensor* weight : {&expert_gate, &expert_up, &expert_down}) {
-    const std::string name = weight == &expert_gate ? "expert_gate"
-                             : weight == &expert_up ? "expert_up"
-                                                    : "expert_down";
+  for (const auto& [name, weight] : {std::pair{"expert_gate", &expert_gate},
+                                      std::pair{"expert_up", &expert_up},
+                                      std::pair{"expert_down", &expert_down}}) {
     *weight = weight->narrow(0, first, count).clone().requires_grad_(true);
     parameters_[name] = *weight;
   }

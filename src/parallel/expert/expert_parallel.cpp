@@ -104,7 +104,7 @@ private:
 };
 
 template <typename F>
-void for_each_moe(torch::nn::Sequential& model, F&& f) {
+void for_each_moe(const torch::nn::Sequential& model, F&& f) {
   for (const auto& module : model->modules(/*include_self=*/false))
     if (auto* moe = module->as<MoeImpl>())
       f(*moe);
@@ -139,10 +139,10 @@ void split_moe_sequences(torch::nn::Sequential& model, Communicator& comm, const
 
 std::vector<size_t> expert_parameter_indices(const torch::nn::Sequential& model) {
   std::vector<const void*> experts;
-  for (const auto& module : model->modules(/*include_self=*/false))
-    if (const auto* moe = module->as<MoeImpl>())
-      for (const torch::Tensor* w : {&moe->expert_gate, &moe->expert_up, &moe->expert_down})
-        experts.push_back(w->unsafeGetTensorImpl());
+  for_each_moe(model, [&](const MoeImpl& moe) {
+    for (const torch::Tensor* w : {&moe.expert_gate, &moe.expert_up, &moe.expert_down})
+      experts.push_back(w->unsafeGetTensorImpl());
+  });
   std::vector<size_t> indices;
   const auto params = model->parameters();
   for (size_t i = 0; i < params.size(); ++i)
