@@ -49,4 +49,23 @@ inline std::string no_python_torch2() {
   return MESHSIM_PYTHON " has no PyTorch 2.x: `make test-torch2` runs this comparison";
 }
 
+/// The Python that has transformers: MESHSIM_TRANSFORMERS_PYTHON (e.g. the environment
+/// scripts/setup_torch2.sh makes), else MESHSIM_PYTHON.
+inline std::string transformers_python() {
+  const char* given = std::getenv("MESHSIM_TRANSFORMERS_PYTHON");
+  return given && *given ? given : MESHSIM_PYTHON;
+}
+
+/// Whether transformers_python() imports transformers (and safetensors, which it needs).
+inline bool transformers_importable() {
+  return std::system((transformers_python() +
+                      " -c 'import transformers, safetensors' >/dev/null 2>&1")
+                         .c_str()) == 0;
+}
+
+inline std::string no_transformers() {
+  return transformers_python() + " cannot import transformers (set MESHSIM_TRANSFORMERS_PYTHON "
+                                 "to the python bash scripts/setup_torch2.sh prints)";
+}
+
 } // namespace meshsim::testing

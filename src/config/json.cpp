@@ -36,11 +36,24 @@ void add_hf_fields(nlohmann::json& doc, const TrainConfig& c) {
     shape["qk_norm"] = true;
   if (g.norm_eps != plain.norm_eps)
     shape["norm_eps"] = g.norm_eps;
-  if (!(g.rope_scaling == plain.rope_scaling))
-    shape["rope_scaling"] = {{"factor", g.rope_scaling.factor},
-                             {"low_freq_factor", g.rope_scaling.low_freq_factor},
-                             {"high_freq_factor", g.rope_scaling.high_freq_factor},
-                             {"original_max", g.rope_scaling.original_max}};
+  const RopeScaling& r = g.rope_scaling;
+  if (!(r == plain.rope_scaling)) {
+    shape["rope_scaling"] = {{"factor", r.factor},
+                             {"low_freq_factor", r.low_freq_factor},
+                             {"high_freq_factor", r.high_freq_factor},
+                             {"original_max", r.original_max}};
+    if (r.yarn) // the yarn fields only where they apply: earlier files read the same
+      shape["rope_scaling"].update({{"yarn", true},
+                                    {"beta_fast", r.beta_fast},
+                                    {"beta_slow", r.beta_slow},
+                                    {"mscale", r.mscale},
+                                    {"mscale_all_dim", r.mscale_all_dim}});
+  }
+  const LatentShape& l = g.latent;
+  if (l.kv_rank > 0)
+    shape["latent"] = {{"q_rank", l.q_rank},     {"kv_rank", l.kv_rank},
+                       {"nope_dim", l.nope_dim}, {"rope_dim", l.rope_dim},
+                       {"v_dim", l.v_dim},       {"interleave", l.interleave}};
 }
 
 } // namespace
@@ -231,12 +244,27 @@ TrainConfig config_from_json(const json& doc) {
       {"low_freq_factor", to(r.low_freq_factor)},
       {"high_freq_factor", to(r.high_freq_factor)},
       {"original_max", to(r.original_max)},
+      {"yarn", to(r.yarn)},
+      {"beta_fast", to(r.beta_fast)},
+      {"beta_slow", to(r.beta_slow)},
+      {"mscale", to(r.mscale)},
+      {"mscale_all_dim", to(r.mscale_all_dim)},
+  };
+  LatentShape& l = g.latent;
+  const std::map<std::string, Setter> latent_setters = {
+      {"q_rank", to(l.q_rank)},     {"kv_rank", to(l.kv_rank)}, {"nope_dim", to(l.nope_dim)},
+      {"rope_dim", to(l.rope_dim)}, {"v_dim", to(l.v_dim)},     {"interleave", to(l.interleave)},
   };
   std::map<std::string, Setter> shape_setters = gpt_setters;
   shape_setters["rope_scaling"] = [&](const json& v, const std::string& k) {
     if (!v.is_object())
       wrong_type(k, v, "an object");
     apply(v, k + ".", rope_setters);
+  };
+  shape_setters["latent"] = [&](const json& v, const std::string& k) {
+    if (!v.is_object())
+      wrong_type(k, v, "an object");
+    apply(v, k + ".", latent_setters);
   };
   shape_setters["moe"] = [&](const json& v, const std::string& k) {
     if (!v.is_object())

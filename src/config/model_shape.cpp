@@ -78,6 +78,7 @@ void copy_shape(TransformerShape& to, const TransformerShape& from, const ModelF
   to.qk_norm = from.qk_norm;
   to.norm_eps = from.norm_eps;
   to.rope_scaling = from.rope_scaling;
+  to.latent = from.latent;
   for (const ShapeField& f : shape_fields())
     if (std::find(given.shape.begin(), given.shape.end(), f.flag) == given.shape.end())
       f.copy(to, from);
@@ -223,10 +224,11 @@ void validate_shape(const std::string& family, const TransformerShape& g) {
   require(std::isfinite(g.norm_eps) && g.norm_eps > 0,
           fmt::format("norm_eps must be a positive number, got {}", g.norm_eps));
   const bool llama_only = g.head_dim > 0 || g.qkv_bias || g.out_bias || g.qk_norm ||
-                          g.norm_eps != TransformerShape{}.norm_eps || g.rope_scaling.factor > 0;
+                          g.norm_eps != TransformerShape{}.norm_eps || g.rope_scaling.factor > 0 ||
+                          g.latent.kv_rank > 0;
   require(!llama_only || model_family(family).rotary,
-          fmt::format("head_dim, attention biases, q/k norms, norm_eps and rope scaling are the "
-                      "llama's (from --hf-config), not {}'s",
+          fmt::format("head_dim, attention biases, q/k norms, norm_eps, rope scaling and latent "
+                      "attention are the llama's (from --hf-config), not {}'s",
                       family));
   const RopeScaling& r = g.rope_scaling;
   require(r.factor == 0 ||
@@ -235,6 +237,28 @@ void validate_shape(const std::string& family, const TransformerShape& g) {
                r.high_freq_factor > r.low_freq_factor && r.original_max >= 1),
           "rope_scaling needs a positive factor, 0 < low_freq_factor < high_freq_factor and a "
           "positive original_max");
+  require(!r.yarn || (r.factor > 0 && std::isfinite(r.beta_fast) && std::isfinite(r.beta_slow) &&
+                      r.beta_slow > 0 && r.beta_fast > r.beta_slow && std::isfinite(r.mscale) &&
+                      r.mscale >= 0 && std::isfinite(r.mscale_all_dim) && r.mscale_all_dim >= 0),
+          "yarn rope scaling needs a positive factor, 0 < beta_slow < beta_fast and mscale, "
+          "mscale_all_dim of 0 or more");
+  const LatentShape& l = g.latent;
+  if (l.kv_rank != 0) {
+    require(l.kv_rank > 0 && l.q_rank >= 0 && l.nope_dim >= 0 && l.rope_dim >= 2 &&
+                l.rope_dim % 2 == 0 && l.v_dim >= 1,
+            fmt::format("latent attention needs kv_rank, v_dim and an even rope_dim positive, "
+                        "q_rank and nope_dim positive or 0; got kv_rank {}, q_rank {}, nope {}, "
+                        "rope {}, v {}",
+                        l.kv_rank, l.q_rank, l.nope_dim, l.rope_dim, l.v_dim));
+    const int64_t limit = int64_t{1} << 20;
+    require(l.kv_rank <= limit && l.q_rank <= limit && l.nope_dim <= limit &&
+                l.rope_dim <= limit && l.v_dim <= limit,
+            "latent attention's ranks and widths must be at most 2^20");
+    require(g.head_dim == 0 && !g.qkv_bias && !g.qk_norm &&
+                (g.kv_heads == 0 || g.kv_heads == g.heads),
+            "latent attention sets its own head widths: it takes no head_dim, q/k/v biases, "
+            "q/k norms or fewer kv heads");
+  }
   if (!model_family(family).grouped_query)
     require(
         g.kv_heads == 0 || g.kv_heads == g.heads,
@@ -257,9 +281,19 @@ void validate_shape(const std::string& family, const TransformerShape& g) {
       m.experts > 0 ? static_cast<double>(m.experts) * (m.ffn > 0 ? static_cast<double>(m.ffn) : ffn) +
                           static_cast<double>(m.shared_ffn) + static_cast<double>(m.experts) / 3
                     : 0;
+  // Latent attention: its five projections, each bounded by its two widths' product.
+  const double heads = static_cast<double>(g.heads);
+  const double latent =
+      l.kv_rank > 0
+          ? (h + heads * static_cast<double>(l.nope_dim + l.rope_dim)) *
+                    static_cast<double>(std::max<int64_t>(l.q_rank, 1) + l.kv_rank + l.rope_dim) +
+                heads * static_cast<double>(l.nope_dim + l.v_dim) * static_cast<double>(l.kv_rank) +
+                heads * static_cast<double>(l.v_dim + l.nope_dim + l.rope_dim) * h
+          : 0;
   const double bound =
       static_cast<double>(g.layers) *
-          (4 * h * std::max(h, static_cast<double>(g.heads) * static_cast<double>(g.head_dim)) +
+          (latent +
+           4 * h * std::max(h, static_cast<double>(g.heads) * static_cast<double>(g.head_dim)) +
            3 * h * std::max(ffn, experts_ffn) + 13 * h +
            4 * static_cast<double>(g.heads) * static_cast<double>(g.head_dim)) +
       (2 * static_cast<double>(g.vocab) + static_cast<double>(g.seq_len) + 2) * h;

@@ -69,6 +69,16 @@ void validate_model_layout(const TrainConfig& c) {
                         "--tp {} yet: each member would see its own heads' gradient of the shared "
                         "weight; use --tp 1",
                         c.tp));
+    // Multi-head latent attention: every head reads one rotated key part, and its keys and
+    // values differ in width.
+    require(g.latent.kv_rank == 0 || !c.sequence_parallel,
+            "multi-head latent attention (from --hf-config) does not take --sequence-parallel "
+            "yet: its down-projections q_a and kv_a are whole on every tp member");
+    require(g.latent.kv_rank == 0 || c.cp == 1,
+            fmt::format("multi-head latent attention (from --hf-config) does not run with --cp {} "
+                        "yet: the context-parallel cores exchange keys and values of one width; "
+                        "use --cp 1",
+                        c.cp));
     require(g.heads % c.tp == 0,
             fmt::format("--heads {} is not divisible by --tp {}", g.heads, c.tp));
     require(preset_kv_heads(g) % c.tp == 0,

@@ -67,6 +67,8 @@ constexpr double kRoceEfficiency = 4096.0 / (4096 + 82);
 //  H100 SXM: NVIDIA H100 datasheet: FP32 67 TF, TF32 989 TF*, BF16/FP16 1,979 TF* (*sparsity,
 //    halved here), 80 GB HBM3 3.35 TB/s.
 //  H200 SXM: NVIDIA H200 datasheet: same Hopper compute as H100 SXM; 141 GB HBM3e 4.8 TB/s.
+//  H800 SXM: the H100 SXM's compute and 80 GB HBM3 3.35 TB/s, with NVLink cut to 400 GB/s
+//    bidirectional (NVIDIA's H800 SXM5 specification; DeepSeek-V3's training cluster).
 //  RTX 2080 Ti: NVIDIA Turing architecture whitepaper (reference clocks): FP32 13.4 TF, FP16
 //    tensor with FP32 accumulate 53.8 TF, 616 GB/s GDDR6, 11 GB. No TF32/BF16 (FP32 rate).
 //  RTX 4090: NVIDIA Ada Lovelace architecture whitepaper: FP32 82.6 TF, TF32 tensor 82.6 TF,
@@ -95,6 +97,7 @@ const std::vector<GpuSpec> kGpus = {
     gpu("a100-80", 19.5, 156,        312,         312,         2039,     80),
     gpu("h100",    67,   dense(989), dense(1979), dense(1979), 3350,     80),
     gpu("h200",    67,   dense(989), dense(1979), dense(1979), 4800,     141),
+    gpu("h800",    67,   dense(989), dense(1979), dense(1979), 3350,     80),
     gpu("2080ti",  13.4, 13.4,       13.4,        53.8,        616,      11),
     gpu("4090",    82.6, 82.6,       165.2,       165.2,       1008,     24),
     gpu("l4",      30.3, dense(120), dense(242),  dense(242),  300,      24),
@@ -106,6 +109,8 @@ const std::vector<GpuSpec> kGpus = {
 //  nvlink3: A100 SXM, 12 links (datasheet "600 GB/s" bidirectional).
 //  nvlink4: H100/H200 SXM, 18 links (datasheet "900 GB/s" bidirectional); HGX H100/H200's
 //    third-generation NVSwitch reduces in the switch (NVLink SHARP, NCCL's NVLS).
+//  nvlink4-h800: H800 SXM, 8 NVLink 4 links (specification "400 GB/s" bidirectional), behind
+//    the same third-generation NVSwitch.
 //  NVLink numbers assume an NVSwitch (DGX/HGX) so every GPU reaches its peers at full rate.
 //  pcie3/4/5: 8/16/32 GT/s per lane, x16, 128b/130b (PCI-SIG base specifications).
 //  edr/hdr/ndr: InfiniBand EDR 100 Gb/s, HDR 200 Gb/s and NDR 400 Gb/s per port (NVIDIA
@@ -116,6 +121,7 @@ const std::vector<LinkSpec> kLinks = {
     {"nvlink2", nvlink(6),    kNvlinkEfficiency,     LinkKind::NVLink,  0},
     {"nvlink3", nvlink(12),   kNvlinkEfficiency,     LinkKind::NVLink,  0},
     {"nvlink4", nvlink(18),   kNvlinkEfficiency,     LinkKind::NVLink,  kNvlsEfficiency},
+    {"nvlink4-h800", nvlink(8), kNvlinkEfficiency,   LinkKind::NVLink,  kNvlsEfficiency},
     {"pcie3",   pcie_x16(8),  kPcieEfficiency,       LinkKind::PCIe,    0},
     {"pcie4",   pcie_x16(16), kPcieEfficiency,       LinkKind::PCIe,    0},
     {"pcie5",   pcie_x16(32), kPcieEfficiency,       LinkKind::PCIe,    0},
@@ -242,6 +248,8 @@ std::string default_intra_link(const std::string& gpu_name) {
   const std::string gpu = gpu_preset(gpu_name).name; // validates the name
   if (gpu == "h100" || gpu == "h200")
     return "nvlink4";
+  if (gpu == "h800")
+    return "nvlink4-h800";
   if (gpu.rfind("a100", 0) == 0)
     return "nvlink3";
   if (gpu.rfind("v100", 0) == 0)
@@ -253,7 +261,8 @@ std::string default_intra_link(const std::string& gpu_name) {
 
 std::string default_inter_link(const std::string& gpu_name) {
   const std::string gpu = gpu_preset(gpu_name).name;
-  return (gpu == "h100" || gpu == "h200") ? "ndr" : "hdr"; // DGX H100 ships NDR, DGX A100 HDR
+  // DGX H100 ships NDR, DGX A100 HDR; DeepSeek-V3's H800 nodes have 400 Gb/s InfiniBand NICs.
+  return (gpu == "h100" || gpu == "h200" || gpu == "h800") ? "ndr" : "hdr";
 }
 
 double ClusterSpec::inter_per_gpu() const {

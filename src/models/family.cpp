@@ -94,9 +94,17 @@ ModelFamily llama_family() {
   f.active_parameter_count = llama_active_parameter_count;
   f.ffn_hidden = llama_ffn_hidden;
   f.checkpoint_identity = [](const TransformerShape& g) {
+    // Latent attention is named only where it is, so earlier identities read the same.
+    const LatentShape& l = g.latent;
+    const std::string latent =
+        l.kv_rank > 0 ? fmt::format(", latent attention q rank {}, kv rank {}, heads {}+{}, "
+                                    "values {}",
+                                    l.q_rank, l.kv_rank, l.nope_dim, l.rope_dim, l.v_dim)
+                      : "";
     return transformer_identity("llama", g,
-                                fmt::format(", {} kv heads, MLP {}, rope theta {}",
-                                            llama_kv_heads(g), llama_ffn_hidden(g), g.rope_theta));
+                                fmt::format(", {} kv heads, MLP {}, rope theta {}{}",
+                                            llama_kv_heads(g), llama_ffn_hidden(g), g.rope_theta,
+                                            latent));
   };
   return f;
 }

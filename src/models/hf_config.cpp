@@ -27,7 +27,10 @@ const std::set<std::string>& metadata_keys() {
   static const std::set<std::string> keys = {
       "architectures",     "bos_token_id",  "eos_token_id",         "pad_token_id",
       "torch_dtype",       "dtype",         "transformers_version", "use_cache",
-      "initializer_range", "_name_or_path", "output_router_logits"};
+      "initializer_range", "_name_or_path", "output_router_logits",
+      // Where the remote code lives, and how the checkpoint's weights are stored (DeepSeek-V3's
+      // FP8 blocks): neither changes the model meshsim trains (its dtype is --precision).
+      "auto_map",          "quantization_config"};
   return keys;
 }
 
@@ -172,17 +175,34 @@ void read_rope(Keys& k, TransformerShape& s) {
     s.rope_scaling.original_max = r.integer("original_max_position_embeddings");
     if (!(s.rope_scaling.high_freq_factor > s.rope_scaling.low_freq_factor))
       r.refuse("high_freq_factor", "must be above low_freq_factor");
+  } else if (type == "yarn") {
+    RopeScaling& y = s.rope_scaling;
+    y.yarn = true;
+    y.factor = r.number("factor");
+    y.original_max = r.integer("original_max_position_embeddings");
+    y.beta_fast = r.number("beta_fast", 32);
+    y.beta_slow = r.number("beta_slow", 1);
+    y.mscale = r.number("mscale", 0);
+    y.mscale_all_dim = r.number("mscale_all_dim", 0);
+    if (!(y.beta_fast > y.beta_slow))
+      r.refuse("beta_fast", "must be above beta_slow");
+    r.require_null("attention_factor",
+                   "meshsim derives YaRN's attention factor from factor, mscale and "
+                   "mscale_all_dim");
+    r.require_bool("truncate", true, true, "meshsim's YaRN ramp starts and ends at whole pairs");
   } else if (type != "default") {
     r.refuse(old_name ? "type" : "rope_type",
              fmt::format("is \"{}\"; meshsim's rotary embedding is unscaled or scaled as Llama "
-                         "3.1 (llama3)",
+                         "3.1 (llama3) or YaRN (yarn)",
                          printable(type)));
   }
   r.refuse_unread("rope_type " + type);
 }
 
 // What every model type shares: the sizes, the activation, the norms, the head, rotary.
-void read_common(Keys& k, TransformerShape& s, bool explicit_head_dim, bool head_dim_required) {
+// `latent`: the heads' widths are multi-head latent attention's own keys, not hidden / heads.
+void read_common(Keys& k, TransformerShape& s, bool explicit_head_dim, bool head_dim_required,
+                 bool latent = false) {
   s.hidden = k.integer("hidden_size");
   s.layers = k.integer("num_hidden_layers");
   s.heads = k.integer("num_attention_heads");
@@ -193,7 +213,7 @@ void read_common(Keys& k, TransformerShape& s, bool explicit_head_dim, bool head
   s.norm_eps = k.number("rms_norm_eps");
   if (explicit_head_dim)
     s.head_dim = k.integer("head_dim", head_dim_required ? -1 : 0);
-  if (s.head_dim == 0 && s.hidden % s.heads != 0)
+  if (!latent && s.head_dim == 0 && s.hidden % s.heads != 0)
     k.refuse("num_attention_heads",
              fmt::format("{} does not divide hidden_size {} (and no head_dim says the heads' "
                          "width)",
@@ -312,6 +332,82 @@ void read_qwen3_moe(Keys& k, TransformerShape& s) {
     k.refuse("mlp_only_layers", "makes every layer dense; meshsim builds that as model_type qwen3");
 }
 
+// DeepSeek-V3: multi-head latent attention, YaRN, dense first layers, then a sigmoid router with
+// its steering bias over groups of experts and one shared expert. Its multi-token prediction
+// module (num_nextn_predict_layers) is not built, as transformers' DeepseekV3ForCausalLM does
+// not build it: the parameters are the main model's.
+void read_deepseek_v3(Keys& k, TransformerShape& s) {
+  read_common(k, s, false, false, true);
+  if (s.kv_heads != s.heads)
+    k.refuse("num_key_value_heads",
+             fmt::format("is {}; multi-head latent attention gives every one of the {} heads its "
+                         "own key and value (num_attention_heads)",
+                         s.kv_heads, s.heads));
+  s.kv_heads = 0;
+  k.require_bool("attention_bias", false, false,
+                 "meshsim's latent attention projections have no biases");
+  if (k.integer("pretraining_tp", 1) != 1)
+    k.refuse("pretraining_tp", "is not 1; meshsim computes the projections whole");
+  LatentShape& l = s.latent;
+  l.q_rank = k.integer("q_lora_rank", 0, 1);
+  l.kv_rank = k.integer("kv_lora_rank");
+  l.nope_dim = k.integer("qk_nope_head_dim", -1, 0);
+  l.rope_dim = k.integer("qk_rope_head_dim");
+  l.v_dim = k.integer("v_head_dim");
+  l.interleave = k.boolean("rope_interleave", true);
+  if (l.rope_dim % 2 != 0)
+    k.refuse("qk_rope_head_dim", fmt::format("is {}; rotary embeddings rotate pairs", l.rope_dim));
+  k.integer("num_nextn_predict_layers", 0, 0); // read: the module is not built (above)
+  k.integer("ep_size", 1);                     // an inference server's split, not the model's
+  MoeShape& m = s.moe;
+  m.experts = k.integer("n_routed_experts");
+  m.top_k = k.integer("num_experts_per_tok");
+  if (m.top_k > m.experts)
+    k.refuse("num_experts_per_tok", fmt::format("{} is more than the {} experts "
+                                                "(n_routed_experts)",
+                                                m.top_k, m.experts));
+  m.ffn = k.integer("moe_intermediate_size");
+  m.shared_ffn = k.integer("n_shared_experts", 0, 0) * m.ffn;
+  m.dense_layers = k.integer("first_k_dense_replace", 0, 0);
+  if (m.dense_layers >= s.layers)
+    k.refuse("first_k_dense_replace",
+             fmt::format("{} makes every one of the {} layers dense", m.dense_layers, s.layers));
+  if (k.integer("moe_layer_freq", 1) != 1)
+    k.refuse("moe_layer_freq", "is not 1; meshsim's mixtures of experts run in every layer after "
+                               "the first dense ones");
+  const std::string scoring = k.text("scoring_func", "sigmoid");
+  if (scoring != "sigmoid")
+    k.refuse("scoring_func", fmt::format("is \"{}\"; DeepSeek-V3's router is sigmoid",
+                                         printable(scoring)));
+  const std::string method = k.text("topk_method", "noaux_tc");
+  if (method != "noaux_tc")
+    k.refuse("topk_method",
+             fmt::format("is \"{}\"; meshsim's sigmoid router chooses as noaux_tc does (scores "
+                         "plus a steering bias, within the best groups)",
+                         printable(method)));
+  m.router = "sigmoid";
+  m.groups = k.integer("n_group", 1);
+  m.top_groups = k.integer("topk_group", 1);
+  if (m.experts % m.groups != 0)
+    k.refuse("n_group", fmt::format("{} does not divide the {} experts", m.groups, m.experts));
+  if (m.top_groups > m.groups)
+    k.refuse("topk_group", fmt::format("{} is more than n_group {}", m.top_groups, m.groups));
+  if (m.top_k > m.top_groups * (m.experts / m.groups))
+    k.refuse("num_experts_per_tok",
+             fmt::format("{} is more than the {} experts of topk_group {} groups", m.top_k,
+                         m.top_groups * (m.experts / m.groups), m.top_groups));
+  m.normalize = k.boolean("norm_topk_prob", true);
+  m.routed_scale = k.number("routed_scaling_factor", 1.0);
+  k.require_bool("seq_aux", true, true,
+                 "meshsim's balancing loss is taken per sequence (DeepSeek-V3's seq_aux)");
+  if (const json* alpha = k.find("aux_loss_alpha")) {
+    if (!alpha->is_number() || !std::isfinite(alpha->get<double>()) || alpha->get<double>() < 0)
+      k.refuse("aux_loss_alpha",
+               fmt::format("is {}; meshsim needs a number from 0", k.shown("aux_loss_alpha")));
+    m.aux_loss = alpha->get<double>();
+  }
+}
+
 struct ModelType {
   const char* name;
   void (*read)(Keys&, TransformerShape&);
@@ -319,7 +415,8 @@ struct ModelType {
 
 const ModelType kModelTypes[] = {{"llama", read_llama},     {"mistral", read_mistral},
                                  {"qwen2", read_qwen2},     {"qwen3", read_qwen3},
-                                 {"mixtral", read_mixtral}, {"qwen3_moe", read_qwen3_moe}};
+                                 {"mixtral", read_mixtral}, {"qwen3_moe", read_qwen3_moe},
+                                 {"deepseek_v3", read_deepseek_v3}};
 
 } // namespace
 
@@ -329,16 +426,13 @@ HfModel parse_hf_config(const json& doc, const std::string& where) {
   Keys k(doc, where);
   HfModel out;
   out.model_type = k.text("model_type", "");
-  if (out.model_type == "deepseek_v3")
-    k.refuse("model_type", "is \"deepseek_v3\", whose multi-head latent attention (q_lora_rank, "
-                           "kv_lora_rank, qk_rope_head_dim) meshsim does not build yet");
   const ModelType* type = nullptr;
   for (const ModelType& t : kModelTypes)
     if (out.model_type == t.name)
       type = &t;
   if (!type)
     k.refuse("model_type", fmt::format("is \"{}\"; meshsim reads llama, mistral, qwen2, qwen3, "
-                                       "mixtral and qwen3_moe",
+                                       "mixtral, qwen3_moe and deepseek_v3",
                                        printable(out.model_type)));
   out.family = "llama";
   type->read(k, out.shape);

@@ -1,7 +1,8 @@
 // Hugging Face config.json as a model shape (`--hf-config FILE`, and the presets made from the
-// published files): model_type llama, mistral, qwen2, qwen3, mixtral and qwen3_moe become a
-// llama TransformerShape (with its mixture of experts, head width, biases, per-head q/k norms,
-// Llama 3.1's rotary scaling and a tied head). Every key is read or refused: a key meshsim does
+// published files): model_type llama, mistral, qwen2, qwen3, mixtral, qwen3_moe and deepseek_v3
+// become a llama TransformerShape (with its mixture of experts, head width, biases, per-head q/k
+// norms, Llama 3.1's or YaRN's rotary scaling, a tied head, and DeepSeek's multi-head latent
+// attention and sigmoid router). Every key is read or refused: a key meshsim does
 // not know, or a value it cannot honour (another activation, a sliding window, an unimplemented
 // rotary scaling, ...), is one line naming the key.
 #pragma once

@@ -24,6 +24,8 @@ extern const unsigned char kHfConfig_qwen3_30b_a3b[];
 extern const std::size_t kHfConfig_qwen3_30b_a3b_size;
 extern const unsigned char kHfConfig_qwen3_235b_a22b[];
 extern const std::size_t kHfConfig_qwen3_235b_a22b_size;
+extern const unsigned char kHfConfig_deepseek_v3[];
+extern const std::size_t kHfConfig_deepseek_v3_size;
 } // namespace assets
 
 namespace {
@@ -62,6 +64,8 @@ std::vector<ModelPreset> hf_presets() {
        "Qwen/Qwen3-30B-A3B config.json"},
       {"qwen3-235b-a22b", kHfConfig_qwen3_235b_a22b, kHfConfig_qwen3_235b_a22b_size,
        "Qwen/Qwen3-235B-A22B config.json"},
+      {"deepseek-v3", kHfConfig_deepseek_v3, kHfConfig_deepseek_v3_size,
+       "deepseek-ai/DeepSeek-V3 config.json; its multi-token prediction module is not built"},
   };
   std::vector<ModelPreset> out;
   for (const HfPresetFile& f : files)

@@ -20,6 +20,7 @@ AttentionOptions llama_attention(const TransformerShape& o, int64_t layer) {
   a.qk_norm = o.qk_norm;
   a.norm_eps = o.norm_eps;
   a.rope_scaling = o.rope_scaling;
+  a.latent = o.latent;
   return a;
 }
 
@@ -104,6 +105,11 @@ torch::nn::Sequential build_llama(const TransformerShape& o, uint64_t seed,
     throw std::invalid_argument("llama: hidden " + std::to_string(o.hidden) + " is not heads (" +
                                 std::to_string(o.heads) +
                                 ") times an even head size (rotary embeddings rotate pairs)");
+  if (o.latent.kv_rank > 0 &&
+      (o.latent.rope_dim < 2 || o.latent.rope_dim % 2 != 0 || o.latent.v_dim < 1 ||
+       o.latent.nope_dim < 0 || o.latent.q_rank < 0))
+    throw std::invalid_argument("llama: latent attention needs an even rope_dim and a positive "
+                                "v_dim (q_rank and nope_dim positive or 0)");
   if (o.heads % llama_kv_heads(o) != 0)
     throw std::invalid_argument("llama: heads " + std::to_string(o.heads) +
                                 " is not divisible by kv_heads " + std::to_string(o.kv_heads));
@@ -131,14 +137,32 @@ torch::nn::Sequential build_llama(const TransformerShape& o, uint64_t seed,
   return model;
 }
 
-int64_t llama_parameter_count(const TransformerShape& o) {
-  const int64_t h = o.hidden, d = llama_head_dim(o), kv = llama_kv_heads(o);
-  const int64_t f = llama_ffn_hidden(o), q = o.heads * d;
-  // q and o: H·heads·d each, k and v: H·K·d each, with their biases if any; q_norm and k_norm:
-  // d each; two RMSNorms: H each; a dense MLP's gate, up, down: H·F each, or an MoE layer's
-  // (moe_parameter_count).
+namespace {
+
+// One block's attention: q and o H·heads·d each, k and v H·K·d each, with their biases if any,
+// q_norm and k_norm d each; or multi-head latent attention's projections and its two norms.
+int64_t llama_attention_parameters(const TransformerShape& o) {
+  const int64_t h = o.hidden;
+  if (o.latent.kv_rank > 0) {
+    const LatentShape& l = o.latent;
+    const int64_t q_width = o.heads * (l.nope_dim + l.rope_dim);
+    const int64_t q = l.q_rank > 0 ? h * l.q_rank + l.q_rank + l.q_rank * q_width : h * q_width;
+    const int64_t kv = h * (l.kv_rank + l.rope_dim) + l.kv_rank +
+                       l.kv_rank * o.heads * (l.nope_dim + l.v_dim);
+    return q + kv + o.heads * l.v_dim * h + (o.out_bias ? h : 0);
+  }
+  const int64_t d = llama_head_dim(o), kv = llama_kv_heads(o), q = o.heads * d;
   const int64_t biases = (o.qkv_bias ? q + 2 * kv * d : 0) + (o.out_bias ? h : 0);
-  const int64_t block = 2 * h * q + 2 * h * kv * d + biases + (o.qk_norm ? 2 * d : 0) + 2 * h;
+  return 2 * h * q + 2 * h * kv * d + biases + (o.qk_norm ? 2 * d : 0);
+}
+
+} // namespace
+
+int64_t llama_parameter_count(const TransformerShape& o) {
+  const int64_t h = o.hidden, f = llama_ffn_hidden(o);
+  // Attention, two RMSNorms of H, and a dense MLP's gate, up, down (H·F each) or an MoE
+  // layer's (moe_parameter_count).
+  const int64_t block = llama_attention_parameters(o) + 2 * h;
   const int64_t moe = o.moe.experts > 0 ? moe_parameter_count(llama_moe_options(o)) : 0;
   int64_t feed_forward = 0;
   for (int64_t l = 0; l < o.layers; ++l)

@@ -85,7 +85,10 @@ ParallelPlan llama_parallel_plan(const TransformerShape& options);
 /// F = the MLP width: V·H (embed) + L·(2H·n·d + 2H·K·d + 3H·F + 2H) + H (norm_f) + V·H (head,
 /// unless tied),
 /// plus n·d + 2K·d per layer with q/k/v biases, H with an output bias, 2d with q/k norms, and
-/// an MoE layer's parameters instead of 3H·F in its layers.
+/// an MoE layer's parameters instead of 3H·F in its layers. With latent attention (options.latent)
+/// its projections replace q, k, v, o: with r_q, r_kv the ranks, e = nope + rope,
+/// H·r_q + r_q + r_q·n·e (or H·n·e without r_q), H·(r_kv + rope) + r_kv + r_kv·n·(nope + v_dim),
+/// and n·v_dim·H.
 int64_t llama_parameter_count(const TransformerShape& options);
 
 /// The parameters a token meets (active parameters): llama_parameter_count less, in every MoE

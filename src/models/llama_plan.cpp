@@ -4,7 +4,10 @@
 // keeps heads/tp query heads and kv_heads/tp kv heads, exactly the ones its query heads read
 // (both must divide by tp). A mixture-of-experts layer's feed-forward stays whole on every
 // tensor-parallel member (its experts split over ep instead: parallel/expert/), each member
-// running it on the same tokens.
+// running it on the same tokens. Multi-head latent attention splits q_b (or q) and kv_b by heads
+// and o, keeping its two down-projections q_a and kv_a whole (as Megatron's MLA does); the
+// rotated key part every head reads has its gradient summed by tensor parallelism
+// (AttentionImpl::set_shared_key_region).
 #include "models/llama.h"
 
 namespace meshsim {
@@ -13,9 +16,15 @@ ParallelPlan llama_parallel_plan(const TransformerShape& o) {
   ParallelPlan plan;
   for (int64_t l = 0; l < o.layers; ++l) {
     const std::string block = "block" + std::to_string(l);
-    plan.linears.push_back({block + ".attn.q", ParallelStyle::Column});
-    plan.linears.push_back({block + ".attn.k", ParallelStyle::Column});
-    plan.linears.push_back({block + ".attn.v", ParallelStyle::Column});
+    if (o.latent.kv_rank == 0) {
+      plan.linears.push_back({block + ".attn.q", ParallelStyle::Column});
+      plan.linears.push_back({block + ".attn.k", ParallelStyle::Column});
+      plan.linears.push_back({block + ".attn.v", ParallelStyle::Column});
+    } else { // latent attention: q_a and kv_a stay whole
+      plan.linears.push_back({block + (o.latent.q_rank > 0 ? ".attn.q_b" : ".attn.q"),
+                              ParallelStyle::Column});
+      plan.linears.push_back({block + ".attn.kv_b", ParallelStyle::Column});
+    }
     plan.linears.push_back({block + ".attn.o", ParallelStyle::Row});
     if (!llama_moe_layer(o, l)) {
       plan.linears.push_back({block + ".mlp.gate", ParallelStyle::Column});

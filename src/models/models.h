@@ -32,16 +32,45 @@ struct MoeShape {
   std::string planned_routing; // what those shares assume, in one line (plan.json's "routing")
 };
 
-/// Llama 3.1's rotary scaling (Hugging Face's rope_type "llama3"): frequencies whose wavelength
-/// exceeds original_max / low_freq_factor are divided by `factor`, those below original_max /
-/// high_freq_factor kept, those between interpolated smoothly. factor 0: unscaled.
+/// A scaling of the rotary frequencies (Hugging Face's rope_type), factor 0: unscaled.
+///  - llama3 (Llama 3.1): frequencies whose wavelength exceeds original_max / low_freq_factor
+///    are divided by `factor`, those below original_max / high_freq_factor kept, those between
+///    interpolated smoothly;
+///  - yarn (Peng et al. 2023, DeepSeek-V3): each frequency blends its interpolated value (/
+///    factor) and its own by a linear ramp over the dimensions that turn between beta_fast and
+///    beta_slow times in original_max positions; cos and sin are multiplied by the attention
+///    factor mscale(factor, mscale) / mscale(factor, mscale_all_dim) (mscale(s, m) = 0.1·m·ln s
+///    + 1), and the softmax of multi-head latent attention by mscale(factor, mscale_all_dim)².
 struct RopeScaling {
   double factor = 0;
   double low_freq_factor = 1, high_freq_factor = 4;
   int64_t original_max = 8192; // original_max_position_embeddings
+  bool yarn = false;           // rope_type yarn instead of llama3
+  double beta_fast = 32, beta_slow = 1;
+  double mscale = 0, mscale_all_dim = 0; // 0: absent
   bool operator==(const RopeScaling& o) const {
     return factor == o.factor && low_freq_factor == o.low_freq_factor &&
-           high_freq_factor == o.high_freq_factor && original_max == o.original_max;
+           high_freq_factor == o.high_freq_factor && original_max == o.original_max &&
+           yarn == o.yarn && beta_fast == o.beta_fast && beta_slow == o.beta_slow &&
+           mscale == o.mscale && mscale_all_dim == o.mscale_all_dim;
+  }
+};
+
+/// Multi-head latent attention (DeepSeek-V2 and V3; models/layers/attention.h): q from a
+/// low-rank projection (q_rank, 0: one projection) with its RMSNorm, keys and values from one
+/// shared latent of kv_rank with its RMSNorm, each head's query and key nope_dim wide without
+/// position plus rope_dim rotated (the key's rotated part one for every head), values v_dim
+/// wide. kv_rank 0: ordinary attention.
+struct LatentShape {
+  int64_t q_rank = 0;      // q_lora_rank
+  int64_t kv_rank = 0;     // kv_lora_rank
+  int64_t nope_dim = 0;    // qk_nope_head_dim
+  int64_t rope_dim = 0;    // qk_rope_head_dim
+  int64_t v_dim = 0;       // v_head_dim
+  bool interleave = true;  // rope_interleave: the rotated part's pairs are adjacent (x0, x1)
+  bool operator==(const LatentShape& o) const {
+    return q_rank == o.q_rank && kv_rank == o.kv_rank && nope_dim == o.nope_dim &&
+           rope_dim == o.rope_dim && v_dim == o.v_dim && interleave == o.interleave;
   }
 };
 
@@ -59,7 +88,8 @@ struct TransformerShape {
   bool out_bias = false;    // a bias on the output projection (attention_bias)
   bool qk_norm = false;     // an RMSNorm over each head of q and of k before rotary (Qwen3)
   double norm_eps = 1e-5;   // every RMSNorm's epsilon (rms_norm_eps)
-  RopeScaling rope_scaling; // llama3 scaling of the rotary frequencies
+  RopeScaling rope_scaling; // llama3 or yarn scaling of the rotary frequencies
+  LatentShape latent;       // multi-head latent attention (DeepSeek's); kv_rank 0: none
   /// Dropout in training on the attention probabilities and on the attention's and the MLP's
   /// outputs before their residual adds (Megatron's attention_dropout and hidden_dropout;
   /// models/layers/dropout.h); 0: none. Set from --dropout, not a part of the shape's identity.

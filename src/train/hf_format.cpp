@@ -284,11 +284,11 @@ std::vector<std::pair<std::string, std::string>> llama_names(const TransformerSh
 void require_plain_llama(const TransformerShape& s) {
   const TransformerShape plain;
   if (s.head_dim > 0 || s.qkv_bias || s.out_bias || s.qk_norm || s.norm_eps != plain.norm_eps ||
-      s.rope_scaling.factor > 0 || s.tie_head)
+      s.rope_scaling.factor > 0 || s.tie_head || s.latent.kv_rank > 0 || s.moe.experts > 0)
     throw std::invalid_argument(
         "the Hugging Face folder meshsim writes and reads is the plain LlamaForCausalLM: this "
-        "model's head_dim, attention biases, q/k norms, norm_eps, rope scaling or tied head "
-        "(from --hf-config) are not in it yet");
+        "model's head_dim, attention biases, q/k norms, norm_eps, rope scaling, tied head, "
+        "latent attention or mixture of experts (from --hf-config or --moe-*) are not in it yet");
 }
 
 hf_json llama_config(const TransformerShape& s, const std::string& dtype) {
@@ -340,6 +340,7 @@ void llama_check(const ConfigReader& r, const TransformerShape& s) {
 }
 
 NamedTensors llama_to_hf(const NamedTensors& m, const TransformerShape& s) {
+  require_plain_llama(s);
   NamedTensors out;
   for (const auto& [mine, theirs] : llama_names(s))
     out.emplace_back(theirs, hf_tensor(m, mine).contiguous());
@@ -347,6 +348,7 @@ NamedTensors llama_to_hf(const NamedTensors& m, const TransformerShape& s) {
 }
 
 NamedTensors llama_from_hf(const NamedTensors& hf, const TransformerShape& s) {
+  require_plain_llama(s);
   NamedTensors out;
   for (const auto& [mine, theirs] : llama_names(s))
     out.emplace_back(mine, hf_tensor(hf, theirs).contiguous());

@@ -575,6 +575,9 @@ TEST(CliBadInput, ImpossibleMixturesOfExpertsAreOneLine) {
        "--moe-routing /nonexistent: no routing.csv there"},
       {"plan --model llama --moe-experts 6 --ep 4 --cluster 8xh100",
        "--moe-experts 6 is not divisible by --ep 4"},
+      // DeepSeek-V3's multi-head latent attention: not over cp yet.
+      {"plan --preset deepseek-v3 --gpus 16 --cp 2 --cluster 2x8xh800",
+       "multi-head latent attention (from --hf-config) does not run with --cp 2"},
   };
   for (const auto& c : cases)
     expect_one_line_naming(run_meshsim_exactly(c.flags), c.named, {2}, c.flags);

@@ -85,10 +85,10 @@ TEST(CliBadInput, HfConfigRefusalsAreOneLineNamingTheKey) {
   const std::vector<Case> cases = {
       {"--hf-config " + config_file("gemma", with_model_type("gemma3")).string(), "model_type", 2},
       {"--hf-config " + config_file("deepseek", with_model_type("deepseek_v3")).string(),
-       "multi-head latent attention", 2},
+       "num_key_value_heads", 2},
       {"--hf-config " + config_file("yarn", std::string(kQwen3).replace(
                                                 std::string(kQwen3).find("\"rope_theta\""), 0,
-                                                "\"rope_scaling\": {\"rope_type\": \"yarn\", "
+                                                "\"rope_scaling\": {\"rope_type\": \"dynamic\", "
                                                 "\"factor\": 4.0}, "))
                             .string(),
        "rope_type", 2},

@@ -31,7 +31,11 @@ TEST(CostHardware, GpuPresetsAreDenseDatasheetPeaks) {
   const GpuSpec v100 = gpu_preset("V100-32");
   EXPECT_DOUBLE_EQ(v100.peak_flops(Dtype::BF16), v100.fp32_flops);
   EXPECT_DOUBLE_EQ(v100.peak_flops(Dtype::FP16), 125e12);
-  EXPECT_EQ(gpu_presets().size(), 9u);
+  // H800: the H100's compute and memory; its NVLink is cut (nvlink4-h800, 8 of 18 links).
+  EXPECT_DOUBLE_EQ(gpu_preset("h800").peak_flops(Dtype::BF16), 989.5e12);
+  EXPECT_DOUBLE_EQ(gpu_preset("h800").mem_bytes, 80e9);
+  EXPECT_EQ(default_intra_link("h800"), "nvlink4-h800");
+  EXPECT_EQ(gpu_presets().size(), 10u);
   for (const GpuSpec& gpu : gpu_presets()) {
     EXPECT_GE(gpu.peak_flops(Dtype::BF16), gpu.fp32_flops) << gpu.name;
     EXPECT_GT(gpu.mem_bw, 0) << gpu.name;
@@ -42,6 +46,7 @@ TEST(CostHardware, LinkBandwidthIsPerGpuPerDirection) {
   EXPECT_DOUBLE_EQ(link_preset("nvlink2").bandwidth, 150e9); // "300 GB/s" bidirectional
   EXPECT_DOUBLE_EQ(link_preset("nvlink3").bandwidth, 300e9); // "600 GB/s"
   EXPECT_DOUBLE_EQ(link_preset("nvlink4").bandwidth, 450e9); // "900 GB/s"
+  EXPECT_DOUBLE_EQ(link_preset("nvlink4-h800").bandwidth, 200e9); // "400 GB/s"
   EXPECT_DOUBLE_EQ(link_preset("pcie3").bandwidth, 8e9 * 16 * 128 / 130 / 8);
   EXPECT_DOUBLE_EQ(link_preset("pcie4").bandwidth, 2 * link_preset("pcie3").bandwidth);
   EXPECT_DOUBLE_EQ(link_preset("pcie5").bandwidth, 2 * link_preset("pcie4").bandwidth);

@@ -21,10 +21,21 @@ def experts_and_top_k(config):
     return 0, 0
 
 
+# Keys that say where remote code lives and how a checkpoint's weights are stored (DeepSeek-V3's
+# auto_map and FP8 quantization_config): transformers would fetch the code or quantize the
+# model; meshsim's parser reads them as metadata. Neither changes the parameters.
+STORAGE_KEYS = ("auto_map", "quantization_config")
+
+
 def counts(path):
     folder = tempfile.mkdtemp()
     try:
-        shutil.copy(path, os.path.join(folder, "config.json"))
+        with open(path) as f:
+            config = json.load(f)
+        for key in STORAGE_KEYS:
+            config.pop(key, None)
+        with open(os.path.join(folder, "config.json"), "w") as f:
+            json.dump(config, f)
         config = AutoConfig.from_pretrained(folder)
     finally:
         shutil.rmtree(folder)

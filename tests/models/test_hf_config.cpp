@@ -38,6 +38,24 @@ json qwen3_moe() {
     "sliding_window": null, "max_window_layers": 3, "router_aux_loss_coef": 0.001})");
 }
 
+// DeepSeek-V3's keys, small: multi-head latent attention, YaRN, the sigmoid router in groups.
+json deepseek_v3() {
+  return json::parse(R"({"model_type": "deepseek_v3", "hidden_size": 64, "num_hidden_layers": 3,
+    "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 96,
+    "moe_intermediate_size": 24, "n_routed_experts": 8, "n_shared_experts": 1,
+    "num_experts_per_tok": 2, "n_group": 4, "topk_group": 2, "first_k_dense_replace": 1,
+    "moe_layer_freq": 1, "norm_topk_prob": true, "routed_scaling_factor": 2.5,
+    "scoring_func": "sigmoid", "topk_method": "noaux_tc", "seq_aux": true,
+    "aux_loss_alpha": 0.001, "q_lora_rank": 32, "kv_lora_rank": 16, "qk_nope_head_dim": 16,
+    "qk_rope_head_dim": 8, "v_head_dim": 16, "num_nextn_predict_layers": 1, "ep_size": 1,
+    "vocab_size": 128, "max_position_embeddings": 256, "rms_norm_eps": 1e-06,
+    "rope_theta": 10000, "attention_bias": false, "pretraining_tp": 1,
+    "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0,
+                     "mscale_all_dim": 1.0, "original_max_position_embeddings": 64,
+                     "type": "yarn"},
+    "quantization_config": {"quant_method": "fp8"}, "auto_map": {}})");
+}
+
 // The message of parse_hf_config's refusal of `doc` ("" when it accepts it).
 std::string refusal(const json& doc) {
   try {
@@ -128,6 +146,22 @@ TEST(HfConfig, Qwen3MoeAndTheOtherTypes) {
   EXPECT_EQ(mx.moe.ffn, 96); // intermediate_size is each expert's width
   EXPECT_EQ(mx.moe.dense_layers, 0);
   EXPECT_TRUE(mx.moe.normalize);
+
+  const TransformerShape ds = parse_hf_config(deepseek_v3(), "config.json").shape;
+  EXPECT_TRUE(ds.latent == (LatentShape{32, 16, 16, 8, 16, true}));
+  EXPECT_EQ(ds.kv_heads, 0);
+  EXPECT_TRUE(ds.rope_scaling.yarn);
+  EXPECT_EQ(ds.rope_scaling.factor, 40);
+  EXPECT_EQ(ds.rope_scaling.original_max, 64);
+  EXPECT_EQ(ds.rope_scaling.mscale_all_dim, 1.0);
+  EXPECT_EQ(ds.moe.router, "sigmoid");
+  EXPECT_EQ(ds.moe.groups, 4);
+  EXPECT_EQ(ds.moe.top_groups, 2);
+  EXPECT_EQ(ds.moe.shared_ffn, 24);
+  EXPECT_EQ(ds.moe.dense_layers, 1);
+  EXPECT_EQ(ds.moe.routed_scale, 2.5);
+  EXPECT_EQ(ds.moe.aux_loss, 0.001);
+  EXPECT_EQ(ds.ffn_hidden, 96);
 }
 
 // What meshsim cannot build, one line each, naming the key.
@@ -145,13 +179,27 @@ TEST(HfConfig, RefusesWhatItCannotHonourInOneLineNamingTheKey) {
   mistral["model_type"] = "mistral";
   const std::vector<std::pair<json, std::string>> cases = {
       {with(llama3(), "model_type", "gpt_neox"), "model_type"},
-      {with(llama3(), "model_type", "deepseek_v3"), "multi-head latent attention"},
+      {with(deepseek_v3(), "num_key_value_heads", 2), "num_key_value_heads"},
+      {with(deepseek_v3(), "scoring_func", "softmax"), "scoring_func"},
+      {with(deepseek_v3(), "topk_method", "greedy"), "topk_method"},
+      {with(deepseek_v3(), "attention_bias", true), "attention_bias"},
+      {with(deepseek_v3(), "moe_layer_freq", 2), "moe_layer_freq"},
+      {with(deepseek_v3(), "seq_aux", false), "seq_aux"},
+      {with(deepseek_v3(), "n_group", 3), "n_group"},
+      {with(deepseek_v3(), "qk_rope_head_dim", 7), "qk_rope_head_dim"},
+      {with(deepseek_v3(), "first_k_dense_replace", 3), "first_k_dense_replace"},
+      {with(deepseek_v3(), "-kv_lora_rank", nullptr), "kv_lora_rank"},
       {with(llama3(), "hidden_act", "gelu"), "hidden_act"},
-      {with(llama3(), "rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}), "rope_type"},
+      {with(llama3(), "rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}),
+       "original_max_position_embeddings"},
+      {with(llama3(), "rope_scaling",
+            {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 64},
+             {"attention_factor", 1.2}}),
+       "attention_factor"},
+      {with(llama3(), "rope_scaling", {{"rope_type", "dynamic"}, {"factor", 4.0}}), "rope_type"},
       {with(llama3(), "rope_scaling", {{"type", "linear"}, {"factor", 4.0}}), "type"},
       {with(llama3(), "mlp_bias", true), "mlp_bias"},
       {with(llama3(), "attention_dropout", 0.1), "attention_dropout"},
-      {with(llama3(), "quantization_config", json::object()), "quantization_config"},
       {with(llama3(), "hidden_size", "64"), "hidden_size"},
       {with(llama3(), "hidden_size", 0), "hidden_size"},
       {with(llama3(), "num_key_value_heads", 3), "num_key_value_heads"},

@@ -39,13 +39,6 @@ std::string source_file(const ModelPreset& p) {
   return std::string(MESHSIM_SOURCE_DIR) + "/" + p.hf_config;
 }
 
-// The Python that has transformers: MESHSIM_TRANSFORMERS_PYTHON (e.g. the environment
-// scripts/setup_torch2.sh makes), else the tests' Python.
-std::string transformers_python() {
-  const char* given = std::getenv("MESHSIM_TRANSFORMERS_PYTHON");
-  return given && *given ? given : MESHSIM_PYTHON;
-}
-
 // One small config.json per model_type, each with what the presets do not exercise.
 std::vector<std::pair<std::string, std::string>> small_configs() {
   const std::string tiny = R"("hidden_size": 32, "num_hidden_layers": 3, "num_attention_heads": 4,
@@ -66,6 +59,19 @@ std::vector<std::pair<std::string, std::string>> small_configs() {
       {"qwen3_moe", "{" + tiny + R"("model_type": "qwen3_moe", "head_dim": 8, "num_experts": 4,
           "num_experts_per_tok": 2, "moe_intermediate_size": 16, "norm_topk_prob": false,
           "mlp_only_layers": [0], "decoder_sparse_step": 1})"},
+      // Multi-head latent attention without q's low rank (q_lora_rank null, as DeepSeek-V2-Lite),
+      // values of another width, and YaRN in transformers 5's layout.
+      {"deepseek_v3", R"({"model_type": "deepseek_v3", "hidden_size": 32, "num_hidden_layers": 3,
+          "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 48,
+          "vocab_size": 96, "max_position_embeddings": 64, "rms_norm_eps": 1e-06,
+          "hidden_act": "silu", "q_lora_rank": null, "kv_lora_rank": 16,
+          "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 6,
+          "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 12,
+          "n_shared_experts": 2, "first_k_dense_replace": 1, "n_group": 4, "topk_group": 2,
+          "routed_scaling_factor": 2.5, "norm_topk_prob": true,
+          "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                              "original_max_position_embeddings": 16, "mscale": 1.0,
+                              "mscale_all_dim": 1.0}})"},
   };
 }
 
@@ -79,7 +85,7 @@ TEST(HfPresets, EveryModelTypeFileIsAPreset) {
     names.push_back(p->name);
   const std::vector<std::string> want = {"llama3.1-8b",    "llama3.1-70b",  "llama3.1-405b",
                                          "mixtral-8x7b",   "mixtral-8x22b", "qwen3-30b-a3b",
-                                         "qwen3-235b-a22b"};
+                                         "qwen3-235b-a22b", "deepseek-v3"};
   EXPECT_EQ(names, want);
 }
 
@@ -98,6 +104,7 @@ TEST(HfPresets, EachIsItsFileParsed) {
     EXPECT_EQ(p->shape.qk_norm, m.shape.qk_norm) << p->name;
     EXPECT_EQ(p->shape.moe.top_k, m.shape.moe.top_k) << p->name;
     EXPECT_EQ(p->shape.moe.normalize, m.shape.moe.normalize) << p->name;
+    EXPECT_TRUE(p->shape.latent == m.shape.latent) << p->name;
   }
 }
 
@@ -129,14 +136,14 @@ TEST(HfPresets, CountsAreTheModelBuiltOnMeta) {
 TEST(HfPresets, PublishedTotals) {
   EXPECT_EQ(preset_parameter_count("llama", find_preset("mixtral-8x7b")->shape), 46702792704);
   EXPECT_EQ(preset_parameter_count("llama", find_preset("qwen3-30b-a3b")->shape), 30532122624);
+  EXPECT_EQ(preset_parameter_count("llama", find_preset("deepseek-v3")->shape), 671026404352);
 }
 
 // transformers' model of each file, on meta: the same total and active parameters.
 TEST(HfPresets, TransformersBuildsTheSameCounts) {
-  const std::string python = transformers_python();
-  if (std::system((python + " -c 'import transformers' >/dev/null 2>&1").c_str()) != 0)
-    GTEST_SKIP() << python << " cannot import transformers (set MESHSIM_TRANSFORMERS_PYTHON to "
-                 << "the python bash scripts/setup_torch2.sh prints)";
+  if (!meshsim::testing::transformers_importable())
+    GTEST_SKIP() << meshsim::testing::no_transformers();
+  const std::string python = meshsim::testing::transformers_python();
   std::string cmd = python + " " MESHSIM_SOURCE_DIR "/tests/models/hf_parameter_count.py";
   const std::vector<const ModelPreset*> presets = hf_config_presets();
   for (const ModelPreset* p : presets)
@@ -159,10 +166,9 @@ TEST(HfPresets, TransformersBuildsTheSameCounts) {
 // transformers' model of a small file of every model_type, on meta: the same total and active
 // parameters as meshsim's shape of the same file.
 TEST(HfPresets, TransformersBuildsTheSameCountsForEveryModelType) {
-  const std::string python = transformers_python();
-  if (std::system((python + " -c 'import transformers' >/dev/null 2>&1").c_str()) != 0)
-    GTEST_SKIP() << python << " cannot import transformers (set MESHSIM_TRANSFORMERS_PYTHON to "
-                 << "the python bash scripts/setup_torch2.sh prints)";
+  if (!meshsim::testing::transformers_importable())
+    GTEST_SKIP() << meshsim::testing::no_transformers();
+  const std::string python = meshsim::testing::transformers_python();
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("meshsim-hf-types-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);

@@ -3,8 +3,8 @@
 // routed experts split over ep ranks, against one GPU: float64, 10 steps of SGD with
 // momentum, dropless, so the routing is the same on both sides and only the order of the
 // gradient sums differs: losses and final parameters within kFloat64Tolerance
-// (strategy_harness.h). Layouts: ep 2 and 4 (all of dp), ep 2 × tp 2, ep 2 × pp 2 × dp 2 with
-// ZeRO 1 and ZeRO 3 (experts sharded over edp, the dense parameters over dp), cp 2 × ep 2
+// (strategy_harness.h). Layouts: ep 2 and 4 (all of dp), ep 2 × tp 2, ep 2 × pp 2 × dp 2 and
+// dp 4 with ZeRO 1 and ZeRO 3 (experts sharded over edp, the dense parameters over dp), cp 2 × ep 2
 // (the balancing loss over whole sequences), ep 2 with HSDP.
 #include <gtest/gtest.h>
 
@@ -34,8 +34,10 @@ TEST(ExpertParallel, EveryLayoutTrainsAsOneGpu) {
       {"ep 2", 2, 2, 1, 1, 1, 0, 1, 0},
       {"ep 4", 4, 4, 1, 1, 1, 0, 1, 0},
       {"ep 2 x tp 2", 4, 2, 2, 1, 1, 0, 1, 0},
-      {"ep 2 x pp 2 x dp 2, zero 1", 8, 2, 1, 2, 1, 1, 2, 0},
-      {"ep 2 x pp 2 x dp 2, zero 3", 8, 2, 1, 2, 1, 3, 2, 0},
+      {"ep 2 x pp 2 x dp 2, zero 1", 4, 2, 1, 2, 1, 1, 2, 0},
+      {"ep 2 x pp 2 x dp 2, zero 3", 4, 2, 1, 2, 1, 3, 2, 0},
+      {"ep 2 x pp 2 x dp 4, zero 1", 8, 2, 1, 2, 1, 1, 2, 0},
+      {"ep 2 x pp 2 x dp 4, zero 3", 8, 2, 1, 2, 1, 3, 2, 0},
       {"ep 2 x cp 2 (dp 1)", 2, 2, 1, 1, 2, 0, 1, 0},
       {"ep 4 over dp 2 x cp 2, zero 2", 4, 4, 1, 1, 2, 2, 1, 0},
       {"ep 2, HSDP (dp 4 = 2 replicas x 2 shards), zero 1", 4, 2, 1, 1, 1, 1, 1, 2},
@@ -65,5 +67,64 @@ TEST(ExpertParallel, EveryLayoutTrainsAsOneGpu) {
     }
     std::cout << "moe llama " << l.name << ": final loss " << got.losses.back() << " (one GPU "
               << ref.losses.back() << "), worst parameter rel. error " << worst << "\n";
+  }
+}
+
+// DeepSeek-V3's shape, small: multi-head latent attention (q through its low rank, values of
+// another width, YaRN, interleaved rotary pairs) and the sigmoid router choosing within the
+// better of 2 groups, routed outputs scaled by 2.5; trained with ep × pp × dp and ZeRO 1 (as
+// DeepSeek-V3 was), with ep 4 and ZeRO 3, and with tp 2 (the latent attention split by heads,
+// the rotated key part's gradient summed over tp; with q through its low rank and without),
+// against one GPU.
+TEST(ExpertParallel, DeepSeekShapeTrainsAsOneGpu) {
+  StrategyOptions base = tiny_moe_llama(4, 0.05);
+  TransformerShape& s = base.shape;
+  s.kv_heads = 0;
+  s.latent = LatentShape{12, 8, 4, 4, 6, true};
+  s.rope_scaling.yarn = true;
+  s.rope_scaling.factor = 4;
+  s.rope_scaling.original_max = 8;
+  s.rope_scaling.mscale = s.rope_scaling.mscale_all_dim = 1;
+  s.moe.router = "sigmoid";
+  s.moe.groups = 2;
+  s.moe.top_groups = 1;
+  s.moe.routed_scale = 2.5;
+  const HarnessRun base_ref = run_tiny_moe(1, base);
+  EXPECT_LT(base_ref.losses.back(), base_ref.losses.front() - 0.05) << "the reference did not learn";
+  const EpLayout layouts[] = {
+      {"ep 2 x pp 2 x dp 2, zero 1", 4, 2, 1, 2, 1, 1, 2, 0},
+      {"ep 2 x pp 2 x dp 4, zero 1", 8, 2, 1, 2, 1, 1, 2, 0},
+      {"ep 4, zero 3", 4, 4, 1, 1, 1, 3, 1, 0},
+      {"ep 2 x tp 2", 4, 2, 2, 1, 1, 0, 1, 0},
+      {"tp 2 x pp 2 x dp 2, zero 1", 8, 1, 2, 2, 1, 1, 2, 0},
+      {"tp 2, q whole (no q rank)", 2, 1, 2, 1, 1, 0, 1, 0},
+  };
+  StrategyOptions plain_q = base;
+  plain_q.shape.latent.q_rank = 0;
+  const HarnessRun plain_ref = run_tiny_moe(1, plain_q);
+  for (const EpLayout& l : layouts) {
+    const bool whole_q = std::string(l.name).find("q whole") != std::string::npos;
+    StrategyOptions o = whole_q ? plain_q : base;
+    const HarnessRun& ref = whole_q ? plain_ref : base_ref;
+    o.ep = l.ep;
+    o.tp = l.tp;
+    o.pp = l.pp;
+    o.zero = l.zero;
+    o.micro_batches = l.micro_batches;
+    const HarnessRun got = run_tiny_moe(l.world, o);
+    ASSERT_EQ(got.losses.size(), ref.losses.size()) << l.name;
+    for (int k = 0; k < kTinyMoeSteps; ++k)
+      EXPECT_NEAR(got.losses[k], ref.losses[k], kFloat64Tolerance * std::abs(ref.losses[k]))
+          << l.name << " step " << k + 1;
+    ASSERT_EQ(got.parameters.size(), ref.parameters.size()) << l.name;
+    double worst = 0;
+    for (size_t i = 0; i < ref.parameters.size(); ++i) {
+      const double e = relative_error(got.parameters[i], ref.parameters[i], 1e-5);
+      EXPECT_LT(e, kFloat64Tolerance) << l.name << " parameter " << i;
+      worst = std::max(worst, e);
+    }
+    std::cout << "deepseek-shaped llama " << l.name << ": final loss " << got.losses.back()
+              << " (one GPU " << ref.losses.back() << "), worst parameter rel. error " << worst
+              << "\n";
   }
 }

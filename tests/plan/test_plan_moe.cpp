@@ -182,3 +182,69 @@ TEST(PlanMoe, MixtralModelStateIsTheFormulasOnEveryStage) {
               << " bytes (" << held << " parameters held)\n";
   }
 }
+
+// DeepSeek-V3 at pp 16, ep 64, ZeRO 1 on 2,048 H800 (dp 128, so edp 2), bf16: 61 layers as 15
+// stages of 4 and a last stage of 1 (--last-stage-layers 1: it holds the head). Each GPU holds
+// its layers' multi-head latent attention, norms, dense MLPs (the first three layers), routers
+// and shared experts whole and 1/64 of the routed experts, in bf16 with bf16 gradients; the fp32
+// master weights and Adam's two moments (12 bytes a parameter) of the dense parameters are
+// sharded over dp × cp = 128 and of the experts over edp = 2. A count that does not divide its
+// group is padded up to the next multiple (ZeRO's flat buffer), as the formula says.
+TEST(PlanMoe, DeepSeekV3ModelStateIsTheFormulasOnEveryStage) {
+  const ModelPreset* preset = find_preset("deepseek-v3");
+  ASSERT_NE(preset, nullptr);
+  TrainConfig c;
+  c.model = preset->family;
+  c.preset = preset->name;
+  c.shape = preset->shape;
+  c.shape.seq_len = 256; // the state does not depend on it; the plan is quicker
+  c.data = "synthetic";
+  c.device = "meta";
+  c.gpus = 2048;
+  c.pp = 16;
+  c.ep = 64;
+  c.zero = 1;
+  c.last_stage_layers = 1;
+  c.precision = "bf16";
+  c.micro_batches = 16;
+  c.batch_size = 16;
+  c.max_steps = kPlanSteps;
+  c.progress = false;
+  validate(c);
+  const TransformerShape& s = c.shape;
+  const LatentShape& l = s.latent;
+  const int64_t H = s.hidden, n = s.heads, V = s.vocab, E = s.moe.experts, F = s.moe.ffn;
+  const int64_t attention = H * l.q_rank + l.q_rank + l.q_rank * n * (l.nope_dim + l.rope_dim) +
+                            H * (l.kv_rank + l.rope_dim) + l.kv_rank +
+                            l.kv_rank * n * (l.nope_dim + l.v_dim) + n * l.v_dim * H;
+  const int64_t dense_mlp = 3 * H * s.ffn_hidden;
+  const int64_t router_and_shared = E * H + 3 * H * s.moe.shared_ffn;
+  const int64_t expert_layer = 3 * E * H * F;
+  const int64_t dp = 128, edp = dp / c.ep;
+  const auto padded = [](int64_t count, int64_t group) { return (count + group - 1) / group; };
+  const Plan plan = make_plan(c, int64_t{1} << 40);
+  ASSERT_EQ(plan.ranks.size(), 16u);
+  for (const PlannedRank& r : plan.ranks) {
+    const int64_t stage = r.coord.pp;
+    const int64_t first = stage * 4, count = stage == c.pp - 1 ? 1 : 4;
+    int64_t dense = 0, experts = 0;
+    for (int64_t layer = first; layer < first + count; ++layer) {
+      dense += attention + 2 * H; // and the two norms
+      if (layer < s.moe.dense_layers) {
+        dense += dense_mlp;
+      } else {
+        dense += router_and_shared;
+        experts += expert_layer / c.ep;
+      }
+    }
+    if (stage == 0)
+      dense += V * H; // the embedding
+    if (stage == c.pp - 1)
+      dense += H + V * H; // the final norm and the head
+    const int64_t held = dense + experts;
+    const int64_t expected = 2 * held + 2 * held + 12 * (padded(dense, dp) + padded(experts, edp));
+    EXPECT_EQ(r.model_state_bytes, expected) << "stage " << stage;
+    std::cout << "deepseek-v3 stage " << stage << ": model state " << r.model_state_bytes
+              << " bytes (" << held << " parameters held)\n";
+  }
+}

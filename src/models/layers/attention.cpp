@@ -14,14 +14,23 @@ namespace nn = torch::nn;
 
 AttentionImpl::AttentionImpl(const AttentionOptions& o, const torch::TensorOptions& t,
                              std::shared_ptr<const AttentionCore> core)
-    : options_(o), head_dim_(o.head_dim > 0 ? o.head_dim : o.hidden / o.heads),
+    : options_(o),
+      head_dim_(o.latent.kv_rank > 0 ? o.latent.nope_dim + o.latent.rope_dim
+                : o.head_dim > 0     ? o.head_dim
+                                     : o.hidden / o.heads),
       core_(core ? std::move(core) : std::make_shared<EagerCausalCore>()) {
+  const bool out_bias = o.out_bias < 0 ? o.bias : o.out_bias > 0;
+  if (latent()) {
+    build_latent(t);
+    out_ = nn::AnyModule(register_module(
+        o.out_name, make_linear(o.heads * o.latent.v_dim, o.hidden, out_bias, t)));
+    return;
+  }
   const int64_t kv = (o.kv_heads > 0 ? o.kv_heads : o.heads) * head_dim_;
   const int64_t inner = o.heads * head_dim_;
   q_ = nn::AnyModule(register_module("q", make_linear(o.hidden, inner, o.bias, t)));
   k_ = nn::AnyModule(register_module("k", make_linear(o.hidden, kv, o.bias, t)));
   v_ = nn::AnyModule(register_module("v", make_linear(o.hidden, kv, o.bias, t)));
-  const bool out_bias = o.out_bias < 0 ? o.bias : o.out_bias > 0;
   out_ = nn::AnyModule(register_module(o.out_name, make_linear(inner, o.hidden, out_bias, t)));
   if (o.qk_norm) {
     q_norm_ = nn::AnyModule(register_module("q_norm", RmsNorm(head_dim_, o.norm_eps, t)));
@@ -47,6 +56,14 @@ torch::Tensor sequence_positions(int64_t length, const torch::Tensor& like) {
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& positions) {
+  if (latent()) {
+    const int64_t b = x.size(0), t = x.size(1);
+    const torch::Tensor given = resolve_positions(positions, t);
+    const torch::Tensor at = given.defined() ? given : sequence_positions(t, x);
+    const auto [q, k, v] = latent_qkv(x, at);
+    const torch::Tensor y = run_core(q, k, v, given, at).transpose(1, 2).contiguous();
+    return out_.forward(y.view({b, t, y.size(2) * y.size(3)}));
+  }
   torch::Tensor q = q_.forward(x), k = k_.forward(x), v = v_.forward(x);
   // The whole sequence from q: under sequence parallelism x holds only part of it.
   const int64_t b = q.size(0), t = q.size(1), q_features = q.size(2), kv_features = k.size(2);
@@ -123,7 +140,36 @@ int64_t AttentionImpl::query_features() const {
   return options_.heads * head_dim_;
 }
 
+int64_t AttentionImpl::value_features() const {
+  if (!latent())
+    return query_features();
+  return query_features() / head_dim_ * options_.latent.v_dim;
+}
+
+int64_t AttentionImpl::shard_granularity(const std::string& name) const {
+  if (latent() && name == "kv_b")
+    return options_.latent.nope_dim + options_.latent.v_dim; // k_nope and v, per head
+  if (latent() && name == options_.out_name)
+    return options_.latent.v_dim;
+  return head_dim_;
+}
+
+std::string AttentionImpl::slot_input(const std::string& name) const {
+  return latent() && (name == "q_b" || name == "kv_b") ? name : "";
+}
+
 nn::AnyModule& AttentionImpl::slot(const std::string& name) {
+  if (latent()) {
+    if (name == (q_a_.is_empty() ? "q" : "q_b"))
+      return q_;
+    if (name == "kv_b")
+      return kv_b_;
+    if (name == options_.out_name)
+      return out_;
+    throw std::invalid_argument("latent attention has no tensor-parallel linear '" + name +
+                                "' (" + (q_a_.is_empty() ? "q" : "q_b") + ", kv_b, " +
+                                options_.out_name + ")");
+  }
   if (name == "q")
     return q_;
   if (name == "k")

@@ -7,7 +7,9 @@
 // AttentionCore in a sibling file.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -63,6 +65,7 @@ struct AttentionOptions {
   bool qk_norm = false;         // RMSNorm q_norm, k_norm over each head's width, before rotary
   double norm_eps = 1e-5;       // their epsilon
   RopeScaling rope_scaling;     // of the rotary frequencies (rotary.h)
+  LatentShape latent;           // multi-head latent attention; kv_rank 0: q, k, v projections
 };
 
 /// Self-attention: q [H -> heads·d], k and v [H -> kv_heads·d], out [heads·d -> H], then
@@ -72,6 +75,17 @@ struct AttentionOptions {
 /// column shard of whole heads (heads/tp query and kv_heads/tp kv heads) runs unchanged. Children:
 /// q, k, v, out (parameters in that order; then q_norm, k_norm); the core holds no parameters and
 /// is no child.
+///
+/// With options.latent.kv_rank > 0 it is multi-head latent attention (DeepSeek-V2/V3,
+/// latent_attention.cpp): children q_a, q_a_norm, q_b (or q when q_rank is 0), kv_a, kv_a_norm,
+/// kv_b and out, in that order, as Hugging Face's DeepseekV3Attention. q_b gives each head
+/// nope_dim + rope_dim features, kv_a the kv_rank latent and one rope_dim key part that every
+/// head shares, kv_b each head's nope_dim key and v_dim value features; the cores take q and k
+/// nope_dim + rope_dim wide and v v_dim wide, the softmax's scale 1/sqrt(nope_dim + rope_dim)
+/// times YaRN's rope_softmax_factor (rotary.h). Under tensor parallelism q_b (or q) and kv_b are
+/// column-parallel by whole heads and out row-parallel; q_a and kv_a stay whole, and the rotated
+/// key part, which every head reads, passes set_shared_key_region's function (the sum of its
+/// gradient over the group).
 class AttentionImpl : public torch::nn::Module,
                       public LinearSlots,
                       public CheckpointedAttention,
@@ -85,9 +99,17 @@ public:
   /// (models/layers/positions.h), or outside one 0..T-1, the whole sequence.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& positions = {});
   void replace_linear(const std::string& name, torch::nn::AnyModule module) override;
-  int64_t shard_granularity(const std::string&) const override { return head_dim_; }
+  int64_t shard_granularity(const std::string& name) const override;
+  std::string slot_input(const std::string& name) const override;
+  /// Latent attention under tensor parallelism: applied to the rotated key part every head
+  /// reads (identity forward, its gradient summed over the group in backward).
+  void set_shared_key_region(std::function<torch::Tensor(const torch::Tensor&)> region) {
+    shared_key_region_ = std::move(region);
+  }
   int64_t head_dim() const override { return head_dim_; }
   int64_t query_features() const override;
+  int64_t value_features() const override;
+  bool latent() const { return options_.latent.kv_rank > 0; }
   const AttentionCore& core() const { return *core_; }
   /// Replaces the core (nullptr: the eager one); models.cpp installs --attention's.
   void set_core(std::shared_ptr<const AttentionCore> core);
@@ -100,6 +122,10 @@ public:
 
 private:
   torch::nn::AnyModule& slot(const std::string& name);
+  // Multi-head latent attention (latent_attention.cpp): its children, and q, k, v [B, heads, T,
+  // d] from x [B, T, H] at `positions`, rotated.
+  void build_latent(const torch::TensorOptions& tensors);
+  std::array<torch::Tensor, 3> latent_qkv(const torch::Tensor& x, const torch::Tensor& positions);
   // The core at `positions`; `given` is what the caller passed (undefined: 0..T-1).
   torch::Tensor run_core(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                          const torch::Tensor& given, const torch::Tensor& positions) const;
@@ -109,6 +135,9 @@ private:
   std::shared_ptr<const AttentionCore> core_;
   torch::nn::AnyModule q_, k_, v_, out_;
   torch::nn::AnyModule q_norm_, k_norm_; // empty without qk_norm
+  // Multi-head latent attention's (q_ is q_b, or q without q_rank; k_ and v_ stay empty).
+  torch::nn::AnyModule q_a_, q_a_norm_, kv_a_, kv_a_norm_, kv_b_;
+  std::function<torch::Tensor(const torch::Tensor&)> shared_key_region_;
 };
 TORCH_MODULE(Attention);
 

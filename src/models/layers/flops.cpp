@@ -77,18 +77,20 @@ void count_composite(const torch::nn::Module& m, double rows, double width, doub
     // The heads this module computes: all of them, or a tensor-parallel share, as its
     // queries' features say.
     const double d = static_cast<double>(heads->query_features());
+    const double dv = static_cast<double>(heads->value_features()); // d but in latent attention
     const double whole = seq * parts;
     // Under context parallelism the queries' tokens see keys of the whole sequence.
     const double keys = whole * static_cast<double>(heads->context_parts());
     // QK^T and AV as one kernel: q, k, v read, the output written.
-    add_gemm(total, 4 * batch * whole * keys * d, 4 * rows * parts * d * eb);
+    const double score_flops = 2 * batch * whole * keys * (d + dv);
+    add_gemm(total, score_flops, 2 * rows * parts * (d + dv) * eb);
     if (heads->fused_core())
       total.rerun_flops += 2 * batch * whole * keys * d; // backward's S = QKᵀ again
     else if (heads->head_dim() > 0)
       total.score_bytes += kScorePassesForward * batch * (d / static_cast<double>(heads->head_dim())) *
                            whole * keys * eb;
-    total.attention_flops += 4 * batch * whole * keys * d;
-    total.attention_bytes += 4 * rows * parts * d * eb;
+    total.attention_flops += score_flops;
+    total.attention_bytes += 2 * rows * parts * (d + dv) * eb;
   }
   for (const auto& item : m.named_children()) {
     const torch::nn::Module& child = *item.value();

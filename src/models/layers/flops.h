@@ -70,6 +70,8 @@ public:
   virtual int64_t head_dim() const = 0;
   /// heads · head_dim of the queries this module computes.
   virtual int64_t query_features() const = 0;
+  /// heads · the values' width (multi-head latent attention's differs from the queries').
+  virtual int64_t value_features() const { return query_features(); }
   /// Its core is fused (AttentionCore::fused): no score traffic, the scores recomputed in
   /// backward.
   virtual bool fused_core() const { return false; }

@@ -123,8 +123,9 @@ struct FusedAttentionFunction : public torch::autograd::Function<FusedAttentionF
     const int64_t b = q.size(0), h = q.size(1), tq = q.size(2), d = q.size(3);
     const torch::ScalarType stats = fused_stats_type(q);
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-    // [B, Tq, h, d]: the layout the output projection reads (see fused_core.h).
-    torch::Tensor out = torch::empty({b, tq, h, d}, q.options());
+    // [B, Tq, h, dv]: the layout the output projection reads (see fused_core.h); dv is d but in
+    // multi-head latent attention, whose values are narrower than its queries and keys.
+    torch::Tensor out = torch::empty({b, tq, h, v.size(3)}, q.options());
     torch::Tensor lse = torch::empty({b, h, tq}, q.options().dtype(stats));
     // One contiguous k and v for every tile (a GEMM reads a strided view by copying it).
     const torch::Tensor kc = k.contiguous(), vc = v.contiguous();
@@ -209,11 +210,11 @@ int64_t fused_tile_rows(int64_t tile_rows, int64_t batch, int64_t heads, int64_t
 PartialAttention fused_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                  const torch::Tensor& q_positions, const torch::Tensor& k_positions,
                                  int64_t tile_rows, const AttentionDropout& dropout) {
-  if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4 || k.sizes() != v.sizes() ||
+  if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4 || k.sizes().slice(0, 3) != v.sizes().slice(0, 3) ||
       q.size(0) != k.size(0) || q.size(1) != k.size(1) || q.size(3) != k.size(3) ||
       q_positions.dim() != 1 || k_positions.dim() != 1 || q_positions.size(0) != q.size(2) ||
       k_positions.size(0) != k.size(2) || tile_rows < 0)
-    throw std::invalid_argument("fused_attention: expected q [B,h,Tq,d], k and v [B,h,Tk,d], "
+    throw std::invalid_argument("fused_attention: expected q [B,h,Tq,d], k [B,h,Tk,d] and v [B,h,Tk,dv], "
                                 "positions [Tq] and [Tk], got q " + c10::str(q.sizes()) + ", k " +
                                 c10::str(k.sizes()) + ", v " + c10::str(v.sizes()) + ", positions " +
                                 c10::str(q_positions.sizes()) + " and " +

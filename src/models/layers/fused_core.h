@@ -29,7 +29,8 @@ struct PartialAttention { torch::Tensor out, lse; };  // out [B,h,Tq,d], lse [B,
 /// in query tiles; differentiable in q, k, v, including through lse (d lse/dS = P),
 /// so partial results merged by their log-sum-exp backpropagate exactly.
 /// A query row that sees no key gets out 0 and lse -inf (and zero gradients).
-/// q [B, h, Tq, d], k and v [B, h, Tk, d] (as many heads as q), positions int64 [Tq] and [Tk].
+/// q [B, h, Tq, d], k [B, h, Tk, d] and v [B, h, Tk, dv] (as many heads as q; dv is d but in
+/// multi-head latent attention), positions int64 [Tq] and [Tk].
 /// lse is float32 for float16/bfloat16 inputs (the softmax runs in float32, as FlashAttention's
 /// does), the input's dtype otherwise. out is a transposed view of a [B, Tq, h, d] tensor, so
 /// that out.transpose(1, 2).contiguous() (the layout the output projection reads) is the

@@ -134,12 +134,14 @@ MoeRouting route_tokens(const torch::Tensor& logits, const MoeOptions& o,
       const torch::Tensor grouped = choice.view({n, o.groups, per_group});
       const torch::Tensor group_scores = std::get<0>(grouped.topk(2, -1)).sum(-1); // [N, G]
       const torch::Tensor kept = std::get<1>(group_scores.topk(o.top_groups, -1));
-      const torch::Tensor in_kept = torch::zeros_like(group_scores, torch::kBool)
-                                        .scatter_(1, kept, true)
+      // The experts outside the kept groups (built as such: LibTorch 1.13's meta device has no
+      // logical_not).
+      const torch::Tensor outside = torch::ones_like(group_scores, torch::kBool)
+                                        .scatter_(1, kept, false)
                                         .unsqueeze(-1)
                                         .expand({n, o.groups, per_group})
                                         .reshape({n, o.experts});
-      choice = choice.masked_fill(in_kept.logical_not(), -std::numeric_limits<double>::infinity());
+      choice = choice.masked_fill(outside, -std::numeric_limits<double>::infinity());
     }
     r.experts = std::get<1>(choice.topk(o.top_k, -1));
     r.weights = scores.gather(1, r.experts);

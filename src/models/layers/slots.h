@@ -22,6 +22,9 @@ public:
   /// A shard of slot `name` must hold a multiple of this many output (column) or input (row)
   /// features: attention splits by whole heads.
   virtual int64_t shard_granularity(const std::string& name) const { return 1; }
+  /// What slot `name` reads: column-parallel slots of one module that read the same tensor
+  /// ("" for the module's input) share one copy of it into the tensor-parallel region.
+  virtual std::string slot_input(const std::string& name) const { return ""; }
 };
 
 } // namespace meshsim

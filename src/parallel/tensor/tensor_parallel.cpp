@@ -342,13 +342,16 @@ void parallelize_tensor(nn::Sequential& model, const ParallelPlan& plan, Communi
   if (sequence_parallel)
     check_sequence_region(model, plan);
 
-  std::map<std::string, std::shared_ptr<RegionInput>> inputs; // per parent: q, k, v share theirs
+  // Per parent and the tensor its column slots read: q, k, v share theirs (latent attention's
+  // q_b and kv_b read two different latents).
+  const auto input_key = [](const Match& m) { return m.parent + "|" + m.holder->slot_input(m.slot); };
+  std::map<std::string, std::shared_ptr<RegionInput>> inputs;
   std::map<std::string, int> columns;
   for (const auto& m : matches)
     if (m.style == ParallelStyle::Column)
-      ++columns[m.parent];
-  for (const auto& [parent, count] : columns)
-    inputs[parent] = std::make_shared<RegionInput>(comm, group, count, sequence_parallel);
+      ++columns[input_key(m)];
+  for (const auto& [key, count] : columns)
+    inputs[key] = std::make_shared<RegionInput>(comm, group, count, sequence_parallel);
 
   torch::NoGradGuard no_grad;
   for (const auto& m : matches) {
@@ -363,7 +366,7 @@ void parallelize_tensor(nn::Sequential& model, const ParallelPlan& plan, Communi
           m.slot, nn::AnyModule(ColumnParallelLinear(
                       take(w.narrow(0, index * rows, rows)),
                       b.defined() ? take(b.narrow(0, index * rows, rows)) : torch::Tensor(), comm,
-                      group, inputs.at(m.parent))));
+                      group, inputs.at(input_key(m)))));
     } else {
       const int64_t cols = w.size(1) / n;
       m.holder->replace_linear(
@@ -376,8 +379,15 @@ void parallelize_tensor(nn::Sequential& model, const ParallelPlan& plan, Communi
   const auto modules = model->named_modules();
   for (const std::string& name : plan.attention)
     if (const auto* found = modules.find(name))
-      if (auto* attention = dynamic_cast<AttentionImpl*>(found->get()))
+      if (auto* attention = dynamic_cast<AttentionImpl*>(found->get())) {
         attention->set_first_head(index * (attention->query_features() / attention->head_dim()));
+        // Latent attention's rotated key part serves every head: its gradient is the sum of
+        // every member's heads'.
+        if (attention->latent() && n > 1)
+          attention->set_shared_key_region([&comm, group](const torch::Tensor& x) {
+            return copy_to_region(x, comm, group);
+          });
+      }
   if (n > 1)
     model = with_vocab_parallel_head(model, plan.vocab_head, comm, group, index);
   if (sequence_parallel)
