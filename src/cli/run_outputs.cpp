@@ -96,6 +96,10 @@ RunPart part_of(DeviceMesh& mesh, int rank, const TrainResult* result) {
   p.peak_by_category = mesh.gpu(rank).stats().peak_by_category;
   if (result && rank < static_cast<int>(result->recorders.size()))
     p.recorder = result->recorders[rank];
+  if (result)
+    for (const RoutingRecord& record : result->routing)
+      if (record.rank == rank) // a process holds its own rank's records only
+        p.routing.push_back(record);
   p.samples = mesh.timeline().samples();
   return p;
 }

@@ -270,6 +270,13 @@ struct Outcome {
   bool trained = false;
 };
 
+// routing.csv and summary.json's "routing" of every rank's records.
+void write_routing(const std::filesystem::path& dir, const std::vector<RoutingRecord>& routing,
+                   nlohmann::json& summary) {
+  summary["routing"] = routing_summary(routing);
+  write_file_atomic(dir / "routing.csv", routing_csv(routing));
+}
+
 // Trains, filling `summary` with what the run measured; a simulated run writes its reports
 // here (a run of processes writes them from every process's part, in finish_parts).
 Outcome train_into(TrainRun& r, nlohmann::json& summary) {
@@ -286,10 +293,10 @@ Outcome train_into(TrainRun& r, nlohmann::json& summary) {
     summary["test_samples"] = result.test_samples;
     summary["train_seconds"] = result.train_seconds;
     summary["collectives"] = collectives_json(result.recorders);
-    if (!result.routing.empty()) { // a mixture of experts' routing, every step (report/routing.h)
-      summary["routing"] = routing_summary(result.routing);
-      write_file_atomic(r.run->dir() / "routing.csv", routing_csv(result.routing));
-    }
+    // A mixture of experts' routing, every step (report/routing.h); a run of processes writes
+    // every rank's from their parts (finish_parts).
+    if (!result.routing.empty() && !r.place)
+      write_routing(r.run->dir(), result.routing, summary);
     if (result.stopped == StopReason::Diverged) {
       o.code = kExitDiverged, o.error = result.stop_message;
       summary.erase("test_accuracy");
@@ -330,6 +337,8 @@ bool finish_parts(TrainRun& r, Outcome& o, nlohmann::json& summary, GpuFigures& 
     try {
       r.parts = read_run_parts(r.run->dir(), r.config.gpus);
       r.merged = merge_run_parts(r.parts);
+      if (!r.merged.routing.empty())
+        write_routing(r.run->dir(), r.merged.routing, summary);
       write_run_reports(r.run->dir(), r.config, r.merged.recorders, r.merged.samples, summary);
       figures = figures_of(r.parts, r.merged);
     } catch (const std::exception& e) {

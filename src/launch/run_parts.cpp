@@ -62,6 +62,33 @@ MemorySample sample_from(const json& j) {
   return s;
 }
 
+json routing_json(const RoutingRecord& r) {
+  return {{"step", r.step},   {"rank", r.rank},     {"layer", r.layer},
+          {"first_expert", r.first_expert}, {"routed", r.routed}, {"ran", r.ran}};
+}
+
+// A record as a process wrote it: counts from 0 to 2^40 (so that sums over a run cannot
+// overflow), the held experts within the routed ones.
+RoutingRecord routing_from(const json& j) {
+  RoutingRecord r;
+  r.step = whole<int64_t>(j.at("step"));
+  r.rank = whole<int>(j.at("rank"));
+  r.layer = whole<int64_t>(j.at("layer"));
+  r.first_expert = whole<int64_t>(j.at("first_expert"));
+  r.routed = wholes<int64_t>(j.at("routed"));
+  r.ran = wholes<int64_t>(j.at("ran"));
+  constexpr int64_t kMost = int64_t{1} << 40;
+  const auto counts = [&](const std::vector<int64_t>& v) {
+    return std::all_of(v.begin(), v.end(), [&](int64_t n) { return n >= 0 && n <= kMost; });
+  };
+  if (r.routed.empty() || !counts(r.routed) || !counts(r.ran) || r.first_expert < 0 ||
+      r.first_expert > static_cast<int64_t>(r.routed.size()) ||
+      r.ran.size() > r.routed.size() - static_cast<size_t>(r.first_expert) || r.step < 0 ||
+      r.step > kMost || r.layer < 0 || r.layer > kMost)
+    throw std::runtime_error("a routing record is not one a run writes");
+  return r;
+}
+
 } // namespace
 
 void write_run_part(const fs::path& run_dir, const RunPart& part) {
@@ -69,6 +96,9 @@ void write_run_part(const fs::path& run_dir, const RunPart& part) {
   for (const MemorySample& s : part.samples)
     samples.push_back(sample_json(s));
   std::vector<Recorder> one{part.recorder};
+  json routing = json::array();
+  for (const RoutingRecord& r : part.routing)
+    routing.push_back(routing_json(r));
   const json doc = {{"rank", part.rank},
                     {"clock_start_unix_s", part.clock_start_unix_s},
                     {"gpu", part.gpu},
@@ -76,9 +106,36 @@ void write_run_part(const fs::path& run_dir, const RunPart& part) {
                     {"peak_by_category", std::vector<int64_t>(part.peak_by_category.begin(),
                                                               part.peak_by_category.end())},
                     {"records", records_to_json(one, 0)},
-                    {"samples", samples}};
+                    {"samples", samples},
+                    {"routing", routing}};
   fs::create_directories(run_dir / "ranks");
   write_file_atomic(part_path(run_dir, part.rank), doc.dump() + "\n");
+}
+
+RunPart parse_run_part(const std::string& text, int rank, int world_size) {
+  const json doc = parse_json(text, "its text");
+  RunPart p;
+  p.rank = whole<int>(doc.at("rank"));
+  if (p.rank != rank)
+    throw std::runtime_error(fmt::format("it holds rank {}", p.rank));
+  p.clock_start_unix_s = doc.at("clock_start_unix_s").get<double>();
+  p.gpu = doc.at("gpu");
+  p.capacity = whole<int64_t>(doc.at("capacity"));
+  const auto peaks = wholes<int64_t>(doc.at("peak_by_category"));
+  std::copy_n(peaks.begin(), std::min(peaks.size(), p.peak_by_category.size()),
+              p.peak_by_category.begin());
+  const auto recorders = records_from_json(doc.at("records"), nullptr, world_size);
+  if (recorders.size() != 1)
+    throw std::runtime_error("its records are not one rank's");
+  p.recorder = recorders.front();
+  for (const json& s : doc.at("samples"))
+    p.samples.push_back(sample_from(s));
+  for (const json& record : doc.at("routing")) {
+    p.routing.push_back(routing_from(record));
+    if (p.routing.back().rank != rank)
+      throw std::runtime_error("its routing is another rank's");
+  }
+  return p;
 }
 
 std::vector<RunPart> read_run_parts(const fs::path& run_dir, int world_size) {
@@ -86,25 +143,8 @@ std::vector<RunPart> read_run_parts(const fs::path& run_dir, int world_size) {
   for (int r = 0; r < world_size; ++r) {
     const fs::path path = part_path(run_dir, r);
     try {
-      const json doc = parse_json(read_input_file(path.string(), "run part", kMaxRecordsBytes),
-                                  "its text");
-      RunPart p;
-      p.rank = whole<int>(doc.at("rank"));
-      if (p.rank != r)
-        throw std::runtime_error(fmt::format("it holds rank {}", p.rank));
-      p.clock_start_unix_s = doc.at("clock_start_unix_s").get<double>();
-      p.gpu = doc.at("gpu");
-      p.capacity = whole<int64_t>(doc.at("capacity"));
-      const auto peaks = wholes<int64_t>(doc.at("peak_by_category"));
-      std::copy_n(peaks.begin(), std::min(peaks.size(), p.peak_by_category.size()),
-                  p.peak_by_category.begin());
-      const auto recorders = records_from_json(doc.at("records"), nullptr, world_size);
-      if (recorders.size() != 1)
-        throw std::runtime_error("its records are not one rank's");
-      p.recorder = recorders.front();
-      for (const json& s : doc.at("samples"))
-        p.samples.push_back(sample_from(s));
-      parts.push_back(std::move(p));
+      parts.push_back(parse_run_part(
+          read_input_file(path.string(), "run part", kMaxRecordsBytes), r, world_size));
     } catch (const std::exception& e) {
       throw DataError(fmt::format("cannot read rank {}'s part {}: {}", r, printable(path.string()),
                                   e.what()));
@@ -136,6 +176,7 @@ MergedRun merge_run_parts(const std::vector<RunPart>& parts) {
         c.waited_s += shift;
     }
     out.recorders.push_back(std::move(r));
+    out.routing.insert(out.routing.end(), parts[p].routing.begin(), parts[p].routing.end());
     for (const MemorySample& s : parts[p].samples)
       rows.push_back({s.time_s + shift, p, &s});
   }

@@ -8,6 +8,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "../python_torch.h"
 #include "process_harness.h"
@@ -181,4 +184,42 @@ TEST(CliProcesses, TwoLaunchesOnLoopbackMatchOneLaunch) {
   ASSERT_EQ(r.code, 0) << r.output;
   expect_same_losses(two, one, "two launches");
   expect_same_model_state_peaks(two, one, "two launches");
+}
+
+// A mixture of experts over ep 2 in 2 processes: rank 0 writes routing.csv and summary.json's
+// "routing" from every rank's part, as a run on virtual GPUs writes them. The first step routes
+// the same weights and tokens, so its rows are the threads' to the byte; later steps route
+// weights whose gradients Gloo summed in another order, so only their shape is compared.
+TEST(CliProcesses, ExpertParallelWritesEveryRanksRouting) {
+  if (!meshsim::c10d_available())
+    GTEST_SKIP() << "this build has no c10d backend (its LibTorch has no Gloo headers)";
+  const fs::path processes = fresh_dir("c10d-ep"), threads = fresh_dir("sim-ep");
+  const std::string train =
+      "train --model llama --layers 2 --hidden 32 --heads 4 --seq-len 16 --vocab 64 "
+      "--data synthetic --synthetic-train 256 --synthetic-test 32 --batch-size 4 "
+      "--moe-experts 4 --moe-top-k 2 --gpus 2 --ep 2 --max-steps 3 ";
+  const auto p = launch_c10d(2, train + "--out " + processes.string());
+  ASSERT_EQ(p.code, 0) << p.output;
+  const auto t = run_meshsim(train + "--out " + threads.string());
+  ASSERT_EQ(t.code, 0) << t.output;
+  const auto lines = [](const fs::path& run) {
+    std::vector<std::string> out;
+    std::istringstream in(read_text(run / "routing.csv"));
+    for (std::string line; std::getline(in, line);)
+      out.push_back(line);
+    return out;
+  };
+  const std::vector<std::string> a = lines(processes), b = lines(threads);
+  // A header, then 3 steps × 2 ranks × 2 layers × 4 experts.
+  ASSERT_EQ(a.size(), 1u + 3 * 2 * 2 * 4);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    if (i == 0 || a[i].rfind("1,", 0) == 0)
+      EXPECT_EQ(a[i], b[i]) << "row " << i;
+  const auto routing = read_json(processes / "summary.json")["routing"];
+  const auto expected = read_json(threads / "summary.json")["routing"];
+  ASSERT_TRUE(routing.is_object());
+  for (const char* key : {"experts", "layers", "steps"})
+    EXPECT_EQ(routing[key], expected[key]) << key;
+  EXPECT_EQ(routing["ranks"].size(), 2u);
 }
