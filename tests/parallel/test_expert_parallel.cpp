@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <iostream>
+#include <string>
 
 #include "models/layers/moe.h"
 #include "parallel/expert/expert_parallel.h"
@@ -23,6 +24,35 @@ struct EpLayout {
   const char* name;
   int world, ep, tp, pp, cp, zero, micro_batches, dp_shard;
 };
+
+// `base` trained in layout `l` against `ref` (it on one GPU): every step's loss and every final
+// parameter within kFloat64Tolerance; prints the worst parameter error after `what`.
+void expect_layout_trains_as_one_gpu(const StrategyOptions& base, const HarnessRun& ref,
+                                     const EpLayout& l, const std::string& what) {
+  StrategyOptions o = base;
+  o.ep = l.ep;
+  o.tp = l.tp;
+  o.pp = l.pp;
+  o.cp = l.cp;
+  o.zero = l.zero;
+  o.micro_batches = l.micro_batches;
+  o.dp_shard = l.dp_shard;
+  const HarnessRun got = run_tiny_moe(l.world, o);
+  ASSERT_EQ(got.losses.size(), ref.losses.size()) << l.name;
+  for (int k = 0; k < kTinyMoeSteps; ++k)
+    EXPECT_NEAR(got.losses[k], ref.losses[k], kFloat64Tolerance * std::abs(ref.losses[k]))
+        << l.name << " step " << k + 1;
+  ASSERT_EQ(got.parameters.size(), ref.parameters.size()) << l.name;
+  double worst = 0;
+  for (size_t i = 0; i < ref.parameters.size(); ++i) {
+    ASSERT_EQ(got.parameters[i].sizes(), ref.parameters[i].sizes()) << l.name << " " << i;
+    const double e = relative_error(got.parameters[i], ref.parameters[i], 1e-5);
+    EXPECT_LT(e, kFloat64Tolerance) << l.name << " parameter " << i;
+    worst = std::max(worst, e);
+  }
+  std::cout << what << " " << l.name << ": final loss " << got.losses.back() << " (one GPU "
+            << ref.losses.back() << "), worst parameter rel. error " << worst << "\n";
+}
 
 } // namespace
 
@@ -43,31 +73,8 @@ TEST(ExpertParallel, EveryLayoutTrainsAsOneGpu) {
       {"ep 2, HSDP (dp 4 = 2 replicas x 2 shards), zero 1", 4, 2, 1, 1, 1, 1, 1, 2},
       {"ep 2, 2 micro-batches", 2, 2, 1, 1, 1, 0, 2, 0},
   };
-  for (const EpLayout& l : layouts) {
-    StrategyOptions o = base;
-    o.ep = l.ep;
-    o.tp = l.tp;
-    o.pp = l.pp;
-    o.cp = l.cp;
-    o.zero = l.zero;
-    o.micro_batches = l.micro_batches;
-    o.dp_shard = l.dp_shard;
-    const HarnessRun got = run_tiny_moe(l.world, o);
-    ASSERT_EQ(got.losses.size(), ref.losses.size()) << l.name;
-    for (int k = 0; k < kTinyMoeSteps; ++k)
-      EXPECT_NEAR(got.losses[k], ref.losses[k], kFloat64Tolerance * std::abs(ref.losses[k]))
-          << l.name << " step " << k + 1;
-    ASSERT_EQ(got.parameters.size(), ref.parameters.size()) << l.name;
-    double worst = 0;
-    for (size_t i = 0; i < ref.parameters.size(); ++i) {
-      ASSERT_EQ(got.parameters[i].sizes(), ref.parameters[i].sizes()) << l.name << " " << i;
-      const double e = relative_error(got.parameters[i], ref.parameters[i], 1e-5);
-      EXPECT_LT(e, kFloat64Tolerance) << l.name << " parameter " << i;
-      worst = std::max(worst, e);
-    }
-    std::cout << "moe llama " << l.name << ": final loss " << got.losses.back() << " (one GPU "
-              << ref.losses.back() << "), worst parameter rel. error " << worst << "\n";
-  }
+  for (const EpLayout& l : layouts)
+    expect_layout_trains_as_one_gpu(base, ref, l, "moe llama");
 }
 
 // DeepSeek-V3's shape, small: multi-head latent attention (q through its low rank, values of
@@ -104,27 +111,7 @@ TEST(ExpertParallel, DeepSeekShapeTrainsAsOneGpu) {
   const HarnessRun plain_ref = run_tiny_moe(1, plain_q);
   for (const EpLayout& l : layouts) {
     const bool whole_q = std::string(l.name).find("q whole") != std::string::npos;
-    StrategyOptions o = whole_q ? plain_q : base;
-    const HarnessRun& ref = whole_q ? plain_ref : base_ref;
-    o.ep = l.ep;
-    o.tp = l.tp;
-    o.pp = l.pp;
-    o.zero = l.zero;
-    o.micro_batches = l.micro_batches;
-    const HarnessRun got = run_tiny_moe(l.world, o);
-    ASSERT_EQ(got.losses.size(), ref.losses.size()) << l.name;
-    for (int k = 0; k < kTinyMoeSteps; ++k)
-      EXPECT_NEAR(got.losses[k], ref.losses[k], kFloat64Tolerance * std::abs(ref.losses[k]))
-          << l.name << " step " << k + 1;
-    ASSERT_EQ(got.parameters.size(), ref.parameters.size()) << l.name;
-    double worst = 0;
-    for (size_t i = 0; i < ref.parameters.size(); ++i) {
-      const double e = relative_error(got.parameters[i], ref.parameters[i], 1e-5);
-      EXPECT_LT(e, kFloat64Tolerance) << l.name << " parameter " << i;
-      worst = std::max(worst, e);
-    }
-    std::cout << "deepseek-shaped llama " << l.name << ": final loss " << got.losses.back()
-              << " (one GPU " << ref.losses.back() << "), worst parameter rel. error " << worst
-              << "\n";
+    expect_layout_trains_as_one_gpu(whole_q ? plain_q : base, whole_q ? plain_ref : base_ref, l,
+                                    "deepseek-shaped llama");
   }
 }

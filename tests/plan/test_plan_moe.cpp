@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <iostream>
+#include <stdexcept>
+#include <string>
 
 #include "base/errors.h"
 #include "models/layers/moe.h"
@@ -89,6 +91,10 @@ TrainConfig moe_plan_config() {
   return c;
 }
 
+} // namespace plan_moe_test
+
+using plan_moe_test::model_state_plan;
+
 struct Hottest {
   double forward_flops = 0;
   int64_t peak = 0;
@@ -133,31 +139,48 @@ TEST(PlanMoe, ThePlannedRoutingIsTheHottestRanksWorkAndMemory) {
   }
 }
 
+// A plan of `preset` on `gpus` GPUs at tp 1 with pp and ep, bf16 and ZeRO 1, pp micro-batches
+// of one sample, its last stage holding `last_stage_layers` blocks (0: as many as the others).
+// The sequence is short: the model state does not depend on it, and the plan is quicker.
+namespace plan_moe_test { // named: the unity build compiles this file with others
+
+TrainConfig model_state_plan(const std::string& preset, int gpus, int pp, int ep,
+                             int last_stage_layers) {
+  const ModelPreset* p = find_preset(preset);
+  if (!p)
+    throw std::invalid_argument("no preset " + preset);
+  TrainConfig c;
+  c.model = p->family;
+  c.preset = p->name;
+  c.shape = p->shape;
+  c.shape.seq_len = 256;
+  c.data = "synthetic";
+  c.device = "meta";
+  c.gpus = gpus;
+  c.pp = pp;
+  c.ep = ep;
+  c.zero = 1;
+  c.last_stage_layers = last_stage_layers;
+  c.precision = "bf16";
+  c.micro_batches = pp;
+  c.batch_size = pp;
+  c.max_steps = kPlanSteps;
+  c.progress = false;
+  validate(c);
+  return c;
+}
+
+} // namespace plan_moe_test
+
+using plan_moe_test::model_state_plan;
+
 // Mixtral 8x7B at tp 1, ep 8, pp 4 on 64 H100 (dp 16, so edp 2), bf16 with ZeRO 1: each GPU
 // holds its stage's dense parameters whole and 1/8 of its routed experts, in bf16, with bf16
 // gradients of both; the fp32 master weights and Adam's two moments (12 bytes a parameter)
 // of the dense parameters sharded over dp × cp = 16 and of its experts over edp = 2. Every
 // count here divides its group, so no flat buffer is padded: the bytes are the formula's.
 TEST(PlanMoe, MixtralModelStateIsTheFormulasOnEveryStage) {
-  const ModelPreset* preset = find_preset("mixtral-8x7b");
-  ASSERT_NE(preset, nullptr);
-  TrainConfig c;
-  c.model = preset->family;
-  c.preset = preset->name;
-  c.shape = preset->shape;
-  c.shape.seq_len = 256; // the state does not depend on it; the plan is quicker
-  c.data = "synthetic";
-  c.device = "meta";
-  c.gpus = 64;
-  c.pp = 4;
-  c.ep = 8;
-  c.zero = 1;
-  c.precision = "bf16";
-  c.micro_batches = 4;
-  c.batch_size = 4;
-  c.max_steps = kPlanSteps;
-  c.progress = false;
-  validate(c);
+  const TrainConfig c = model_state_plan("mixtral-8x7b", 64, 4, 8, 0);
   const TransformerShape& s = c.shape;
   const int64_t H = s.hidden, heads = s.heads, kv = preset_kv_heads(s), d = H / heads;
   const int64_t E = s.moe.experts, F = s.moe.ffn, V = s.vocab, per_stage = s.layers / c.pp;
@@ -191,26 +214,7 @@ TEST(PlanMoe, MixtralModelStateIsTheFormulasOnEveryStage) {
 // sharded over dp × cp = 128 and of the experts over edp = 2. A count that does not divide its
 // group is padded up to the next multiple (ZeRO's flat buffer), as the formula says.
 TEST(PlanMoe, DeepSeekV3ModelStateIsTheFormulasOnEveryStage) {
-  const ModelPreset* preset = find_preset("deepseek-v3");
-  ASSERT_NE(preset, nullptr);
-  TrainConfig c;
-  c.model = preset->family;
-  c.preset = preset->name;
-  c.shape = preset->shape;
-  c.shape.seq_len = 256; // the state does not depend on it; the plan is quicker
-  c.data = "synthetic";
-  c.device = "meta";
-  c.gpus = 2048;
-  c.pp = 16;
-  c.ep = 64;
-  c.zero = 1;
-  c.last_stage_layers = 1;
-  c.precision = "bf16";
-  c.micro_batches = 16;
-  c.batch_size = 16;
-  c.max_steps = kPlanSteps;
-  c.progress = false;
-  validate(c);
+  const TrainConfig c = model_state_plan("deepseek-v3", 2048, 16, 64, 1);
   const TransformerShape& s = c.shape;
   const LatentShape& l = s.latent;
   const int64_t H = s.hidden, n = s.heads, V = s.vocab, E = s.moe.experts, F = s.moe.ffn;
