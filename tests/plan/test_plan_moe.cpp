@@ -91,10 +91,6 @@ TrainConfig moe_plan_config() {
   return c;
 }
 
-} // namespace plan_moe_test
-
-using plan_moe_test::model_state_plan;
-
 struct Hottest {
   double forward_flops = 0;
   int64_t peak = 0;
