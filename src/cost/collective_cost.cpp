@@ -306,7 +306,7 @@ CollectiveCost collective_cost(CollectiveOp op, double bytes, const GroupShape& 
                                             "not ") + to_string(op));
   if (algorithm == Algorithm::Nvls && !nvls_possible(op, s, cluster))
     throw std::invalid_argument("collective: NVLS runs all_reduce only, inside one node whose "
-                                "NVSwitch reduces (nvlink4); asked for " +
+                                "NVSwitch reduces (nvlink4, nvlink4-h800, nvlink5); asked for " +
                                 std::string(to_string(op)) + " over " + std::to_string(s.nodes) +
                                 " node(s) of " + cluster.intra.name);
   if (s.ranks == 1)

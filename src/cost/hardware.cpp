@@ -23,9 +23,13 @@ constexpr double dense(double sparse_flops) {
 }
 
 // NVLink 2, 3 and 4 all run 25 GB/s per direction per link; generations differ in link count.
+// NVLink 5 (Blackwell) doubles the link: 50 GB/s per direction.
 constexpr double kNvlinkPerLinkPerDirection = 25 * kGiga;
 constexpr double nvlink(int links) {
   return links * kNvlinkPerLinkPerDirection;
+}
+constexpr double nvlink5(int links) {
+  return 2 * nvlink(links);
 }
 
 // PCIe x16, one direction: GT/s per lane x 16 lanes x line-code efficiency / 8 bits.
@@ -69,6 +73,12 @@ constexpr double kRoceEfficiency = 4096.0 / (4096 + 82);
 //  H200 SXM: NVIDIA H200 datasheet: same Hopper compute as H100 SXM; 141 GB HBM3e 4.8 TB/s.
 //  H800 SXM: the H100 SXM's compute and 80 GB HBM3 3.35 TB/s, with NVLink cut to 400 GB/s
 //    bidirectional (NVIDIA's H800 SXM5 specification; DeepSeek-V3's training cluster).
+//  B200 (HGX/DGX B200): NVIDIA DGX B200 datasheet, for 8 GPUs: FP32 600 TF, TF32 18 PF*,
+//    BF16/FP16 36 PF*, 1,440 GB of HBM3e at 64 TB/s; per GPU 75 TF, 1.125 / 2.25 PF dense,
+//    180 GB, 8 TB/s.
+//  GB200 (a GB200 NVL72 rack's GPU): NVIDIA GB200 NVL72 specifications, for 72 GPUs: FP32
+//    5,760 TF, TF32 180 PF*, BF16/FP16 360 PF*, up to 13.4 TB of HBM3e at 576 TB/s; per GPU
+//    80 TF, 1.25 / 2.5 PF dense, 186 GB, 8 TB/s.
 //  RTX 2080 Ti: NVIDIA Turing architecture whitepaper (reference clocks): FP32 13.4 TF, FP16
 //    tensor with FP32 accumulate 53.8 TF, 616 GB/s GDDR6, 11 GB. No TF32/BF16 (FP32 rate).
 //  RTX 4090: NVIDIA Ada Lovelace architecture whitepaper: FP32 82.6 TF, TF32 tensor 82.6 TF,
@@ -98,6 +108,8 @@ const std::vector<GpuSpec> kGpus = {
     gpu("h100",    67,   dense(989), dense(1979), dense(1979), 3350,     80),
     gpu("h200",    67,   dense(989), dense(1979), dense(1979), 4800,     141),
     gpu("h800",    67,   dense(989), dense(1979), dense(1979), 3350,     80),
+    gpu("b200",    75,   dense(2250), dense(4500), dense(4500), 8000,    180),
+    gpu("gb200",   80,   dense(2500), dense(5000), dense(5000), 8000,    13400.0 / 72),
     gpu("2080ti",  13.4, 13.4,       13.4,        53.8,        616,      11),
     gpu("4090",    82.6, 82.6,       165.2,       165.2,       1008,     24),
     gpu("l4",      30.3, dense(120), dense(242),  dense(242),  300,      24),
@@ -111,6 +123,9 @@ const std::vector<GpuSpec> kGpus = {
 //    third-generation NVSwitch reduces in the switch (NVLink SHARP, NCCL's NVLS).
 //  nvlink4-h800: H800 SXM, 8 NVLink 4 links (specification "400 GB/s" bidirectional), behind
 //    the same third-generation NVSwitch.
+//  nvlink5: B200 and GB200, 18 NVLink 5 links (datasheets "1.8 TB/s" bidirectional per GPU),
+//    behind fourth-generation NVLink switches that reduce (NVLS) as the third did; in a GB200
+//    NVL72 all 72 GPUs of the rack are one NVLink domain (a node of 72: "8x72xgb200").
 //  NVLink numbers assume an NVSwitch (DGX/HGX) so every GPU reaches its peers at full rate.
 //  pcie3/4/5: 8/16/32 GT/s per lane, x16, 128b/130b (PCI-SIG base specifications).
 //  edr/hdr/ndr: InfiniBand EDR 100 Gb/s, HDR 200 Gb/s and NDR 400 Gb/s per port (NVIDIA
@@ -122,6 +137,7 @@ const std::vector<LinkSpec> kLinks = {
     {"nvlink3", nvlink(12),   kNvlinkEfficiency,     LinkKind::NVLink,  0},
     {"nvlink4", nvlink(18),   kNvlinkEfficiency,     LinkKind::NVLink,  kNvlsEfficiency},
     {"nvlink4-h800", nvlink(8), kNvlinkEfficiency,   LinkKind::NVLink,  kNvlsEfficiency},
+    {"nvlink5", nvlink5(18),  kNvlinkEfficiency,     LinkKind::NVLink,  kNvlsEfficiency},
     {"pcie3",   pcie_x16(8),  kPcieEfficiency,       LinkKind::PCIe,    0},
     {"pcie4",   pcie_x16(16), kPcieEfficiency,       LinkKind::PCIe,    0},
     {"pcie5",   pcie_x16(32), kPcieEfficiency,       LinkKind::PCIe,    0},
@@ -250,6 +266,8 @@ std::string default_intra_link(const std::string& gpu_name) {
     return "nvlink4";
   if (gpu == "h800")
     return "nvlink4-h800";
+  if (gpu == "b200" || gpu == "gb200")
+    return "nvlink5";
   if (gpu.rfind("a100", 0) == 0)
     return "nvlink3";
   if (gpu.rfind("v100", 0) == 0)
@@ -261,8 +279,11 @@ std::string default_intra_link(const std::string& gpu_name) {
 
 std::string default_inter_link(const std::string& gpu_name) {
   const std::string gpu = gpu_preset(gpu_name).name;
-  // DGX H100 ships NDR, DGX A100 HDR; DeepSeek-V3's H800 nodes have 400 Gb/s InfiniBand NICs.
-  return (gpu == "h100" || gpu == "h200" || gpu == "h800") ? "ndr" : "hdr";
+  // DGX H100 and DGX B200 ship NDR (ConnectX-7, 400 Gb/s), DGX A100 HDR; DeepSeek-V3's H800
+  // nodes have 400 Gb/s InfiniBand NICs, and so does a GB200 NVL72's compute tray.
+  const bool ndr = gpu == "h100" || gpu == "h200" || gpu == "h800" || gpu == "b200" ||
+                   gpu == "gb200";
+  return ndr ? "ndr" : "hdr";
 }
 
 double ClusterSpec::inter_per_gpu() const {

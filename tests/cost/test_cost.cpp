@@ -35,7 +35,13 @@ TEST(CostHardware, GpuPresetsAreDenseDatasheetPeaks) {
   EXPECT_DOUBLE_EQ(gpu_preset("h800").peak_flops(Dtype::BF16), 989.5e12);
   EXPECT_DOUBLE_EQ(gpu_preset("h800").mem_bytes, 80e9);
   EXPECT_EQ(default_intra_link("h800"), "nvlink4-h800");
-  EXPECT_EQ(gpu_presets().size(), 10u);
+  // Blackwell: the DGX B200 and GB200 NVL72 datasheets' 8- and 72-GPU figures, per GPU, dense.
+  EXPECT_DOUBLE_EQ(gpu_preset("b200").peak_flops(Dtype::BF16), 2250e12);
+  EXPECT_DOUBLE_EQ(gpu_preset("b200").mem_bytes, 180e9);
+  EXPECT_DOUBLE_EQ(gpu_preset("gb200").peak_flops(Dtype::BF16), 2500e12);
+  EXPECT_DOUBLE_EQ(gpu_preset("gb200").mem_bw, 8e12);
+  EXPECT_EQ(default_intra_link("gb200"), "nvlink5");
+  EXPECT_EQ(gpu_presets().size(), 12u);
   for (const GpuSpec& gpu : gpu_presets()) {
     EXPECT_GE(gpu.peak_flops(Dtype::BF16), gpu.fp32_flops) << gpu.name;
     EXPECT_GT(gpu.mem_bw, 0) << gpu.name;
@@ -47,6 +53,7 @@ TEST(CostHardware, LinkBandwidthIsPerGpuPerDirection) {
   EXPECT_DOUBLE_EQ(link_preset("nvlink3").bandwidth, 300e9); // "600 GB/s"
   EXPECT_DOUBLE_EQ(link_preset("nvlink4").bandwidth, 450e9); // "900 GB/s"
   EXPECT_DOUBLE_EQ(link_preset("nvlink4-h800").bandwidth, 200e9); // "400 GB/s"
+  EXPECT_DOUBLE_EQ(link_preset("nvlink5").bandwidth, 900e9);      // "1.8 TB/s"
   EXPECT_DOUBLE_EQ(link_preset("pcie3").bandwidth, 8e9 * 16 * 128 / 130 / 8);
   EXPECT_DOUBLE_EQ(link_preset("pcie4").bandwidth, 2 * link_preset("pcie3").bandwidth);
   EXPECT_DOUBLE_EQ(link_preset("pcie5").bandwidth, 2 * link_preset("pcie4").bandwidth);
@@ -86,6 +93,16 @@ TEST(CostClusterSpec, ParsesNodesGpusAndModel) {
   EXPECT_EQ(parse_cluster_spec("4x2080ti").intra.name, "pcie3");
   EXPECT_EQ(parse_cluster_spec("2x8xH200").inter.name, "ndr");
   EXPECT_EQ(parse_cluster_spec(" 2x8xh200\t").world_size(), 16);
+  // A GB200 NVL72 rack is one NVLink domain of 72 GPUs: a node of 72.
+  const ClusterSpec racks = parse_cluster_spec("8x72xgb200");
+  EXPECT_EQ(racks.world_size(), 576);
+  EXPECT_EQ(racks.intra.name, "nvlink5");
+  EXPECT_EQ(racks.node_of(71), 0);
+  EXPECT_EQ(racks.node_of(72), 1);
+  // DeepSeek-V3's cluster: H800 nodes, 8 NDR NICs each.
+  const ClusterSpec h800 = parse_cluster_spec("256x8xh800", "", "8xndr");
+  EXPECT_EQ(h800.intra.name, "nvlink4-h800");
+  EXPECT_EQ(h800.nics_per_node, 8);
 }
 
 TEST(CostClusterSpec, BareGpuNamesTakeTheDocumentedBoardAndSaySo) {
@@ -116,7 +133,7 @@ TEST(CostClusterSpec, BadSpecsThrowOneLineErrors) {
       {"1000000x8xh100", "", "node count 1000000 is more than 100000"},
       {"99999999999999999999x8xh100", "", "is more than 100000"},
       {"1000x1000xh100", "", "1000000 GPUs in all is more than 100000"},
-      {"4x8xb200", "", "unknown GPU model \"b200\""},
+      {"4x8xb300", "", "unknown GPU model \"b300\""},
       {"4xaxh100", "", "unknown GPU model"},
       {"9999999x8xh100", "", "node count 9999999 is more than"},
       {"8xa100-80", "nvlink9", "unknown link \"nvlink9\""},

@@ -34,8 +34,9 @@ import reference_llama  # noqa: E402
 
 spec_help = """SPEC keys: layers hidden heads kv_heads ffn seq_len vocab theta seed (the model, as
 meshsim's --flags); synthetic_train, batch_size (per data-parallel replica), steps, lr,
-momentum; world (processes), dp (data-parallel replicas among them), port; out (the JSON
-written), state_dict (the final parameters); plus what the layout reads."""
+momentum; world (processes), dp (data-parallel replicas among them); out (the JSON written;
+the ranks meet in a file store beside it, out + ".store"), state_dict (the final parameters);
+plus what the layout reads."""
 
 
 @dataclass
@@ -182,10 +183,13 @@ def tracked_step(spec, layout_fn, rank, world, batch):
 
 
 def _rank_main(rank, world, spec, layout_fn):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(spec["port"])
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    # The ranks meet in a file, not at a TCP port chosen beforehand: a port picked when the
+    # suite starts can be taken by another test's processes before this job runs (its ranks
+    # then wait on a stranger's store until the test times out). Gloo's own connections bind
+    # ports the kernel hands out.
+    dist.init_process_group("gloo", init_method="file://" + spec["out"] + ".store", rank=rank,
+                            world_size=world)
     try:
         dp_rank = rank * spec["dp"] // world  # meshsim's rank order: dp outermost
         batches = replica_batches(spec, dp_rank)
@@ -222,6 +226,9 @@ def plain_full_state(model):
 
 
 def run_one(spec, layout_fn):
+    store = spec["out"] + ".store"
+    if os.path.exists(store):  # a file store must start empty
+        os.remove(store)
     # fork: the ranks inherit the imported PyTorch (a spawned process imports it again, seconds
     # on a busy machine).
     mp.start_processes(_rank_main, args=(spec["world"], spec, layout_fn), nprocs=spec["world"],

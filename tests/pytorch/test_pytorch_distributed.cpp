@@ -146,7 +146,6 @@ const std::map<std::string, nlohmann::json>& pt_reference_runs() {
         job["lr"] = kPtAdamLr;
       }
       job["api"] = l.api;
-      job["port"] = free_port();
       job["out"] = (pt_dir() / (l.name + ".json")).string();
       job["state_dict"] = (pt_dir() / (l.name + ".pt")).string();
       jobs.push_back(job);
