@@ -268,21 +268,21 @@ int64_t dense_prefix(Keys& k, int64_t layers) {
   return static_cast<int64_t>(only->size());
 }
 
-void read_router(Keys& k, MoeShape& m, const std::string& experts_key) {
+// The routed experts (`experts_key`), the top k, and the balancing loss's coefficient
+// (`aux_key`, absent: meshsim's default); the router is softmax unless the caller says otherwise.
+void read_router(Keys& k, MoeShape& m, const std::string& experts_key,
+                 const std::string& aux_key = "router_aux_loss_coef") {
   m.experts = k.integer(experts_key);
   m.top_k = k.integer("num_experts_per_tok");
   if (m.top_k > m.experts)
     k.refuse("num_experts_per_tok",
              fmt::format("{} is more than the {} experts ({})", m.top_k, m.experts, experts_key));
   m.router = "softmax";
-  if (k.doc().contains("router_aux_loss_coef") && !k.doc()["router_aux_loss_coef"].is_null()) {
-    const json& v = k.doc()["router_aux_loss_coef"];
-    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0)
-      k.refuse("router_aux_loss_coef", fmt::format("is {}; meshsim needs a number from 0",
-                                                   k.shown("router_aux_loss_coef")));
-    m.aux_loss = v.get<double>();
+  if (const json* v = k.find(aux_key)) {
+    if (!v->is_number() || !std::isfinite(v->get<double>()) || v->get<double>() < 0)
+      k.refuse(aux_key, fmt::format("is {}; meshsim needs a number from 0", k.shown(aux_key)));
+    m.aux_loss = v->get<double>();
   }
-  k.find("router_aux_loss_coef");
 }
 
 // One reader per model_type.
@@ -360,12 +360,7 @@ void read_deepseek_v3(Keys& k, TransformerShape& s) {
   k.integer("num_nextn_predict_layers", 0, 0); // read: the module is not built (above)
   k.integer("ep_size", 1);                     // an inference server's split, not the model's
   MoeShape& m = s.moe;
-  m.experts = k.integer("n_routed_experts");
-  m.top_k = k.integer("num_experts_per_tok");
-  if (m.top_k > m.experts)
-    k.refuse("num_experts_per_tok", fmt::format("{} is more than the {} experts "
-                                                "(n_routed_experts)",
-                                                m.top_k, m.experts));
+  read_router(k, m, "n_routed_experts", "aux_loss_alpha");
   m.ffn = k.integer("moe_intermediate_size");
   m.shared_ffn = k.integer("n_shared_experts", 0, 0) * m.ffn;
   m.dense_layers = k.integer("first_k_dense_replace", 0, 0);
@@ -400,12 +395,6 @@ void read_deepseek_v3(Keys& k, TransformerShape& s) {
   m.routed_scale = k.number("routed_scaling_factor", 1.0);
   k.require_bool("seq_aux", true, true,
                  "meshsim's balancing loss is taken per sequence (DeepSeek-V3's seq_aux)");
-  if (const json* alpha = k.find("aux_loss_alpha")) {
-    if (!alpha->is_number() || !std::isfinite(alpha->get<double>()) || alpha->get<double>() < 0)
-      k.refuse("aux_loss_alpha",
-               fmt::format("is {}; meshsim needs a number from 0", k.shown("aux_loss_alpha")));
-    m.aux_loss = alpha->get<double>();
-  }
 }
 
 struct ModelType {

@@ -87,41 +87,56 @@ struct PyTorchComparison {
 /// Builds the Llama of `o` in float64 (seed 3), runs batch 2 of 12 fixed tokens forward and
 /// backward, and expects the count, the loss, the logits and every gradient to match
 /// reference_llama.py's within kFloat64ModelTolerance; `what` names the case in failures.
-inline PyTorchComparison expect_llama_matches_pytorch(const TransformerShape& o,
-                                                      const std::string& what) {
-  const int64_t batch = 2, t = 12; // T < seq_len
-  const auto expected = python_llama_reference(o, 3, batch, t);
-  ModelOptions mo{3, 0, o, torch::kFloat64};
-  auto model = build_model("llama", mo);
-  const auto params = unique_parameters(*model);
-  int64_t grad_values = 0;
-  for (const auto& p : params)
-    grad_values += p.numel();
+/// Expects meshsim's `loss`, `logits` and the gradients of `params` (in order) to match what a
+/// reference script printed from `expected[first]` on: the loss, every logit, every gradient,
+/// each within `tolerance` relative; `what` names the case in failures.
+inline PyTorchComparison expect_matches_printed(const std::vector<double>& expected, size_t first,
+                                                const torch::Tensor& loss,
+                                                const torch::Tensor& logits,
+                                                const std::vector<torch::Tensor>& params,
+                                                double tolerance, const std::string& what) {
   PyTorchComparison out;
-  EXPECT_EQ(expected.size(), static_cast<size_t>(2 + batch * t * o.vocab + grad_values)) << what;
-  if (expected.size() != static_cast<size_t>(2 + batch * t * o.vocab + grad_values))
+  size_t count = first + 1 + static_cast<size_t>(logits.numel());
+  for (const auto& p : params)
+    count += static_cast<size_t>(p.numel());
+  EXPECT_EQ(expected.size(), count) << what;
+  if (expected.size() != count)
     return out;
-  EXPECT_EQ(count_parameters(*model), static_cast<int64_t>(expected[0])) << what;
-  const torch::Tensor logits = model->forward(fixed_tokens(batch, t, o.vocab, 7, 13, 3));
-  const torch::Tensor loss = loss_fn(logits, fixed_tokens(batch, t, o.vocab, 5, 11, 1));
-  loss.backward();
   const auto reference = [&](size_t offset, int64_t n) {
     return torch::tensor(std::vector<double>(expected.begin() + static_cast<long>(offset),
                                              expected.begin() + static_cast<long>(offset + n)),
                          torch::kFloat64);
   };
   out.loss = loss.item<double>();
-  EXPECT_NEAR(out.loss, expected[1], kFloat64ModelTolerance * expected[1]) << what;
-  out.logit_error = norm_relative_error(logits.detach().reshape(-1), reference(2, logits.numel()));
-  EXPECT_LT(out.logit_error, kFloat64ModelTolerance) << what;
-  size_t offset = 2 + static_cast<size_t>(logits.numel());
-  for (const auto& p : params) {
+  EXPECT_NEAR(out.loss, expected[first], tolerance * expected[first]) << what;
+  out.logit_error =
+      norm_relative_error(logits.detach().reshape(-1), reference(first + 1, logits.numel()));
+  EXPECT_LT(out.logit_error, tolerance) << what;
+  size_t offset = first + 1 + static_cast<size_t>(logits.numel());
+  for (size_t i = 0; i < params.size(); ++i) {
+    const torch::Tensor& p = params[i];
     const double e = norm_relative_error(p.grad().reshape(-1), reference(offset, p.numel()));
-    EXPECT_LT(e, kFloat64ModelTolerance) << what << " parameter of " << p.sizes();
+    EXPECT_LT(e, tolerance) << what << " parameter " << i << " of " << p.sizes();
     out.grad_error = std::max(out.grad_error, e);
     offset += static_cast<size_t>(p.numel());
   }
   return out;
+}
+
+inline PyTorchComparison expect_llama_matches_pytorch(const TransformerShape& o,
+                                                      const std::string& what) {
+  const int64_t batch = 2, t = 12; // T < seq_len
+  const auto expected = python_llama_reference(o, 3, batch, t);
+  ModelOptions mo{3, 0, o, torch::kFloat64};
+  auto model = build_model("llama", mo);
+  if (!expected.empty())
+    EXPECT_EQ(count_parameters(*model), static_cast<int64_t>(expected[0])) << what;
+  const torch::Tensor logits = model->forward(fixed_tokens(batch, t, o.vocab, 7, 13, 3));
+  const torch::Tensor loss = loss_fn(logits, fixed_tokens(batch, t, o.vocab, 5, 11, 1));
+  loss.backward();
+  // The script prints the parameter count first, then the loss.
+  return expect_matches_printed(expected, 1, loss, logits, unique_parameters(*model),
+                                kFloat64ModelTolerance, what);
 }
 
 } // namespace meshsim::testing

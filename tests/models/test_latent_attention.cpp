@@ -68,12 +68,8 @@ TransformerShape shape_of(const char* text) {
 // YaRN's softmax factor (1.139²) or the interleaving moves logits by percent.
 constexpr double kTransformersFloat32Tolerance = 6e-5;
 
-struct Comparison {
-  double loss = 0, logit_error = 0, grad_error = 0;
-};
-
 // Runs meshsim's model of `config` and transformers' on the same weights and tokens.
-Comparison compare_with_transformers(const char* config, const std::string& what) {
+meshsim::testing::PyTorchComparison compare_with_transformers(const char* config, const std::string& what) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() /
                                     ("meshsim-deepseek-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
@@ -103,30 +99,9 @@ Comparison compare_with_transformers(const char* config, const std::string& what
   const torch::Tensor loss =
       loss_fn(logits, meshsim::testing::fixed_tokens(batch, t, s.vocab, 5, 11, 1));
   loss.backward();
-  Comparison out;
-  const size_t count = 1 + static_cast<size_t>(logits.numel() + count_parameters(*model));
-  EXPECT_EQ(expected.size(), count) << what;
-  if (expected.size() != count)
-    return out;
-  const auto reference = [&](size_t offset, int64_t n) {
-    return torch::tensor(std::vector<double>(expected.begin() + static_cast<long>(offset),
-                                             expected.begin() + static_cast<long>(offset + n)),
-                         torch::kFloat64);
-  };
-  out.loss = loss.item<double>();
-  EXPECT_NEAR(out.loss, expected[0], kTransformersFloat32Tolerance * expected[0]) << what;
-  out.logit_error = meshsim::testing::norm_relative_error(logits.detach().reshape(-1),
-                                                          reference(1, logits.numel()));
-  EXPECT_LT(out.logit_error, kTransformersFloat32Tolerance) << what;
-  size_t offset = 1 + static_cast<size_t>(logits.numel());
-  for (const auto& p : model->named_parameters()) {
-    const double e = meshsim::testing::norm_relative_error(p.value().grad().reshape(-1),
-                                                           reference(offset, p.value().numel()));
-    EXPECT_LT(e, kTransformersFloat32Tolerance) << what << " " << p.key();
-    out.grad_error = std::max(out.grad_error, e);
-    offset += static_cast<size_t>(p.value().numel());
-  }
-  return out;
+  return meshsim::testing::expect_matches_printed(expected, 0, loss, logits,
+                                                  unique_parameters(*model),
+                                                  kTransformersFloat32Tolerance, what);
 }
 
 } // namespace latent_attention_test
@@ -150,7 +125,7 @@ TEST(LatentAttention, MatchesTransformersDeepseekV3) {
     GTEST_SKIP() << meshsim::testing::no_transformers();
   for (const auto& [config, what] : {std::pair{kLowRankQ, "q low rank, yarn, interleaved"},
                                      std::pair{kPlainQ, "q whole, plain rotary halves"}}) {
-    const Comparison r = compare_with_transformers(config, what);
+    const auto r = compare_with_transformers(config, what);
     std::cout << what << " vs transformers: loss " << r.loss << ", logits rel. error "
               << r.logit_error << ", worst gradient rel. error " << r.grad_error << "\n";
   }

@@ -104,14 +104,13 @@ TEST(ExpertParallel, DeepSeekShapeTrainsAsOneGpu) {
       {"ep 4, zero 3", 4, 4, 1, 1, 1, 3, 1, 0},
       {"ep 2 x tp 2", 4, 2, 2, 1, 1, 0, 1, 0},
       {"tp 2 x pp 2 x dp 2, zero 1", 8, 1, 2, 2, 1, 1, 2, 0},
-      {"tp 2, q whole (no q rank)", 2, 1, 2, 1, 1, 0, 1, 0},
   };
+  for (const EpLayout& l : layouts)
+    expect_layout_trains_as_one_gpu(base, base_ref, l, "deepseek-shaped llama");
+  // q as one projection (no q rank): the column slot is q itself.
   StrategyOptions plain_q = base;
   plain_q.shape.latent.q_rank = 0;
-  const HarnessRun plain_ref = run_tiny_moe(1, plain_q);
-  for (const EpLayout& l : layouts) {
-    const bool whole_q = std::string(l.name).find("q whole") != std::string::npos;
-    expect_layout_trains_as_one_gpu(whole_q ? plain_q : base, whole_q ? plain_ref : base_ref, l,
-                                    "deepseek-shaped llama");
-  }
+  expect_layout_trains_as_one_gpu(plain_q, run_tiny_moe(1, plain_q),
+                                  {"tp 2, q whole (no q rank)", 2, 1, 2, 1, 1, 0, 1, 0},
+                                  "deepseek-shaped llama");
 }

@@ -160,15 +160,15 @@ std::string AttentionImpl::slot_input(const std::string& name) const {
 
 nn::AnyModule& AttentionImpl::slot(const std::string& name) {
   if (latent()) {
-    if (name == (q_a_.is_empty() ? "q" : "q_b"))
+    const std::string q_name = q_a_.is_empty() ? "q" : "q_b";
+    if (name == q_name)
       return q_;
     if (name == "kv_b")
       return kv_b_;
     if (name == options_.out_name)
       return out_;
     throw std::invalid_argument("latent attention has no tensor-parallel linear '" + name +
-                                "' (" + (q_a_.is_empty() ? "q" : "q_b") + ", kv_b, " +
-                                options_.out_name + ")");
+                                "' (" + q_name + ", kv_b, " + options_.out_name + ")");
   }
   if (name == "q")
     return q_;

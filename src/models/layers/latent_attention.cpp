@@ -22,11 +22,7 @@ constexpr double kLatentNormEps = 1e-6;
 
 void AttentionImpl::build_latent(const torch::TensorOptions& t) {
   const AttentionOptions& o = options_;
-  const LatentShape& l = o.latent;
-  if (l.kv_rank < 1 || l.nope_dim < 0 || l.rope_dim < 2 || l.rope_dim % 2 != 0 || l.v_dim < 1 ||
-      l.q_rank < 0)
-    throw std::invalid_argument("latent attention: kv_rank, rope_dim (even) and v_dim must be "
-                                "positive, q_rank and nope_dim positive or 0");
+  const LatentShape& l = o.latent; // checked by build_llama
   const int64_t q_features = o.heads * head_dim_;
   if (l.q_rank > 0) {
     q_a_ = nn::AnyModule(register_module("q_a", make_linear(o.hidden, l.q_rank, false, t)));
