@@ -118,8 +118,10 @@ int run_bench_comm(const BenchCommArgs& args);
 /// `meshsim validate`: the published rows the cost model is held against (plan/validation.h).
 struct ValidateArgs {
   std::vector<std::string> only;  // --only nccl,narayanan
+  std::vector<std::string> family; // --family dense,fp8
   bool json = false;
   double matmul_efficiency = 0;    // > 0: try this large-GEMM efficiency
+  double fp8_efficiency = 0;       // > 0: try this FP8 large-GEMM efficiency
   double gemm_half_us = -1;        // >= 0: and this GEMM half-efficiency time
   bool progress = true;
 };

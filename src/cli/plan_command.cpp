@@ -153,6 +153,7 @@ int run_plan(TrainConfig config, const PlanArgs& args) {
     const ClusterSpec cluster = parse_cluster_spec(config.cluster, config.intra, config.inter);
     if (!cluster.note.empty())
       fmt::print(stderr, "meshsim: {}\n", cluster.note);
+    check_precision_on(config.precision, cluster.gpu); // fp8 without FP8 tensor cores
     if (!args.gpus_given)
       config.gpus = cluster.world_size();
     if (config.gpus != cluster.world_size())

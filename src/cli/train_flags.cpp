@@ -82,7 +82,8 @@ void add_model_layout_flags(CLI::App& app, TrainConfig& c) {
       ->capture_default_str();
   app.add_option("--precision", c.precision,
                  "fp32 | bf16 (16-bit params and grads, fp32 master weights and Adam state) | fp16 "
-                 "(as bf16, with dynamic loss scaling; needs a GPU)")
+                 "(as bf16, with dynamic loss scaling; needs a GPU) | fp8 (meshsim plan only: bf16 "
+                 "with the blocks' GEMMs in FP8, docs/cost-model.md)")
       ->capture_default_str();
   add_integer_flag(app, "--global-batch-size", c.global_batch_size,
                    "samples per step over all replicas (overrides --batch-size)", /*min=*/1);
@@ -168,6 +169,9 @@ void add_run_flags(CLI::App& app, TrainConfig& c) {
   app.add_flag("!--no-overlap", c.overlap,
                "ddp: all-reduce the gradient buckets after backward, not during it; zero 2: wait "
                "for each reduce-scatter before backward goes on");
+  app.add_flag("--tp-comm-overlap", c.tp_comm_overlap,
+               "plans: tensor parallelism's collectives run beside the GEMMs around them, as "
+               "Megatron's --tp-comm-overlap and torchtitan's async TP run them");
   app.add_option("--comm-timeout", c.comm_timeout_s, "seconds a collective waits for all ranks")
       ->capture_default_str();
   add_integer_flag(app, "--checkpoint-every", c.checkpoint_every,

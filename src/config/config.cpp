@@ -131,8 +131,14 @@ void validate(TrainConfig& c) {
   require(c.epochs >= 1, fmt::format("--epochs must be at least 1, got {}", c.epochs));
   require(c.max_steps >= 0, fmt::format("--max-steps must be 0 (no limit) or more, got {}", c.max_steps));
   require(c.log_every >= 1, fmt::format("--log-every must be at least 1, got {}", c.log_every));
-  require(c.precision == "fp32" || c.precision == "bf16" || c.precision == "fp16",
-          fmt::format("unknown --precision '{}' (choose fp32, bf16 or fp16)", c.precision));
+  require(c.precision == "fp32" || c.precision == "bf16" || c.precision == "fp16" ||
+              c.precision == "fp8",
+          fmt::format("unknown --precision '{}' (choose fp32, bf16, fp16, or fp8 in a plan)",
+                      printable(c.precision)));
+  // FP8 GEMMs need FP8 tensor cores: the CPU has none, and LibTorch 1.13 has no float8 type.
+  require(c.precision != "fp8" || c.device == "meta",
+          "--precision fp8 is for meshsim plan (FP8 GEMMs need a GPU's FP8 tensor cores; a run "
+          "trains in fp32, bf16 or fp16)");
   // LibTorch 1.13's CPU kernels have no fp16 matmul, convolution or layer norm (addmm,
   // slow_conv2d and LayerNormKernelImpl are "not implemented for 'Half'"); bf16 has them all.
   require(c.precision != "fp16" || c.device != "cpu",

@@ -71,6 +71,7 @@ struct TrainConfig {
   int64_t gpu_mem_bytes = 0;  // resolved from gpu_mem; 0 = auto
   double bucket_mb = 25;
   bool overlap = true;  // --no-overlap: ddp all-reduces its buckets after backward
+  bool tp_comm_overlap = false;  // --tp-comm-overlap: a plan's tp collectives beside its GEMMs
   double comm_timeout_s = 60;
   int64_t checkpoint_every = 0;  // 0: only at the end
   int64_t keep_checkpoints = 0;  // the newest N checkpoints are kept; 0: all

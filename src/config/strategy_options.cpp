@@ -28,7 +28,9 @@ StrategyOptions strategy_options(const TrainConfig& config) {
   options.micro_batches = config.micro_batches;
   options.recompute = parse_recompute(config.recompute);
   options.attention = parse_attention(config.attention);
-  options.precision = config.precision;
+  // FP8 (plans only, config.cpp refuses it elsewhere): the model in bf16, with FP8 copies.
+  options.fp8 = config.precision == "fp8";
+  options.precision = options.fp8 ? "bf16" : config.precision;
   if (config.device == "cuda")
     options.device = torch::Device(torch::kCUDA, 0);
   return options;

@@ -68,51 +68,63 @@ constexpr double kRoceEfficiency = 4096.0 / (4096 + 82);
 //    16/32 GB. Volta has no TF32 and no BF16: those run at the FP32 CUDA-core rate.
 //  A100 SXM: NVIDIA A100 datasheet: FP32 19.5 TF, TF32 156 TF, BF16/FP16 312 TF (dense; 312/624
 //    with sparsity); 40 GB HBM2 1,555 GB/s, 80 GB HBM2e 2,039 GB/s.
-//  H100 SXM: NVIDIA H100 datasheet: FP32 67 TF, TF32 989 TF*, BF16/FP16 1,979 TF* (*sparsity,
-//    halved here), 80 GB HBM3 3.35 TB/s.
-//  H200 SXM: NVIDIA H200 datasheet: same Hopper compute as H100 SXM; 141 GB HBM3e 4.8 TB/s.
+//  H100 SXM: NVIDIA H100 datasheet: FP32 67 TF, TF32 989 TF*, BF16/FP16 1,979 TF*, FP8 3,958 TF*
+//    (*sparsity, halved here), 80 GB HBM3 3.35 TB/s.
+//  H200 SXM: NVIDIA H200 datasheet: FP32 67 TF, TF32 989 TF*, BF16/FP16 1,979 TF*, FP8 3,958 TF*
+//    (the H100 SXM's Hopper compute); 141 GB HBM3e 4.8 TB/s.
+//  H100 96 GB (Meta's Grand Teton hosts, torchtitan's benchmarks): the H100 SXM's compute with
+//    96 GB of HBM2e at 2.4 TB/s (torchtitan benchmarks/llama3_h100_202412_torchtitan.md). Those
+//    cards run at a 500 W power limit, which no number here models.
 //  H800 SXM: the H100 SXM's compute and 80 GB HBM3 3.35 TB/s, with NVLink cut to 400 GB/s
 //    bidirectional (NVIDIA's H800 SXM5 specification; DeepSeek-V3's training cluster).
 //  B200 (HGX/DGX B200): NVIDIA DGX B200 datasheet, for 8 GPUs: FP32 600 TF, TF32 18 PF*,
-//    BF16/FP16 36 PF*, 1,440 GB of HBM3e at 64 TB/s; per GPU 75 TF, 1.125 / 2.25 PF dense,
-//    180 GB, 8 TB/s.
+//    BF16/FP16 36 PF*, FP8 72 PF*, 1,440 GB of HBM3e at 64 TB/s; per GPU 75 TF, 1.125 / 2.25 /
+//    4.5 PF dense, 180 GB, 8 TB/s.
 //  GB200 (a GB200 NVL72 rack's GPU): NVIDIA GB200 NVL72 specifications, for 72 GPUs: FP32
-//    5,760 TF, TF32 180 PF*, BF16/FP16 360 PF*, up to 13.4 TB of HBM3e at 576 TB/s; per GPU
-//    80 TF, 1.25 / 2.5 PF dense, 186 GB, 8 TB/s.
+//    5,760 TF, TF32 180 PF*, BF16/FP16 360 PF*, FP8 720 PF*, up to 13.4 TB of HBM3e at 576 TB/s;
+//    per GPU 80 TF, 1.25 / 2.5 / 5 PF dense, 186 GB, 8 TB/s.
 //  RTX 2080 Ti: NVIDIA Turing architecture whitepaper (reference clocks): FP32 13.4 TF, FP16
 //    tensor with FP32 accumulate 53.8 TF, 616 GB/s GDDR6, 11 GB. No TF32/BF16 (FP32 rate).
 //  RTX 4090: NVIDIA Ada Lovelace architecture whitepaper: FP32 82.6 TF, TF32 tensor 82.6 TF,
-//    BF16/FP16 tensor with FP32 accumulate 165.2 TF (dense), 1,008 GB/s GDDR6X, 24 GB.
-//  L4: NVIDIA L4 datasheet: FP32 30.3 TF, TF32 120 TF*, BF16/FP16 242 TF* (*sparsity), 300 GB/s
-//    GDDR6, 24 GB.
+//    BF16/FP16 tensor with FP32 accumulate 165.2 TF, FP8 with FP32 accumulate 330.3 TF (dense),
+//    1,008 GB/s GDDR6X, 24 GB.
+//  L4: NVIDIA L4 datasheet: FP32 30.3 TF, TF32 120 TF*, BF16/FP16 242 TF*, FP8 485 TF*
+//    (*sparsity), 300 GB/s GDDR6, 24 GB.
+//  FP8 is 0 on Volta, Turing and Ampere: they have no FP8 tensor cores.
 // Memory capacity is decimal GB as the vendors quote it (80 GB = 80e9 bytes).
 // Units as the datasheets print them: TFLOP/s, GB/s, GB.
-GpuSpec gpu(const char* name, double fp32_tf, double tf32_tf, double bf16_tf, double fp16_tf,
-            double mem_gb_per_s, double mem_gb) {
+GpuSpec gpu(const char* name, GpuArch arch, double fp32_tf, double tf32_tf, double bf16_tf,
+            double fp16_tf, double fp8_tf, double mem_gb_per_s, double mem_gb) {
   return {name,
+          arch,
           fp32_tf * kTera,
           tf32_tf * kTera,
           bf16_tf * kTera,
           fp16_tf * kTera,
+          fp8_tf * kTera,
           mem_gb_per_s * kGiga,
           mem_gb * kGiga};
 }
 
+constexpr GpuArch kVolta = GpuArch::Volta, kTuring = GpuArch::Turing, kAmpere = GpuArch::Ampere,
+                  kAda = GpuArch::Ada, kHopper = GpuArch::Hopper, kBlackwell = GpuArch::Blackwell;
+
 // clang-format off
 const std::vector<GpuSpec> kGpus = {
-    //   name       fp32  tf32        bf16         fp16         mem GB/s  GB
-    gpu("v100-16", 15.7, 15.7,       15.7,        125,         900,      16),
-    gpu("v100-32", 15.7, 15.7,       15.7,        125,         900,      32),
-    gpu("a100-40", 19.5, 156,        312,         312,         1555,     40),
-    gpu("a100-80", 19.5, 156,        312,         312,         2039,     80),
-    gpu("h100",    67,   dense(989), dense(1979), dense(1979), 3350,     80),
-    gpu("h200",    67,   dense(989), dense(1979), dense(1979), 4800,     141),
-    gpu("h800",    67,   dense(989), dense(1979), dense(1979), 3350,     80),
-    gpu("b200",    75,   dense(2250), dense(4500), dense(4500), 8000,    180),
-    gpu("gb200",   80,   dense(2500), dense(5000), dense(5000), 8000,    13400.0 / 72),
-    gpu("2080ti",  13.4, 13.4,       13.4,        53.8,        616,      11),
-    gpu("4090",    82.6, 82.6,       165.2,       165.2,       1008,     24),
-    gpu("l4",      30.3, dense(120), dense(242),  dense(242),  300,      24),
+    //   name       arch        fp32  tf32         bf16         fp16         fp8          mem GB/s  GB
+    gpu("v100-16", kVolta,     15.7, 15.7,        15.7,        125,         0,           900,      16),
+    gpu("v100-32", kVolta,     15.7, 15.7,        15.7,        125,         0,           900,      32),
+    gpu("a100-40", kAmpere,    19.5, 156,         312,         312,         0,           1555,     40),
+    gpu("a100-80", kAmpere,    19.5, 156,         312,         312,         0,           2039,     80),
+    gpu("h100",    kHopper,    67,   dense(989),  dense(1979), dense(1979), dense(3958), 3350,     80),
+    gpu("h200",    kHopper,    67,   dense(989),  dense(1979), dense(1979), dense(3958), 4800,     141),
+    gpu("h100-96", kHopper,    67,   dense(989),  dense(1979), dense(1979), dense(3958), 2400,     96),
+    gpu("h800",    kHopper,    67,   dense(989),  dense(1979), dense(1979), dense(3958), 3350,     80),
+    gpu("b200",    kBlackwell, 75,   dense(2250), dense(4500), dense(4500), dense(9000), 8000,     180),
+    gpu("gb200",   kBlackwell, 80,   dense(2500), dense(5000), dense(5000), dense(10000), 8000,    13400.0 / 72),
+    gpu("2080ti",  kTuring,    13.4, 13.4,        13.4,        53.8,        0,           616,      11),
+    gpu("4090",    kAda,       82.6, 82.6,        165.2,       165.2,       330.3,       1008,     24),
+    gpu("l4",      kAda,       30.3, dense(120),  dense(242),  dense(242),  dense(485),  300,      24),
 };
 // clang-format on
 
@@ -210,8 +222,10 @@ Dtype parse_dtype(const std::string& name) {
     return Dtype::BF16;
   if (key == "fp16" || key == "float16" || key == "half")
     return Dtype::FP16;
+  if (key == "fp8")
+    return Dtype::FP8;
   throw std::invalid_argument("unknown dtype \"" + printable(name) +
-                              "\" (known: fp32, tf32, bf16, fp16)");
+                              "\" (known: fp32, tf32, bf16, fp16, fp8)");
 }
 
 const char* to_string(Dtype dtype) {
@@ -224,11 +238,33 @@ const char* to_string(Dtype dtype) {
     return "bf16";
   case Dtype::FP16:
     return "fp16";
+  case Dtype::FP8:
+    return "fp8";
+  }
+  return "?";
+}
+
+const char* to_string(GpuArch arch) {
+  switch (arch) {
+  case GpuArch::Volta:
+    return "Volta";
+  case GpuArch::Turing:
+    return "Turing";
+  case GpuArch::Ampere:
+    return "Ampere";
+  case GpuArch::Ada:
+    return "Ada";
+  case GpuArch::Hopper:
+    return "Hopper";
+  case GpuArch::Blackwell:
+    return "Blackwell";
   }
   return "?";
 }
 
 double dtype_bytes(Dtype dtype) {
+  if (dtype == Dtype::FP8)
+    return 1.0;
   return (dtype == Dtype::BF16 || dtype == Dtype::FP16) ? 2.0 : 4.0;
 }
 
@@ -242,6 +278,8 @@ double GpuSpec::peak_flops(Dtype dtype) const {
     return bf16_flops;
   case Dtype::FP16:
     return fp16_flops;
+  case Dtype::FP8:
+    return fp8_flops;
   }
   return fp32_flops;
 }
@@ -262,7 +300,7 @@ LinkSpec link_preset(const std::string& name) {
 
 std::string default_intra_link(const std::string& gpu_name) {
   const std::string gpu = gpu_preset(gpu_name).name; // validates the name
-  if (gpu == "h100" || gpu == "h200")
+  if (gpu == "h100" || gpu == "h100-96" || gpu == "h200")
     return "nvlink4";
   if (gpu == "h800")
     return "nvlink4-h800";
@@ -281,7 +319,7 @@ std::string default_inter_link(const std::string& gpu_name) {
   const std::string gpu = gpu_preset(gpu_name).name;
   // DGX H100 and DGX B200 ship NDR (ConnectX-7, 400 Gb/s), DGX A100 HDR; DeepSeek-V3's H800
   // nodes have 400 Gb/s InfiniBand NICs, and so does a GB200 NVL72's compute tray.
-  const bool ndr = gpu == "h100" || gpu == "h200" || gpu == "h800" || gpu == "b200" ||
+  const bool ndr = gpu == "h100" || gpu == "h100-96" || gpu == "h200" || gpu == "h800" || gpu == "b200" ||
                    gpu == "gb200";
   return ndr ? "ndr" : "hdr";
 }

@@ -12,22 +12,31 @@
 
 namespace meshsim {
 
-/// Numeric type of the math. TF32 is an fp32 storage format with tensor-core math.
-enum class Dtype { FP32, TF32, BF16, FP16 };
+/// Numeric type of the math. TF32 is an fp32 storage format with tensor-core math; FP8 is
+/// E4M3/E5M2 tensor-core math with fp32 accumulate (Hopper and later, Ada).
+enum class Dtype { FP32, TF32, BF16, FP16, FP8 };
 
-Dtype parse_dtype(const std::string& name); // "fp32", "tf32", "bf16", "fp16"
+Dtype parse_dtype(const std::string& name); // "fp32", "tf32", "bf16", "fp16", "fp8"
 const char* to_string(Dtype dtype);
-/// Storage bytes per element (TF32 is stored as fp32).
+/// Storage bytes per element (TF32 is stored as fp32, FP8 in one byte).
 double dtype_bytes(Dtype dtype);
 
+/// The GPU's architecture: what its GEMMs achieve of the peak differs between generations
+/// (Efficiency::matmul_for in roofline.h).
+enum class GpuArch { Volta, Turing, Ampere, Ada, Hopper, Blackwell };
+const char* to_string(GpuArch arch);
+
 /// One GPU model. FLOP/s are dense peaks: tensor-core rates for tf32/bf16/fp16 where the
-/// GPU has them, the CUDA-core rate otherwise (see hardware.cpp for the fallbacks).
+/// GPU has them, the CUDA-core rate otherwise (see hardware.cpp for the fallbacks). FP8 is 0
+/// on GPUs without FP8 tensor cores: a plan at fp8 is refused there.
 struct GpuSpec {
   std::string name;
+  GpuArch arch = GpuArch::Ampere;
   double fp32_flops = 0; // CUDA-core FP32, FLOP/s
   double tf32_flops = 0; // FLOP/s
   double bf16_flops = 0; // FLOP/s, FP32 accumulate
   double fp16_flops = 0; // FLOP/s, FP32 accumulate
+  double fp8_flops = 0;  // FLOP/s, FP32 accumulate; 0: no FP8 tensor cores
   double mem_bw = 0;     // bytes/s, device memory
   double mem_bytes = 0;  // capacity, bytes
 

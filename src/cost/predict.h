@@ -33,6 +33,17 @@ namespace meshsim {
 
 struct PredictOptions {
   Dtype dtype = Dtype::FP32;             // the math of the target run (meshsim trains fp32)
+  /// FP8 training (--precision fp8, as Transformer Engine and torchao's float8 train): the
+  /// transformer blocks' linear GEMMs run at the FP8 peak (Efficiency::fp8_matmul), with their
+  /// operands quantized first; the attention core, the embedding, the head and every other
+  /// kernel stay at `dtype` (bf16). docs/cost-model.md, FP8.
+  bool fp8 = false;
+  /// Tensor parallelism's collectives run beside the GEMMs around them (Megatron's
+  /// --tp-comm-overlap, torchtitan's async TP): each waits for the compute before it, the
+  /// compute after it runs meanwhile, and the compute after that waits for it. Collectives of
+  /// `tp` ranks inside a forward or backward are taken as tensor parallelism's.
+  bool overlap_tensor_parallel = false;
+  int tp = 1;
   Efficiency efficiency;                 // per op class, see roofline.h
   Algorithm algorithm = Algorithm::Auto; // all_reduce algorithm
   bool measured_compute = false;         // compute = measured time (target = this device)
@@ -43,6 +54,17 @@ struct PredictOptions {
   /// replayed (ReplayOptions::absent_ranks_are_images) and the FLOPs are scaled to every GPU.
   bool images = false;
 };
+
+/// Whether `w`'s linear GEMMs run in FP8 under PredictOptions::fp8: a transformer block's
+/// ("block<N>"), as Transformer Engine's layers are the blocks'; the embedding and the head
+/// stay in bf16.
+bool runs_in_fp8(const LayerWork& w);
+
+/// One layer's pass on `gpu`: its GEMMs by size and the rest memory bound, at least its
+/// launches (roofline.h); under `o.fp8` a block's linear GEMMs at the FP8 peak, their operands
+/// quantized first (docs/cost-model.md, FP8). A layer from older records, with no kernel
+/// counts, is one roofline.
+double layer_time(const LayerWork& w, const GpuSpec& gpu, const PredictOptions& o);
 
 /// The step predicted by default: the second-to-last recorded step (the last one also holds
 /// the final evaluation and checkpoint), or the only one. 0 when nothing was recorded.

@@ -285,10 +285,13 @@ void add_edges(Graph& g, const Program& program, int num_ranks) {
     // a pipeline stage's send is asynchronous (buffered here, batched with the opposite
     // receive by Megatron), so a receive queued after it must not wait for its peer to
     // reach the matching receive, or 1F1B's steady state would deadlock.
-    size_t last[3] = {SIZE_MAX, SIZE_MAX, SIZE_MAX};
+    size_t last[4] = {SIZE_MAX, SIZE_MAX, SIZE_MAX, SIZE_MAX};
     for (const Task& task : program.ranks[static_cast<size_t>(r)]) {
       const size_t t = g.pred_begin.size() - 1; // its flat index (build_graph's order)
-      const int stream = task.kind == TaskKind::Compute ? 0 : is_send(task, r) ? 2 : 1;
+      const int stream = task.kind == TaskKind::Compute ? 0
+                         : is_send(task, r)             ? 2
+                         : task.stream == 1             ? 3
+                                                        : 1;
       size_t& prev = last[stream];
       if (prev != SIZE_MAX)
         g.pred_nodes.push_back(g.node_of[prev]);
@@ -388,6 +391,16 @@ ReplayResult replay_result(const Graph& g, int num_ranks, const ReplayOptions& o
     ++counted;
     for (const auto& [start, end] : busy_compute[r])
       stats.compute_busy_s += end - start;
+    // The two comm streams' intervals, sorted and merged into disjoint ones.
+    auto& comm = busy_comm[r];
+    std::sort(comm.begin(), comm.end());
+    std::vector<std::pair<double, double>> merged;
+    for (const auto& interval : comm)
+      if (!merged.empty() && interval.first <= merged.back().second)
+        merged.back().second = std::max(merged.back().second, interval.second);
+      else
+        merged.push_back(interval);
+    comm = std::move(merged);
     for (const auto& [start, end] : busy_comm[r])
       stats.comm_busy_s += end - start;
     // Each stream is in order, so its intervals are already sorted and disjoint.

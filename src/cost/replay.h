@@ -1,7 +1,7 @@
 // Replay: re-times one step of per-rank work on a target cluster.
 //
 // Each rank has two in-order streams, compute and comm (like a CUDA compute stream and an NCCL
-// stream). A task starts when the task before it on the same rank and stream has ended and
+// stream), and a second comm stream for gradient reductions (Task::stream). A task starts when the task before it on the same rank and stream has ended and
 // every task it depends on has ended; a collective starts when every member's instance is
 // ready, and all members finish it together. Durations come from the task itself (already
 // costed on the target) or from roofline.h / collective_cost.h.
@@ -41,6 +41,10 @@ struct Task {
   /// op + group + "k-th such call on this rank", which is NCCL's matching rule (members call
   /// a group's collectives in the same order).
   std::string key;
+  /// Comm only: 0 the rank's comm stream; 1 a second one, for data parallelism's gradient
+  /// reductions, which frameworks issue on a stream (and communicator) of their own, so that
+  /// they run beside tensor parallelism's collectives (links shared by both are not modelled).
+  int stream = 0;
 
   std::vector<std::string> deps; // task ids on any rank that must end before this starts
 

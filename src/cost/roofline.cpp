@@ -74,7 +74,8 @@ ComputeCost roofline(const ComputeWork& work, const GpuSpec& gpu, const Efficien
   const double flop_rate = eff.of(work.op) * op_peak_flops(gpu, work.op, work.dtype);
   const double byte_rate = eff.memory * gpu.mem_bw;
   if (flop_rate <= 0 || byte_rate <= 0)
-    throw std::invalid_argument("roofline: GPU \"" + gpu.name + "\" has a zero peak or efficiency");
+    throw std::invalid_argument("roofline: GPU \"" + gpu.name + "\" has a zero peak or efficiency" +
+                                (work.dtype == Dtype::FP8 ? " (no FP8 tensor cores)" : ""));
 
   ComputeCost cost;
   cost.compute_s = work.flops / flop_rate;
@@ -101,7 +102,8 @@ double kernel_mix_time(const KernelMix& mix, const GpuSpec& gpu, const Efficienc
     const double peak = op_peak_flops(gpu, OpClass::Matmul, mix.dtype);
     const double per_gemm = mix.gemm_flops / static_cast<double>(mix.gemms);
     Efficiency sized = eff;
-    sized.matmul = gemm_efficiency(per_gemm, peak, eff);
+    sized.matmul = eff.matmul_for(mix.dtype);
+    sized.matmul = gemm_efficiency(per_gemm, peak, sized);
     time += roofline({mix.gemm_flops, mix.gemm_bytes, OpClass::Matmul, mix.dtype}, gpu, sized)
                 .time_s;
   }

@@ -32,8 +32,13 @@ const char* to_string(OpClass op);
 ///  launch_s 5 us: one kernel's launch and the framework's dispatch, the floor of any kernel.
 ///  overlap_slowdown 0.1: compute runs this much slower while a collective runs beside it
 ///    (NCCL's kernels take 8-16 of the GPU's 108-132 SMs and a share of its memory bandwidth).
+///  fp8_matmul 0.66: the same for FP8 GEMMs (Transformer Engine's, torchao's float8) of the FP8
+///    peak, fitted on one row: Megatron-Bridge's Llama 3 70B FP8 on 64 H100 (container 26.04.01).
+///    The GEMM efficiencies are each fitted on one GPU generation's rows (matmul on A100,
+///    fp8_matmul on H100) and used for every GPU (docs/cost-model.md).
 struct Efficiency {
   double matmul = 0.63;
+  double fp8_matmul = 0.66;
   double gemm_half_s = 10e-6;
   double attention = 0.50;
   double normalization = 0.50;
@@ -44,6 +49,8 @@ struct Efficiency {
   double overlap_slowdown = 0.1;
 
   double of(OpClass op) const;
+  /// The large-GEMM efficiency of `dtype`'s GEMMs: fp8_matmul for FP8, else matmul.
+  double matmul_for(Dtype dtype) const { return dtype == Dtype::FP8 ? fp8_matmul : matmul; }
 };
 
 /// What a GEMM of `flops` achieves of the peak `peak_flops`: matmul x t / (t + gemm_half_s),

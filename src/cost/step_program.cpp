@@ -1,6 +1,7 @@
 // build_step_program: one recorded step of every rank as a replay Program (see predict.h for
 // the rules; this file is their implementation).
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <set>
@@ -84,6 +85,15 @@ Window window_of(const Recorder& r, int64_t step) {
   return w;
 }
 
+} // namespace
+
+// Whether a layer's linear GEMMs run in FP8 under PredictOptions::fp8: a transformer block's
+// ("block<N>"), as Transformer Engine's layers are the blocks' (the embedding and the head stay
+// in bf16, as in Megatron-LM and torchao's default).
+bool runs_in_fp8(const LayerWork& w) {
+  return w.layer.rfind("block", 0) == 0 && w.gemm_flops > 0;
+}
+
 // One layer's pass on the target: its GEMMs by size and the rest memory bound, at least its
 // launches (roofline.h); a layer from older records, with no kernel counts, as one roofline.
 double layer_time(const LayerWork& w, const GpuSpec& gpu, const PredictOptions& o) {
@@ -102,8 +112,31 @@ double layer_time(const LayerWork& w, const GpuSpec& gpu, const PredictOptions& 
   mix.other = op == OpClass::Matmul || op == OpClass::Attention ? OpClass::Elementwise : op;
   mix.kernels = w.kernels;
   mix.dtype = o.dtype;
-  return kernel_mix_time(mix, gpu, o.efficiency);
+  if (!o.fp8 || !runs_in_fp8(w) || mix.gemms == 0)
+    return kernel_mix_time(mix, gpu, o.efficiency);
+  // FP8: the linear GEMMs (all but the attention core's) read one-byte operands, and each of
+  // them first quantizes its operands: reads them at `dtype`, writes them in one byte, twice
+  // (Hopper's FP8 GEMMs take only one layout, so the transposed copy the backward needs is
+  // written too), counted as their bf16 traffic once more, one kernel each.
+  const double core = std::clamp(w.attention_flops, 0.0, mix.gemm_flops);
+  if (core >= mix.gemm_flops) // only the attention core: no linear GEMM runs in FP8
+    return kernel_mix_time(mix, gpu, o.efficiency);
+  const double share = (mix.gemm_flops - core) / mix.gemm_flops;
+  KernelMix fp8;
+  fp8.dtype = Dtype::FP8;
+  fp8.gemm_flops = mix.gemm_flops - core;
+  fp8.gemms = std::max<int64_t>(1, std::llround(share * static_cast<double>(mix.gemms)));
+  fp8.gemm_bytes = share * mix.gemm_bytes * dtype_bytes(Dtype::FP8) / dtype_bytes(o.dtype);
+  fp8.other_bytes = share * mix.gemm_bytes;
+  fp8.other = OpClass::Elementwise;
+  mix.gemm_flops = core;
+  mix.gemm_bytes *= 1 - share;
+  mix.gemms = std::max<int64_t>(0, mix.gemms - fp8.gemms);
+  mix.kernels += fp8.gemms; // the quantizing kernels
+  return kernel_mix_time(fp8, gpu, o.efficiency) + kernel_mix_time(mix, gpu, o.efficiency);
 }
+
+namespace {
 
 // Time of a region on the target, and the cumulative fraction after each of its layers.
 double region_time(const ComputeRecord& c, const GpuSpec& gpu, const PredictOptions& o,
@@ -166,6 +199,41 @@ bool is_gradient_reduction(const std::string& op) {
   return op == "all_reduce" || op == "reduce_scatter" || op == "reduce";
 }
 
+// DDP's (and ZeRO's) buckets: the reductions right after region `c` (from `colls[ci]` on,
+// before `next_start`) that add up to its layers' parameters, each with the share of the
+// region (`cumulative`, after each layer) at which its gradients are ready. Empty when they do
+// not add up, or without PredictOptions::overlap_buckets.
+std::vector<std::pair<const CollectiveRecord*, double>>
+gradient_buckets(const ComputeRecord& c, const std::vector<double>& cumulative,
+                 const std::vector<const CollectiveRecord*>& colls, size_t ci, double next_start,
+                 const PredictOptions& o) {
+  std::vector<double> param_cum;
+  double acc = 0;
+  for (const LayerWork& w : c.layers)
+    param_cum.push_back(acc += static_cast<double>(w.param_bytes));
+  std::vector<std::pair<const CollectiveRecord*, double>> buckets; // record, ready fraction
+  // ZeRO pads each flat buffer to a multiple of its group: up to group - 1 elements of at
+  // most 4 bytes a bucket beyond the parameters' own bytes.
+  double matched = 0, padding = 0;
+  for (size_t j = ci; o.overlap_buckets && acc > 0 && j < colls.size() &&
+                      place_s(*colls[j]) < next_start && is_gradient_reduction(colls[j]->op);
+       ++j) {
+    matched += static_cast<double>(colls[j]->bytes);
+    padding += 4.0 * static_cast<double>(colls[j]->group.size());
+    if (matched > acc + padding)
+      break;
+    const size_t layer = std::lower_bound(param_cum.begin(), param_cum.end(),
+                                          std::min(matched, acc)) -
+                         param_cum.begin();
+    buckets.emplace_back(colls[j], cumulative[std::min(layer, cumulative.size() - 1)]);
+    if (matched >= acc)
+      break;
+  }
+  if (matched < acc || matched > acc + padding)
+    buckets.clear();
+  return buckets;
+}
+
 // Appends one rank's tasks, each depending on the last blocking one unless told otherwise.
 // Tasks are named by their index in the rank's list (their ids are strings, built once).
 class RankBuilder {
@@ -175,12 +243,19 @@ public:
   RankBuilder(int rank, std::vector<Task>& out) : rank_(rank), out_(out) {}
 
   size_t compute(const std::string& name, double seconds) {
-    out_.push_back(Task::compute(next_id(name), seconds, deps(last_)));
+    std::vector<std::string> d = deps(last_);
+    for (size_t id : due_) d.push_back(out_[id].id);
+    due_ = std::move(deferred_);
+    deferred_.clear();
+    out_.push_back(Task::compute(next_id(name), seconds, std::move(d)));
     return last_ = out_.size() - 1;
   }
 
   // `after`: the task it waits for (kNone: the last blocking task). Returns its index.
-  size_t comm(const CollectiveRecord& c, const std::string& key, size_t after = kNone) {
+  // `overlapped`: the compute that follows runs beside it, and the compute after that waits
+  // for it (tensor parallelism's communication overlapped with its GEMMs).
+  size_t comm(const CollectiveRecord& c, const std::string& key, size_t after = kNone,
+              bool overlapped = false, int stream = 0) {
     const int n = static_cast<int>(c.group.size());
     double bytes = static_cast<double>(c.bytes);
     if (c.op == "all_gather")
@@ -196,8 +271,11 @@ public:
                               deps(after == kNone ? last_ : after), key));
     for (int64_t b : c.peer_bytes) // all_to_all: each member's share
       out_.back().peer_bytes.push_back(static_cast<double>(b));
+    out_.back().stream = stream;
     const size_t id = out_.size() - 1;
-    if (c.op != "send")
+    if (overlapped)
+      deferred_.push_back(id);
+    else if (c.op != "send")
       last_ = id; // a send is buffered: nothing waits for it
     return id;
   }
@@ -216,8 +294,18 @@ private:
   int rank_;
   std::vector<Task>& out_;
   size_t last_ = kNone;
+  std::vector<size_t> deferred_; // overlapped collectives the compute after next waits for
+  std::vector<size_t> due_;      // those the next compute waits for
   int count_ = 0;
 };
+
+// Whether a collective inside a compute region runs beside the compute that follows it:
+// tensor parallelism's all-gathers, reduce-scatters and all-reduces (a group of tp ranks)
+// under PredictOptions::overlap_tensor_parallel.
+bool overlaps_compute(const CollectiveRecord& c, const PredictOptions& o) {
+  return o.overlap_tensor_parallel && o.tp > 1 && static_cast<int>(c.group.size()) == o.tp &&
+         (c.op == "all_gather" || c.op == "reduce_scatter" || c.op == "all_reduce");
+}
 
 } // namespace
 
@@ -305,10 +393,14 @@ Program build_step_program(const std::vector<Recorder>& ranks, int64_t step, con
           sum += s;
         // The tasks of this region so far, each with where it ends in the rank's program.
         std::vector<std::pair<double, size_t>> placed{{c.start_s, b.last()}};
+        std::vector<std::pair<double, size_t>> pieces_done; // share of the region done, piece
+        double done_share = 0;
         for (size_t i = 0; i < segments.size(); ++i) {
           const double share =
               sum > 0 ? segments[i] / sum : 1.0 / static_cast<double>(segments.size());
           const size_t piece = b.compute(c.name, measured ? segments[i] : target * share);
+          done_share += share;
+          pieces_done.emplace_back(done_share, piece);
           if (i == inside.size())
             break;
           const CollectiveRecord& x = *inside[i];
@@ -321,34 +413,33 @@ Program build_step_program(const std::vector<Recorder>& ranks, int64_t step, con
           if (x.waited_s >= 0 && (x.op == "send" || x.op == "recv"))
             for (const auto& [at, id] : placed)
               if (at <= x.start_s) issued_after = id;
-          const size_t id = b.comm(x, key(inside[i]), issued_after);
+          const bool overlapped = overlaps_compute(x, o);
+          if (overlapped)
+            issued_after = piece;
+          const size_t id = b.comm(x, key(inside[i]), issued_after, overlapped);
           placed.emplace_back(place_s(x), id);
+        }
+        // Gradient buckets after a region split by collectives (a backward under tensor
+        // parallelism): each starts once the piece holding its last layer has ended.
+        if (!measured) {
+          const double next_start = k + 1 < regions.size() ? regions[k + 1]->start_s : kInf;
+          const auto buckets = gradient_buckets(c, cumulative, colls, ci, next_start, o);
+          for (const auto& [rec, fraction] : buckets) {
+            size_t ready = pieces_done.back().second;
+            for (const auto& [end, id] : pieces_done)
+              if (end >= fraction - 1e-12) {
+                ready = id;
+                break;
+              }
+            b.comm(*rec, key(rec), ready, false, 1);
+          }
+          ci += buckets.size();
         }
         continue;
       }
 
-      // DDP buckets: the reductions right after this region that add up to its parameters.
       const double next_start = k + 1 < regions.size() ? regions[k + 1]->start_s : kInf;
-      std::vector<double> param_cum;
-      double acc = 0;
-      for (const LayerWork& w : c.layers)
-        param_cum.push_back(acc += static_cast<double>(w.param_bytes));
-      std::vector<std::pair<const CollectiveRecord*, double>> buckets; // record, ready fraction
-      double matched = 0;
-      for (size_t j = ci; o.overlap_buckets && acc > 0 && j < colls.size() &&
-                          place_s(*colls[j]) < next_start && is_gradient_reduction(colls[j]->op);
-           ++j) {
-        matched += static_cast<double>(colls[j]->bytes);
-        if (matched > acc)
-          break;
-        const size_t layer =
-            std::lower_bound(param_cum.begin(), param_cum.end(), matched) - param_cum.begin();
-        buckets.emplace_back(colls[j], cumulative[std::min(layer, cumulative.size() - 1)]);
-        if (matched == acc)
-          break;
-      }
-      if (matched != acc)
-        buckets.clear();
+      const auto buckets = gradient_buckets(c, cumulative, colls, ci, next_start, o);
       if (buckets.empty()) {
         b.compute(c.name, target);
         continue;

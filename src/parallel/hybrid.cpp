@@ -40,6 +40,7 @@
 #include "models/layers/positions.h"
 #include "parallel/context/context_parallel.h"
 #include "parallel/expert/expert_parallel.h"
+#include "parallel/fp8_state.h"
 #include "parallel/pipeline/pipeline.h"
 #include "parallel/replica.h"
 #include "parallel/pipeline/schedule.h"
@@ -366,6 +367,8 @@ public:
       const int shards = group.group.size();
       optimizer_numel_ += options.zero >= 1 ? (numel + shards - 1) / shards : numel;
     }
+    const Fp8Footprint fp8 =
+        options.fp8 ? fp8_footprint(stage_, groups, options.zero) : Fp8Footprint{};
     ZeroOptions zero;
     zero.stage = options.zero;
     zero.bucket_mb = options.bucket_mb;
@@ -378,6 +381,7 @@ public:
       sequence_params_ = sequence_parallel_parameters(stage_, plan_);
     pipe_ = wire_pipeline(zero_->module(), chunk_sizes_, dims_, coord_, options.virtual_stages);
     if (dims_.pp > 1) actions_ = stage_actions(options, dims_, coord_.pp, micro_batches_);
+    if (options.fp8) fp8_state_ = allocate_fp8_state(fp8, options.device);
     ctx.sample_memory(0, "model");
   }
 
@@ -575,6 +579,7 @@ private:
   torch::nn::Sequential stage_;
   std::vector<torch::Tensor> sequence_params_; // their gradients are partial (tp group)
   std::vector<size_t> experts_; // the routed experts' parameters (indices into stage_'s)
+  std::vector<torch::Tensor> fp8_state_; // --precision fp8: parallel/fp8_state.h
   std::unique_ptr<ZeroDataParallel> zero_;
   PipelineStage pipe_;
   std::vector<Action> actions_;

@@ -133,6 +133,9 @@ const std::vector<std::string>& strategy_names() {
 
 std::unique_ptr<Strategy> make_strategy(const std::string& name, RankContext& ctx,
                                         const StrategyOptions& options) {
+  if (options.fp8 && name != "ddp")
+    throw std::invalid_argument("--precision fp8 plans --strategy ddp (with any layout), not " +
+                                name);
   if (name == "ddp" && uses_hybrid(options)) return make_hybrid(ctx, options);
   if (uses_hybrid(options))
     throw std::invalid_argument("--tp, --pp, --cp, --zero, --micro-batches and --recompute need --strategy ddp");

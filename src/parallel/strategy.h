@@ -67,6 +67,11 @@ struct StrategyOptions {
   /// optimizer. They replace `dtype` and need it to be float32: float64 is for tests of exact
   /// equivalence, which mixed precision is not.
   std::string precision = "fp32";
+  /// FP8 training in a plan (--precision fp8 with precision "bf16"): every GPU also holds an
+  /// FP8 copy of each transformer-block weight it keeps and its transpose, and the scaling
+  /// state of each of those GEMMs (parallel/fp8_state.h). The math itself runs in bf16 here;
+  /// the cost model times the blocks' GEMMs at the FP8 peak (PredictOptions::fp8).
+  bool fp8 = false;
   torch::Device device = torch::kCPU;   // where the model is built: meta for plans
   OptimizerOptions optimizer;
   double bucket_mb = 25;

@@ -227,6 +227,14 @@ void derive_rates(PlanFigures& f) {
   f.mfu = f.peak_flops > 0 ? f.model_flops * per_gpu_second / f.peak_flops : 0;
 }
 
+void check_precision_on(const std::string& precision, const GpuSpec& gpu) {
+  if (precision == "fp8" && gpu.peak_flops(Dtype::FP8) <= 0)
+    throw std::invalid_argument("--precision fp8 needs FP8 tensor cores, and the " + gpu.name + " (" +
+                                to_string(gpu.arch) +
+                                ") has none: plan on Hopper (h100, h200, h800), Ada (4090, l4) or "
+                                "Blackwell (b200, gb200), or with bf16");
+}
+
 PlanFigures plan_figures(const Plan& plan, const Prediction& prediction,
                          const ClusterSpec& cluster, const std::string& precision) {
   PlanFigures f;
@@ -265,6 +273,7 @@ PlanFigures plan_figures(const Plan& plan, const Prediction& prediction,
 
 PlanFigures plan_on(const TrainConfig& config, const ClusterSpec& cluster, Prediction* prediction,
                     Plan* plan_out, const PredictOptions& target) {
+  check_precision_on(config.precision, cluster.gpu);
   Plan plan;
   try {
     PlanRunOptions run;
@@ -280,7 +289,13 @@ PlanFigures plan_on(const TrainConfig& config, const ClusterSpec& cluster, Predi
   }
   PredictOptions options = target;
   options.dtype = parse_dtype(config.precision); // the math of the planned run
+  if (options.dtype == Dtype::FP8) { // the blocks' GEMMs in FP8, the rest in bf16
+    options.dtype = Dtype::BF16;
+    options.fp8 = true;
+  }
   options.images = true; // the GPUs not executed are images of those that were
+  options.tp = config.tp;
+  options.overlap_tensor_parallel = options.overlap_tensor_parallel || config.tp_comm_overlap;
   const Prediction p = predict(plan.recorders, plan.samples_per_step, cluster, options);
   PlanFigures f = plan_figures(plan, p, cluster, config.precision);
   if (prediction)

@@ -120,7 +120,12 @@ struct PlanFigures {
 /// Fills `f`'s tokens/s, TFLOP/s, MFU, peak and fit from its other fields.
 void derive_rates(PlanFigures& f);
 
-/// `plan`'s figures with `prediction`, its step replayed on `cluster` at `precision`.
+/// Throws std::invalid_argument (one line) when `gpu` cannot run `precision`: fp8 on a GPU
+/// without FP8 tensor cores.
+void check_precision_on(const std::string& precision, const GpuSpec& gpu);
+
+/// `plan`'s figures with `prediction`, its step replayed on `cluster` at `precision` (MFU
+/// against that precision's peak: fp8's for an FP8 plan, as Megatron-Bridge reports it).
 PlanFigures plan_figures(const Plan& plan, const Prediction& prediction,
                          const ClusterSpec& cluster, const std::string& precision);
 

@@ -13,6 +13,7 @@
 #include "config/config.h"
 #include "plan/plan.h"
 #include "plan/search.h"
+#include "plan/validation_rows.h"
 
 namespace meshsim {
 namespace {
@@ -32,8 +33,8 @@ double all_reduce_busbw(const std::string& spec, const std::string& inter, doubl
 
 PublishedRow nccl_row(std::string name, std::string source, double low, double high,
                       std::string fitted, std::function<double()> predict) {
-  return {"nccl-tests", std::move(name), std::move(source), "GB/s busbw", low, high,
-          std::move(fitted), std::move(predict)};
+  return {"nccl-tests", kFamilyCollectives, std::move(name), std::move(source), "GB/s busbw", low,
+          high, std::move(fitted), std::move(predict)};
 }
 
 std::vector<PublishedRow> nccl_rows() {
@@ -149,7 +150,7 @@ std::vector<PublishedRow> narayanan_rows(const Efficiency& efficiency) {
                     run.gpus, run.tp, run.pp, dp, run.micro_batch, micro_batches);
     if (run.layers_per_virtual_stage > 0)
       name += fmt::format(", interleaved ({} layers per virtual stage)", run.layers_per_virtual_stage);
-    rows.push_back({"Narayanan et al. SC'21 Table 1", name,
+    rows.push_back({"Narayanan et al. SC'21 Table 1", kFamilyOlder, name,
                     "Narayanan et al. SC'21 Table 1; Megatron-LM examples/sc21/run_table_1.sh",
                     "TFLOP/s per GPU", run.tflops, run.tflops, run.fitted,
                     [&run, efficiency] { return megatron_tflops(run, efficiency); }});
@@ -195,21 +196,40 @@ double ddp_benchmark_seconds(const DdpRun& run, const Efficiency& efficiency) {
 std::vector<PublishedRow> ddp_rows(const Efficiency& efficiency) {
   std::vector<PublishedRow> rows;
   for (const DdpRun& run : kDdpBenchmark)
-    rows.push_back({"PyTorch DDP benchmark", fmt::format("ResNet-50, batch 32 per GPU, {}", run.label),
+    rows.push_back({"PyTorch DDP benchmark", kFamilyOlder,
+                    fmt::format("ResNet-50, batch 32 per GPU, {}", run.label),
                     "pytorch/pytorch benchmarks/distributed/ddp/README.md", "s per iteration",
                     run.seconds, run.seconds, "",
                     [&run, efficiency] { return ddp_benchmark_seconds(run, efficiency); }});
   return rows;
 }
 
-bool wanted(const std::string& group, const std::vector<std::string>& groups) {
-  if (groups.empty())
+bool starts_with_any(const std::string& name, const std::vector<std::string>& words) {
+  if (words.empty())
     return true;
-  std::string lower = group;
+  std::string lower = name;
   std::transform(lower.begin(), lower.end(), lower.begin(),
                  [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
-  return std::any_of(groups.begin(), groups.end(),
-                     [&](const std::string& g) { return lower.rfind(g, 0) == 0; });
+  return std::any_of(words.begin(), words.end(),
+                     [&](const std::string& w) { return lower.rfind(w, 0) == 0; });
+}
+
+void add_mean(ErrorSummary& e, double error, bool calibration) {
+  if (calibration) {
+    e.calibration_mean_abs += std::abs(error);
+    ++e.calibration;
+    return;
+  }
+  e.held_out_mean_abs += std::abs(error);
+  e.held_out_worst = std::max(e.held_out_worst, std::abs(error));
+  ++e.held_out;
+}
+
+void finish_means(ErrorSummary& e) {
+  if (e.held_out > 0)
+    e.held_out_mean_abs /= e.held_out;
+  if (e.calibration > 0)
+    e.calibration_mean_abs /= e.calibration;
 }
 
 } // namespace
@@ -227,17 +247,26 @@ double published_error(double predicted, double low, double high) {
   return 0;
 }
 
+const std::vector<std::string>& validation_families() {
+  static const std::vector<std::string> families = {kFamilyDense,       kFamilyFp8,
+                                                    kFamilyMoe,         kFamilyLongContext,
+                                                    kFamilyOlder,       kFamilyCollectives};
+  return families;
+}
+
 std::vector<PublishedRow> published_rows(const std::vector<std::string>& groups,
-                                         const Efficiency& efficiency) {
+                                         const Efficiency& efficiency,
+                                         const std::vector<std::string>& families) {
+  std::vector<PublishedRow> all = nccl_rows();
+  for (auto* source : {&all_to_all_rows}) // the collectives, then the training runs
+    for (auto& row : (*source)())
+      all.push_back(std::move(row));
+  for (auto* source : {&narayanan_rows, &ddp_rows, &h100_training_rows})
+    for (auto& row : (*source)(efficiency))
+      all.push_back(std::move(row));
   std::vector<PublishedRow> rows;
-  for (auto& row : nccl_rows())
-    if (wanted(row.group, groups))
-      rows.push_back(std::move(row));
-  for (auto& row : narayanan_rows(efficiency))
-    if (wanted(row.group, groups))
-      rows.push_back(std::move(row));
-  for (auto& row : ddp_rows(efficiency))
-    if (wanted(row.group, groups))
+  for (auto& row : all)
+    if (starts_with_any(row.group, groups) && starts_with_any(row.family, families))
       rows.push_back(std::move(row));
   return rows;
 }
@@ -246,7 +275,10 @@ ValidationSummary validate_rows(
     const std::vector<PublishedRow>& rows,
     const std::function<void(size_t, size_t, const PublishedRow&)>& progress) {
   ValidationSummary s;
-  int calibration = 0;
+  ErrorSummary all;
+  std::vector<ErrorSummary> families(validation_families().size());
+  for (size_t f = 0; f < families.size(); ++f)
+    families[f].family = validation_families()[f];
   for (size_t i = 0; i < rows.size(); ++i) {
     if (progress)
       progress(i, rows.size(), rows[i]);
@@ -261,20 +293,22 @@ ValidationSummary validate_rows(
       continue;
     }
     r.error = published_error(r.predicted, rows[i].low, rows[i].high);
-    if (rows[i].calibration()) {
-      s.calibration_mean_abs += std::abs(r.error);
-      ++calibration;
-    } else {
-      s.held_out_mean_abs += std::abs(r.error);
-      s.held_out_worst = std::max(s.held_out_worst, std::abs(r.error));
-      ++s.held_out;
-    }
+    add_mean(all, r.error, rows[i].calibration());
+    for (ErrorSummary& f : families)
+      if (f.family == rows[i].family)
+        add_mean(f, r.error, rows[i].calibration());
     s.rows.push_back(r);
   }
-  if (s.held_out > 0)
-    s.held_out_mean_abs /= s.held_out;
-  if (calibration > 0)
-    s.calibration_mean_abs /= calibration;
+  finish_means(all);
+  s.held_out = all.held_out;
+  s.held_out_mean_abs = all.held_out_mean_abs;
+  s.held_out_worst = all.held_out_worst;
+  s.calibration_mean_abs = all.calibration_mean_abs;
+  for (ErrorSummary& f : families) {
+    finish_means(f);
+    if (f.held_out + f.calibration > 0)
+      s.families.push_back(f);
+  }
   return s;
 }
 

@@ -46,7 +46,8 @@ TEST(CliPrecision, Bf16ZeroTwoSplitsModelStatesByCategory) {
 TEST(CliPrecision, Fp16AndUnknownPrecisionsAreUsageErrors) {
   for (const auto& [flag, message] :
        {std::pair<std::string, std::string>{"fp16", "--precision fp16 cannot train on the CPU"},
-        {"fp8", "unknown --precision 'fp8' (choose fp32, bf16 or fp16)"}}) {
+        {"fp8", "--precision fp8 is for meshsim plan"},
+        {"fp4", "unknown --precision 'fp4' (choose fp32, bf16, fp16, or fp8 in a plan)"}}) {
     const auto out = fresh_dir("precision");
     const auto r = run_meshsim("train --gpus 2 --data synthetic --precision " + flag + " --out " +
                                out.string());

@@ -41,7 +41,7 @@ TEST(CostHardware, GpuPresetsAreDenseDatasheetPeaks) {
   EXPECT_DOUBLE_EQ(gpu_preset("gb200").peak_flops(Dtype::BF16), 2500e12);
   EXPECT_DOUBLE_EQ(gpu_preset("gb200").mem_bw, 8e12);
   EXPECT_EQ(default_intra_link("gb200"), "nvlink5");
-  EXPECT_EQ(gpu_presets().size(), 12u);
+  EXPECT_EQ(gpu_presets().size(), 13u); // h100-96 since FP8 (test_fp8.cpp)
   for (const GpuSpec& gpu : gpu_presets()) {
     EXPECT_GE(gpu.peak_flops(Dtype::BF16), gpu.fp32_flops) << gpu.name;
     EXPECT_GT(gpu.mem_bw, 0) << gpu.name;
@@ -304,7 +304,8 @@ TEST(CostNames, ParseAcceptsKnownNamesOnly) {
   EXPECT_EQ(parse_op_class("conv"), OpClass::Matmul);
   EXPECT_EQ(parse_collective_op("recv"), CollectiveOp::SendRecv);
   EXPECT_EQ(parse_algorithm("tree"), Algorithm::Tree);
-  EXPECT_THROW(parse_dtype("fp8"), std::invalid_argument);
+  EXPECT_EQ(parse_dtype("fp8"), Dtype::FP8);
+  EXPECT_THROW(parse_dtype("fp4"), std::invalid_argument);
   EXPECT_THROW(parse_collective_op("scatter"), std::invalid_argument);
 }
 

@@ -35,6 +35,31 @@ TEST(CostFlops, LinearIsTwoMnkPlusBias) {
   EXPECT_DOUBLE_EQ(count_layer("fc", *no_bias, {3, 5, 128}, {3, 5, 10}).flops, 2.0 * 15 * 128 * 10);
 }
 
+// A backward keeps the attention core's share of its GEMMs (what an FP8 plan leaves in bf16):
+// twice the forward's core, the fused core's recomputed scores, and under full recomputation
+// the forward's core once more; the linear GEMMs are the rest.
+TEST(CostFlops, ABackwardKnowsItsAttentionCoresShare) {
+  LayerWork fused;
+  fused.layer = "block0";
+  fused.op = "matmul";
+  fused.gemm_flops = fused.flops = 10e12;
+  fused.attention_flops = 2e12;
+  fused.rerun_flops = 1e12; // the fused core's S = QKᵀ again
+  fused.gemms = 6;
+  fused.kernels = 9;
+  const LayerWork b = backward_work({fused}).front();
+  EXPECT_DOUBLE_EQ(b.gemm_flops, 2 * 10e12 + 1e12);
+  EXPECT_DOUBLE_EQ(b.attention_flops, 2 * 2e12 + 1e12);
+  LayerWork full = fused; // --recompute full: the whole forward again, and the scores
+  full.rerun_flops = full.flops + 1e12;
+  const LayerWork c = backward_work({full}).front();
+  EXPECT_DOUBLE_EQ(c.gemm_flops, 3 * 10e12 + 1e12);
+  EXPECT_DOUBLE_EQ(c.attention_flops, 3 * 2e12 + 1e12);
+  LayerWork mlp = fused; // no attention: nothing of it is the core's
+  mlp.attention_flops = mlp.rerun_flops = 0;
+  EXPECT_DOUBLE_EQ(backward_work({mlp}).front().attention_flops, 0);
+}
+
 TEST(CostFlops, Conv2dCountsEveryOutputElement) {
   nn::Conv2d conv(nn::Conv2dOptions(32, 64, 3).padding(1));
   const LayerWork w = count_layer("conv2", *conv, {2, 32, 14, 14}, {2, 64, 14, 14});

@@ -124,6 +124,69 @@ TEST(CostPredict, CollectiveInsideARegionSplitsIt) {
   EXPECT_NEAR(p.step_time_s, 3 * kMs + ar, 1e-12);
 }
 
+// Overlapped tensor parallelism (--tp-comm-overlap): the collective runs beside the piece of
+// compute after it, and only the piece after that waits for it.
+TEST(CostPredict, AnOverlappedTensorParallelCollectiveRunsBesideTheNextPiece) {
+  std::vector<Recorder> ranks(2);
+  for (int r = 0; r < 2; ++r) {
+    ranks[r].compute.push_back(region("forward", 1, 0, 6));
+    ranks[r].collectives.push_back(coll("all_gather", {0, 1}, 4000000, 0, 1, 1));
+    ranks[r].collectives.push_back(coll("all_gather", {0, 1}, 4000000, 1, 3, 3));
+  }
+  const ClusterSpec cluster = parse_cluster_spec("2xa100-80");
+  PredictOptions options;
+  options.measured_compute = true;
+  const double ag = collective_cost(CollectiveOp::AllGather, 8e6, GroupShape::within_node(2),
+                                    cluster).time_s;
+  const Prediction blocking = predict(ranks, 8, cluster, options);
+  // Pieces of 1, 2 and 3 ms: blocking, each all-gather sits on the critical path.
+  EXPECT_NEAR(blocking.step_time_s, 6 * kMs + 2 * ag, 1e-12);
+  options.overlap_tensor_parallel = true;
+  options.tp = 2;
+  const Prediction overlapped = predict(ranks, 8, cluster, options);
+  // The first all-gather runs beside the 2 ms piece, the second beside the 3 ms one: hidden,
+  // the compute beside them slowed by overlap_slowdown for as long as they run.
+  ASSERT_LT(ag, 2 * kMs);
+  EXPECT_NEAR(overlapped.step_time_s, 6 * kMs + Efficiency().overlap_slowdown * 2 * ag, 1e-12);
+  // A group of another size (not tensor parallelism's) still blocks.
+  options.tp = 4;
+  EXPECT_NEAR(predict(ranks, 8, cluster, options).step_time_s, 6 * kMs + 2 * ag, 1e-12);
+}
+
+// Gradient buckets after a backward that tensor parallelism's collectives split: they start as
+// their gradients are ready, on a stream of their own, beside the backward's collectives.
+TEST(CostPredict, BucketsAfterASplitBackwardOverlapIt) {
+  std::vector<Recorder> ranks(4); // tp 2 (0,1 and 2,3) × dp 2 (0,2 and 1,3)
+  for (int r = 0; r < 4; ++r) {
+    const std::vector<int> tp = r < 2 ? std::vector<int>{0, 1} : std::vector<int>{2, 3};
+    const std::vector<int> dp = r % 2 == 0 ? std::vector<int>{0, 2} : std::vector<int>{1, 3};
+    ranks[r].compute.push_back(region("backward", 1, 0, 4,
+                                      {{"b1", "matmul", 1e12, 1e6, 50000000},
+                                       {"b0", "matmul", 1e12, 1e6, 50000000}}));
+    ranks[r].collectives.push_back(coll("all_reduce", tp, 1000000, 0, 1, 1));
+    ranks[r].collectives.push_back(coll("all_reduce", tp, 1000000, 1, 3, 3));
+    ranks[r].collectives.push_back(coll("all_reduce", dp, 50000000, 0, 4, 5));
+    ranks[r].collectives.push_back(coll("all_reduce", dp, 50000000, 1, 5, 6));
+  }
+  const ClusterSpec cluster = parse_cluster_spec("4xa100-80");
+  PredictOptions options;
+  const Prediction p = predict(ranks, 8, cluster, options);
+  // The first bucket (b1's gradients, half the parameters) starts before backward has ended.
+  const auto& tasks = p.program.ranks[0];
+  const auto bucket = std::find_if(tasks.begin(), tasks.end(), [](const Task& t) {
+    return t.kind == TaskKind::Comm && t.stream == 1;
+  });
+  ASSERT_NE(bucket, tasks.end());
+  double backward_end = 0;
+  for (const Task& t : tasks)
+    if (t.kind == TaskKind::Compute)
+      backward_end = std::max(backward_end, p.replay.task(t.id).end_s);
+  EXPECT_LT(p.replay.task(bucket->id).start_s, backward_end);
+  options.overlap_buckets = false; // --no-overlap: both after backward
+  const Prediction q = predict(ranks, 8, cluster, options);
+  EXPECT_GT(q.step_time_s, p.step_time_s);
+}
+
 // With counted layers the pieces take the region's predicted time in proportion to the memory
 // charges the rank made in each (a count of its operations, the same every run), whatever the
 // clock measured: here the all-reduce came after a quarter of the charges and, by the clock,

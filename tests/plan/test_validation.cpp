@@ -1,6 +1,7 @@
 // `meshsim validate`: the published rows, how errors against a range are measured, the FLOPs
 // formula the Megatron rows are counted with, and that calibration rows reproduce what they
 // were fitted on (the held-out errors are the model's accuracy: the docs' table, not a test).
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -42,11 +43,16 @@ TEST(Validation, EveryRowTheIssueNamesIsThereAndSplitIntoCalibrationAndHeldOut) 
     ddp += r.group == "PyTorch DDP benchmark";
     calibration += r.calibration();
   }
-  EXPECT_EQ(nccl, 8);       // A100 x2, 3 nodes with 4 NICs, H100 ring, NVLS on 5-8 GPUs
+  EXPECT_EQ(nccl, 9);       // A100 x2, 3 nodes with 4 NICs, H100 ring, NVLS on 5-8, alltoall
   EXPECT_EQ(narayanan, 10); // every row of Table 1
   EXPECT_EQ(ddp, 4);        // ResNet-50 alone, and DDP on 1, 8 and 16 V100s
-  EXPECT_EQ(calibration, 5);
-  EXPECT_EQ(published_rows({"nccl"}).size(), 8u);
+  EXPECT_EQ(calibration, 6); // the five of 2021, and FP8's one
+  EXPECT_EQ(published_rows({"nccl"}).size(), 9u);
+  EXPECT_EQ(published_rows({"deepep"}).size(), 8u);       // EP 8-64, dispatch and combine
+  EXPECT_EQ(published_rows({"megatron-lm"}).size(), 9u);  // its README's H100 table
+  EXPECT_EQ(published_rows({"megatron-bridge"}).size(), 5u);
+  EXPECT_EQ(published_rows({"nemo"}).size(), 13u);        // AutoModel 4, long sequences 9
+  EXPECT_EQ(published_rows({"torchtitan"}).size(), 9u);
   EXPECT_EQ(published_rows({"narayanan"}).size(), 10u);
   EXPECT_EQ(published_rows({"pytorch"}).size(), 4u);
 }
@@ -58,7 +64,7 @@ TEST(Validation, CalibrationRowsReproduceWhatTheyWereFittedOn) {
   const ValidationSummary s = validate_rows(rows);
   ASSERT_EQ(s.rows.size(), rows.size());
   EXPECT_EQ(s.failed, 0);
-  EXPECT_EQ(s.held_out, 6);
+  EXPECT_EQ(s.held_out, 7);
   for (const RowResult& r : s.rows) {
     EXPECT_TRUE(std::isfinite(r.predicted)) << r.row->name;
     EXPECT_GT(r.predicted, 0) << r.row->name;
@@ -97,6 +103,43 @@ TEST(Validation, TheDdpRowsArePlansOfResNet50OnV100s) {
   EXPECT_GE(s[3], s[2]);
 }
 
+TEST(Validation, MegatronsFlopsAreItsFormula) {
+  // A GPT (no grouped queries, a 4h GeLU MLP): 72·B·s·L·h²·(1 + s/(6h) + V/(12·L·h)).
+  const double B = 192, s = 4096, L = 24, h = 2048, V = 131072;
+  EXPECT_DOUBLE_EQ(megatron_flops(B, s, L, h, 16, 16, 4 * h, false, V),
+                   72 * B * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h)));
+  // SwiGLU's three matrices of width f, grouped queries' k and v at g/n of q's width.
+  const double f = 14336, n = 32, g = 8;
+  EXPECT_DOUBLE_EQ(megatron_flops(1, s, 1, 4096, n, g, f, true, 0),
+                   12 * s * 4096.0 * 4096 * ((1 + g / n + s / 4096) + f / 4096 * 1.5));
+}
+
+// Every row sits in one family; the targets apply to each family's held-out rows.
+TEST(Validation, EveryRowIsInAFamilyAndEachFamilyIsSummarised) {
+  const std::vector<PublishedRow> rows = published_rows();
+  const auto& families = validation_families();
+  for (const PublishedRow& r : rows)
+    EXPECT_NE(std::find(families.begin(), families.end(), r.family), families.end()) << r.name;
+  const ValidationSummary s = validate_rows(published_rows({"nccl", "deepep"}));
+  ASSERT_EQ(s.families.size(), 1u);
+  EXPECT_EQ(s.families[0].family, kFamilyCollectives);
+  EXPECT_EQ(s.families[0].held_out, 15);
+  EXPECT_EQ(s.families[0].calibration, 2);
+  EXPECT_DOUBLE_EQ(s.families[0].held_out_mean_abs, s.held_out_mean_abs);
+}
+
+// The FP8 GEMM efficiency was fitted on one row: the fit reproduces it.
+TEST(Validation, TheFp8RowReproducesItsFit) {
+  const std::vector<PublishedRow> rows = published_rows({"megatron-bridge"}, {}, {"fp8"});
+  const auto fitted = std::find_if(rows.begin(), rows.end(),
+                                   [](const PublishedRow& r) { return r.calibration(); });
+  ASSERT_NE(fitted, rows.end());
+  EXPECT_EQ(fitted->fitted, "FP8 GEMM efficiency");
+  EXPECT_NE(fitted->name.find("Llama 3 70B fp8 on 64 h100"), std::string::npos) << fitted->name;
+  const double predicted = fitted->predict();
+  EXPECT_LT(std::abs(published_error(predicted, fitted->low, fitted->high)), 0.005) << predicted;
+}
+
 TEST(CliValidate, PrintsEveryRowWithItsErrorAndRefusesBadFlagsInOneLine) {
   const auto r = testing::run_meshsim_exactly("validate --only nccl --no-progress");
   ASSERT_EQ(r.code, 0) << r.output;
@@ -105,8 +148,10 @@ TEST(CliValidate, PrintsEveryRowWithItsErrorAndRefusesBadFlagsInOneLine) {
     EXPECT_NE(r.output.find(text), std::string::npos) << text << "\n" << r.output;
   const auto json = testing::run_meshsim_exactly("validate --only nccl --json --no-progress");
   ASSERT_EQ(json.code, 0) << json.output;
-  EXPECT_EQ(nlohmann::json::parse(json.output)["rows"].size(), 8u);
-  for (const char* bad : {"validate --only nothing", "validate --matmul-efficiency 2",
+  EXPECT_EQ(nlohmann::json::parse(json.output)["rows"].size(), 9u);
+  EXPECT_EQ(nlohmann::json::parse(json.output)["families"][0]["family"], kFamilyCollectives);
+  for (const char* bad : {"validate --only nothing", "validate --family nothing",
+                          "validate --fp8-efficiency 0", "validate --matmul-efficiency 2",
                           "validate --gemm-half-us -3"}) {
     const auto e = testing::run_meshsim_exactly(bad);
     EXPECT_EQ(e.code, 2) << bad << ": " << e.output;

@@ -237,7 +237,13 @@ std::vector<LayerWork> backward_work(const std::vector<LayerWork>& forward) {
     // kernel has one backward kernel.
     w.kernels = w.kernels + w.gemms + rerun_kernels;
     w.gemms = 2 * w.gemms + rerun_gemms;
+    // The attention core's share of the backward's GEMMs: all but the linear GEMMs' backward
+    // (two of each) and, under full recompute, their forward again.
+    const double linear_flops = std::max(0.0, w.gemm_flops - w.attention_flops);
     w.gemm_flops = 2 * w.gemm_flops + rerun_gemm_flops;
+    if (w.attention_flops > 0)
+      w.attention_flops =
+          std::max(0.0, w.gemm_flops - (whole ? 3 : 2) * linear_flops);
     w.gemm_bytes = 2 * w.gemm_bytes + rerun_gemm_bytes;
     // Both recompute modes run the attention core again.
     w.score_bytes = w.score_bytes * (kScorePassesBackward / kScorePassesForward) +

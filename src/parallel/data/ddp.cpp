@@ -4,6 +4,7 @@
 // --no-overlap, after backward); every rank then takes the same optimizer step.
 #include "memory/allocator.h"
 #include "parallel/data/buckets.h"
+#include "parallel/fp8_state.h"
 #include "parallel/replica.h"
 
 namespace meshsim {
@@ -16,6 +17,8 @@ public:
         buckets_(replica_.params, options.bucket_mb), world_(Group::world(ctx.world_size)),
         overlap_(options.overlap) {
     torch::NoGradGuard no_grad;
+    if (options.fp8) // a plan at --precision fp8: parallel/fp8_state.h
+      fp8_state_ = allocate_fp8_state(fp8_footprint(replica_.model, {}, 0), options.device);
     CategoryScope scope(MemoryCategory::Communication);
     for (auto& p : replica_.params) ctx_.comm.broadcast(p, 0, world_);
   }
@@ -55,6 +58,7 @@ private:
   GradientBuckets buckets_;
   Group world_;
   bool overlap_;
+  std::vector<torch::Tensor> fp8_state_;
 };
 
 } // namespace
