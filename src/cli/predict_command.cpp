@@ -137,6 +137,10 @@ int run_predict(const PredictArgs& a) {
     }
     PredictOptions options;
     options.dtype = parse_dtype(a.dtype);
+    // A recorded run's layers do not say which of their GEMMs are the attention core's.
+    if (options.dtype == Dtype::FP8)
+      throw std::invalid_argument(
+          "--dtype fp8 is for plans (meshsim plan --precision fp8); predict a run at bf16");
     options.step = a.step;
     options.measured_compute = a.measured_compute;
     options.overlap_buckets = !a.no_overlap;

@@ -25,7 +25,7 @@ struct Layout {
   int tp = 1, pp = 1, virtual_stages = 1, cp = 1, ep = 1;
   int zero = 1; // Megatron's distributed optimizer is ZeRO 1, FSDP is ZeRO 3
   int64_t global_batch = 0, micro_batch = 1;
-  int last_stage_layers = 0; // an uneven split: the last stage's blocks (config.h)
+  std::string stage_layers; // an uneven split: every chunk's blocks (config.h)
 };
 
 struct TrainingRun {
@@ -66,7 +66,7 @@ TrainConfig lay_out(TrainConfig c, const Layout& l, const char* precision, const
   c.ep = l.ep;
   c.zero = l.zero;
   c.sequence_parallel = l.tp > 1;
-  c.last_stage_layers = l.last_stage_layers;
+  c.stage_layers = l.stage_layers;
   c.global_batch_size = l.global_batch;
   c.micro_batch_size = l.micro_batch;
   c.precision = precision;
@@ -266,14 +266,20 @@ void add_automodel_rows(std::vector<TrainingRun>& runs) {
   runs.push_back(preset_run(kAutoModel, kFamilyMoe, "Qwen3-30B-A3B", "qwen3-30b-a3b", 4096,
                             layout(8, 1, 1, 1, 1, 8, 3, 512, 4), "bf16", "full", source, "h100",
                             12040));
-  // DeepSeek-V3: pp 4 over its 61 blocks (15, 15, 15 and 16), ep 64, FSDP over dp.
+  // DeepSeek-V3: pp 4 with 8 chunks a stage (interleaved 1F1B, layers_per_stage 2) over its 61
+  // blocks in 32 chunks: 1, then 29 of 2, then 1 and 1; ep 64, FSDP over dp. An uneven split is
+  // planned whole, not estimated.
+  std::string chunks = "1";
+  for (int i = 0; i < 29; ++i)
+    chunks += ",2";
+  chunks += ",1,1";
   for (const auto& [gpus, gbs, tokens] :
        {std::tuple<int, int64_t, double>{256, 512, 1002}, {1024, 8192, 865}}) {
-    Layout l = layout(gpus, 1, 4, 1, 1, 64, 3, gbs, 1);
-    l.last_stage_layers = 16;
+    Layout l = layout(gpus, 1, 4, 8, 1, 64, 3, gbs, 1);
+    l.stage_layers = chunks;
     TrainingRun run = preset_run(kAutoModel, kFamilyMoe, "DeepSeek-V3", "deepseek-v3", 4096, l,
                                  "bf16", "full", source, "h100", tokens);
-    run.label += " (its interleaving, 8 chunks a stage, not planned)";
+    run.label += " (chunks of 1, 2 × 29, 1, 1 blocks)";
     run.whole = true;
     runs.push_back(run);
   }

@@ -30,6 +30,14 @@ TEST(CostHardware, Fp8PeaksAreTheDatasheetsDensePeaks) {
   EXPECT_DOUBLE_EQ(gpu_preset("l4").peak_flops(Dtype::FP8), 242.5e12);
   for (const char* none : {"v100-32", "a100-80", "2080ti"})
     EXPECT_EQ(gpu_preset(none).peak_flops(Dtype::FP8), 0) << none;
+  // H200 SXM's datasheet: FP32 67 TF, TF32 989, BF16 1,979, FP8 3,958 "with sparsity",
+  // 141 GB of HBM3e at 4.8 TB/s.
+  const GpuSpec h200 = gpu_preset("h200");
+  EXPECT_DOUBLE_EQ(h200.fp32_flops, 67e12);
+  EXPECT_DOUBLE_EQ(h200.peak_flops(Dtype::TF32), 494.5e12);
+  EXPECT_DOUBLE_EQ(h200.peak_flops(Dtype::BF16), 989.5e12);
+  EXPECT_DOUBLE_EQ(h200.mem_bytes, 141e9);
+  EXPECT_DOUBLE_EQ(h200.mem_bw, 4.8e12);
   // h100-96: Meta's Grand Teton card, the H100's compute with 96 GB at 2.4 TB/s.
   EXPECT_DOUBLE_EQ(gpu_preset("h100-96").mem_bw, 2400e9);
   EXPECT_DOUBLE_EQ(gpu_preset("h100-96").mem_bytes, 96e9);
