@@ -47,7 +47,9 @@ std::vector<FamilyShape> family_shapes(const TrainConfig& base, const ClusterSpe
           continue;
         for (int pp : divisors(world / (tp * cp))) {
           const int64_t experts = base.shape.moe.experts, span = world / (tp * pp);
-          for (int ep = 1; ep == 1 || (experts % ep == 0 && span % ep == 0); ep *= 2)
+          // Expert parallelism only for a mixture of experts (0 experts divide by anything).
+          for (int ep = 1; ep == 1 || (experts > 0 && experts % ep == 0 && span % ep == 0);
+               ep *= 2)
             shapes.push_back({tp, cp, pp, comm, ep, std::nullopt});
         }
       }
