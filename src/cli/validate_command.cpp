@@ -52,11 +52,8 @@ int run_validate(const ValidateArgs& a) {
     efficiency.fp8_matmul = a.fp8_efficiency;
   if (a.gemm_half_us >= 0)
     efficiency.gemm_half_s = a.gemm_half_us * 1e-6;
-  // "a100" names the family of the A100/V100 rows; the others are the start of their names.
-  std::vector<std::string> families = a.family;
-  for (std::string& f : families)
-    if (f == "a100") f = "a100/v100";
-  const std::vector<PublishedRow> rows = published_rows(a.only, efficiency, families);
+  // Each --family word is the start of its family's name ("a100": "A100/V100 (2019-2021)").
+  const std::vector<PublishedRow> rows = published_rows(a.only, efficiency, a.family);
   const ValidationSummary s = validate_rows(rows, [&](size_t i, size_t n, const PublishedRow& row) {
     if (a.progress)
       fmt::print(stderr, "meshsim validate: [{}/{}] {}\n", i + 1, n, row.name);

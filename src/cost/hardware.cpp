@@ -298,30 +298,32 @@ LinkSpec link_preset(const std::string& name) {
   return find_by_name(kLinks, name, "link");
 }
 
+// Each generation's SXM boards sit behind its NVSwitch (the H800's with NVLink cut down);
+// Turing and Ada boards have no NVSwitch.
 std::string default_intra_link(const std::string& gpu_name) {
-  const std::string gpu = gpu_preset(gpu_name).name; // validates the name
-  if (gpu == "h100" || gpu == "h100-96" || gpu == "h200")
-    return "nvlink4";
-  if (gpu == "h800")
-    return "nvlink4-h800";
-  if (gpu == "b200" || gpu == "gb200")
+  const GpuSpec gpu = gpu_preset(gpu_name); // validates the name
+  switch (gpu.arch) {
+  case GpuArch::Hopper:
+    return gpu.name == "h800" ? "nvlink4-h800" : "nvlink4";
+  case GpuArch::Blackwell:
     return "nvlink5";
-  if (gpu.rfind("a100", 0) == 0)
+  case GpuArch::Ampere:
     return "nvlink3";
-  if (gpu.rfind("v100", 0) == 0)
+  case GpuArch::Volta:
     return "nvlink2";
-  if (gpu == "2080ti")
+  case GpuArch::Turing:
     return "pcie3"; // consumer boards; NVLink bridges pair only 2 GPUs
-  return "pcie4";   // 4090 and L4 have no NVLink
+  case GpuArch::Ada:
+    return "pcie4"; // 4090 and L4 have no NVLink
+  }
+  return "pcie4";
 }
 
 std::string default_inter_link(const std::string& gpu_name) {
-  const std::string gpu = gpu_preset(gpu_name).name;
+  const GpuArch arch = gpu_preset(gpu_name).arch;
   // DGX H100 and DGX B200 ship NDR (ConnectX-7, 400 Gb/s), DGX A100 HDR; DeepSeek-V3's H800
   // nodes have 400 Gb/s InfiniBand NICs, and so does a GB200 NVL72's compute tray.
-  const bool ndr = gpu == "h100" || gpu == "h100-96" || gpu == "h200" || gpu == "h800" || gpu == "b200" ||
-                   gpu == "gb200";
-  return ndr ? "ndr" : "hdr";
+  return arch == GpuArch::Hopper || arch == GpuArch::Blackwell ? "ndr" : "hdr";
 }
 
 double ClusterSpec::inter_per_gpu() const {

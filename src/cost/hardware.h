@@ -21,8 +21,8 @@ const char* to_string(Dtype dtype);
 /// Storage bytes per element (TF32 is stored as fp32, FP8 in one byte).
 double dtype_bytes(Dtype dtype);
 
-/// The GPU's architecture: what its GEMMs achieve of the peak differs between generations
-/// (Efficiency::matmul_for in roofline.h).
+/// The GPU's architecture: it sets the default links of its servers (default_intra_link) and
+/// whether it has FP8 tensor cores.
 enum class GpuArch { Volta, Turing, Ampere, Ada, Hopper, Blackwell };
 const char* to_string(GpuArch arch);
 

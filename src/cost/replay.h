@@ -1,10 +1,11 @@
 // Replay: re-times one step of per-rank work on a target cluster.
 //
 // Each rank has two in-order streams, compute and comm (like a CUDA compute stream and an NCCL
-// stream), and a second comm stream for gradient reductions (Task::stream). A task starts when the task before it on the same rank and stream has ended and
-// every task it depends on has ended; a collective starts when every member's instance is
-// ready, and all members finish it together. Durations come from the task itself (already
-// costed on the target) or from roofline.h / collective_cost.h.
+// stream), and a second comm stream for gradient reductions (Task::stream). A task starts when
+// the task before it on the same rank and stream has ended and every task it depends on has
+// ended; a collective starts when every member's instance is ready, and all members finish it
+// together. Durations come from the task itself (already costed on the target) or from
+// roofline.h / collective_cost.h.
 //
 // The structs are plain so tests can hand-build them and the run wiring can fill them from a
 // recorded run. Task ids are strings, unique across the whole program.

@@ -382,6 +382,7 @@ Program build_step_program(const std::vector<Recorder>& ranks, int64_t step, con
         inside.push_back(colls[ci++]);
       std::vector<double> cumulative;
       const double target = region_time(c, gpu, o, &cumulative);
+      const double next_start = k + 1 < regions.size() ? regions[k + 1]->start_s : kInf;
 
       if (!inside.empty()) { // split at each blocking collective
         // Measured: the pieces themselves (the region's span includes the collectives).
@@ -422,23 +423,22 @@ Program build_step_program(const std::vector<Recorder>& ranks, int64_t step, con
         // Gradient buckets after a region split by collectives (a backward under tensor
         // parallelism): each starts once the piece holding its last layer has ended.
         if (!measured) {
-          const double next_start = k + 1 < regions.size() ? regions[k + 1]->start_s : kInf;
           const auto buckets = gradient_buckets(c, cumulative, colls, ci, next_start, o);
           for (const auto& [rec, fraction] : buckets) {
-            size_t ready = pieces_done.back().second;
-            for (const auto& [end, id] : pieces_done)
-              if (end >= fraction - 1e-12) {
-                ready = id;
-                break;
-              }
-            b.comm(*rec, key(rec), ready, false, 1);
+            // The first piece that ends at or after the bucket's last layer (the last piece
+            // where rounding leaves none).
+            auto ready =
+                std::find_if(pieces_done.begin(), pieces_done.end(),
+                             [f = fraction](const auto& p) { return p.first >= f - 1e-12; });
+            if (ready == pieces_done.end())
+              --ready;
+            b.comm(*rec, key(rec), ready->second, false, 1);
           }
           ci += buckets.size();
         }
         continue;
       }
 
-      const double next_start = k + 1 < regions.size() ? regions[k + 1]->start_s : kInf;
       const auto buckets = gradient_buckets(c, cumulative, colls, ci, next_start, o);
       if (buckets.empty()) {
         b.compute(c.name, target);

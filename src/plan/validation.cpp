@@ -98,13 +98,8 @@ const MegatronRun kTable1[] = {
 };
 
 TrainConfig megatron_config(const MegatronRun& run) {
-  TrainConfig c;
-  c.model = "gpt";
+  TrainConfig c = preset_config(run.preset);
   c.data = "synthetic";
-  c.preset = run.preset;
-  ModelFlagsGiven given;
-  given.preset = true;
-  apply_preset(c, given);
   // Megatron ties the head to the embedding; meshsim ties them only without a pipeline. The
   // head's matmul runs either way: the FLOPs and the step are the same, the pipeline's last
   // stage holds one more [V, h] weight.
@@ -234,6 +229,15 @@ void finish_means(ErrorSummary& e) {
 
 } // namespace
 
+TrainConfig preset_config(const std::string& name) {
+  TrainConfig c;
+  c.preset = name;
+  ModelFlagsGiven given;
+  given.preset = true;
+  apply_preset(c, given);
+  return c;
+}
+
 double narayanan_flops(double batch, double seq, double layers, double hidden, double vocab) {
   return 96 * batch * seq * layers * hidden * hidden *
          (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden));
@@ -257,10 +261,10 @@ const std::vector<std::string>& validation_families() {
 std::vector<PublishedRow> published_rows(const std::vector<std::string>& groups,
                                          const Efficiency& efficiency,
                                          const std::vector<std::string>& families) {
+  // The collectives, then the training runs.
   std::vector<PublishedRow> all = nccl_rows();
-  for (auto* source : {&all_to_all_rows}) // the collectives, then the training runs
-    for (auto& row : (*source)())
-      all.push_back(std::move(row));
+  for (auto& row : all_to_all_rows())
+    all.push_back(std::move(row));
   for (auto* source : {&narayanan_rows, &ddp_rows, &h100_training_rows})
     for (auto& row : (*source)(efficiency))
       all.push_back(std::move(row));

@@ -83,11 +83,7 @@ TrainConfig lay_out(TrainConfig c, const Layout& l, const char* precision, const
 }
 
 TrainConfig preset(const char* name, int64_t seq) {
-  TrainConfig c;
-  c.preset = name;
-  ModelFlagsGiven given;
-  given.preset = true;
-  apply_preset(c, given);
+  TrainConfig c = preset_config(name);
   c.shape.seq_len = seq;
   return c;
 }
@@ -208,50 +204,47 @@ Layout layout(int gpus, int tp, int pp, int vp, int cp, int ep, int zero, int64_
   return l;
 }
 
+// A row in tokens/s per GPU of `shape` (a preset's, at its sequence) laid out as `l`.
 TrainingRun preset_run(const char* group, const char* family, const char* model,
-                       const char* preset_name, int64_t seq, const Layout& l,
-                       const char* precision, const char* recompute, std::string source,
-                       const char* gpu, double tokens, const char* fitted = "") {
-  const std::string label = fmt::format("{} {} on {} {}: seq {}, {}, recompute {}", model,
-                                        precision, l.gpus, gpu, seq, layout_text(l), recompute);
+                       const TrainConfig& shape, const Layout& l, const char* precision,
+                       const char* recompute, std::string source, const char* gpu,
+                       double tokens, const char* fitted = "") {
+  const std::string label =
+      fmt::format("{} {} on {} {}: seq {}, {}, recompute {}", model, precision, l.gpus, gpu,
+                  shape.shape.seq_len, layout_text(l), recompute);
+  const bool tp_overlap = std::string(group) != kTorchtitan;
   return {group, family, label, std::move(source), gpu, Unit::TokensPerGpu, tokens, fitted,
-          [=] {
-            return lay_out(preset(preset_name, seq), l, precision, recompute,
-                           std::string(group) != kTorchtitan);
-          }};
+          [=] { return lay_out(shape, l, precision, recompute, tp_overlap); }};
 }
 
 void add_bridge_rows(std::vector<TrainingRun>& runs) {
   // Llama 3 70B: tp 4, pp 8, vp 5, sequence 8192, FP8 current scaling, no recomputation.
-  runs.push_back(preset_run(kBridge, kFamilyFp8, "Llama 3 70B", "llama3.1-70b", 8192,
+  runs.push_back(preset_run(kBridge, kFamilyFp8, "Llama 3 70B", preset("llama3.1-70b", 8192),
                             layout(64, 4, 8, 5, 1, 1, 1, 256, 1), "fp8", "none",
                             "Megatron-Bridge docs/performance-summary (container 26.04.01)",
                             "h100", 1664, kFp8Fit));
-  runs.push_back(preset_run(kBridge, kFamilyFp8, "Llama 3 70B", "llama3.1-70b", 8192,
+  runs.push_back(preset_run(kBridge, kFamilyFp8, "Llama 3 70B", preset("llama3.1-70b", 8192),
                             layout(64, 4, 8, 5, 1, 1, 1, 128, 1), "fp8", "none",
                             "Megatron-Bridge docs/performance-summary (container 25.11, FP8-CS)",
                             "h100", 1602));
   // Llama 3.1 405B: tp 8, pp 8, cp 2, vp 8. Its 126 blocks are planned as 128: Megatron-Bridge
   // counts the embedding and the loss as a block each in its split, so each of the 64 chunks
   // does two blocks' work, as an even split of 128 does.
+  TrainConfig llama405b = preset("llama3.1-405b", 8192);
+  llama405b.shape.layers = 128;
   for (const auto& [gbs, tokens, container] :
-       {std::tuple<int64_t, double, const char*>{1536, 328, "26.04.01"}, {512, 292, "25.11, FP8-CS"}}) {
-    TrainingRun run = preset_run(kBridge, kFamilyFp8, "Llama 3.1 405B", "llama3.1-405b", 8192,
-                                 layout(1024, 8, 8, 8, 2, 1, 1, gbs, 1), "fp8", "none",
-                                 fmt::format("Megatron-Bridge docs/performance-summary (container {})",
-                                             container),
-                                 "h100", tokens);
-    const Layout l = layout(1024, 8, 8, 8, 2, 1, 1, gbs, 1);
+       {std::tuple<int64_t, double, const char*>{1536, 328, "26.04.01"},
+        {512, 292, "25.11, FP8-CS"}}) {
+    TrainingRun run = preset_run(
+        kBridge, kFamilyFp8, "Llama 3.1 405B", llama405b, layout(1024, 8, 8, 8, 2, 1, 1, gbs, 1),
+        "fp8", "none",
+        fmt::format("Megatron-Bridge docs/performance-summary (container {})", container), "h100",
+        tokens);
     run.label += ", 126 blocks planned as 128";
-    run.config = [l] {
-      TrainConfig c = preset("llama3.1-405b", 8192);
-      c.shape.layers = 128;
-      return lay_out(c, l, "fp8", "none");
-    };
     runs.push_back(run);
   }
   // Qwen3-30B-A3B: ep 16 over 16 GPUs, FP8, no recomputation, routing forced balanced.
-  runs.push_back(preset_run(kBridge, kFamilyMoe, "Qwen3-30B-A3B", "qwen3-30b-a3b", 4096,
+  runs.push_back(preset_run(kBridge, kFamilyMoe, "Qwen3-30B-A3B", preset("qwen3-30b-a3b", 4096),
                             layout(16, 1, 1, 1, 1, 16, 1, 1024, 1), "fp8", "none",
                             "Megatron-Bridge docs/performance-summary (container 26.04.01)",
                             "h100", 8960));
@@ -260,10 +253,10 @@ void add_bridge_rows(std::vector<TrainingRun>& runs) {
 void add_automodel_rows(std::vector<TrainingRun>& runs) {
   const std::string source = "NVIDIA-NeMo/Automodel docs/performance-summary (main, 2025-10)";
   // BF16, FSDP2 (ZeRO 3), activation checkpointing (full recomputation).
-  runs.push_back(preset_run(kAutoModel, kFamilyDense, "Llama 3 70B", "llama3.1-70b", 8192,
+  runs.push_back(preset_run(kAutoModel, kFamilyDense, "Llama 3 70B", preset("llama3.1-70b", 8192),
                             layout(64, 1, 1, 1, 2, 1, 3, 128, 1), "bf16", "full", source, "h100",
                             866.77));
-  runs.push_back(preset_run(kAutoModel, kFamilyMoe, "Qwen3-30B-A3B", "qwen3-30b-a3b", 4096,
+  runs.push_back(preset_run(kAutoModel, kFamilyMoe, "Qwen3-30B-A3B", preset("qwen3-30b-a3b", 4096),
                             layout(8, 1, 1, 1, 1, 8, 3, 512, 4), "bf16", "full", source, "h100",
                             12040));
   // DeepSeek-V3: pp 4 with 8 chunks a stage (interleaved 1F1B, layers_per_stage 2) over its 61
@@ -277,8 +270,9 @@ void add_automodel_rows(std::vector<TrainingRun>& runs) {
        {std::tuple<int, int64_t, double>{256, 512, 1002}, {1024, 8192, 865}}) {
     Layout l = layout(gpus, 1, 4, 8, 1, 64, 3, gbs, 1);
     l.stage_layers = chunks;
-    TrainingRun run = preset_run(kAutoModel, kFamilyMoe, "DeepSeek-V3", "deepseek-v3", 4096, l,
-                                 "bf16", "full", source, "h100", tokens);
+    TrainingRun run = preset_run(kAutoModel, kFamilyMoe, "DeepSeek-V3",
+                                 preset("deepseek-v3", 4096), l, "bf16", "full", source, "h100",
+                                 tokens);
     run.label += " (chunks of 1, 2 × 29, 1, 1 blocks)";
     run.whole = true;
     runs.push_back(run);
@@ -289,23 +283,27 @@ void add_torchtitan_rows(std::vector<TrainingRun>& runs) {
   // torch 1963fc8, torchao eab345c, torchtitan 9dec370 (2024-12) on Grand Teton H100s: 96 GB
   // HBM2e, 2.4 TB/s, a 500 W power limit (h100-96). Sequence 8,192 (the configs' default).
   const std::string source = "pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md";
-  const auto fsdp = [](int gpus, int64_t local) { return layout(gpus, 1, 1, 1, 1, 1, 3, local * gpus, local); };
-  for (const auto& [gpus, eager, fp8] : {std::tuple<int, double, double>{8, 5762, 8532}, {128, 5605, 8380}}) {
-    runs.push_back(preset_run(kTorchtitan, kFamilyDense, "Llama 3 8B", "llama3.1-8b", 8192,
+  const auto fsdp = [](int gpus, int64_t local) {
+    return layout(gpus, 1, 1, 1, 1, 1, 3, local * gpus, local);
+  };
+  for (const auto& [gpus, eager, fp8] :
+       {std::tuple<int, double, double>{8, 5762, 8532}, {128, 5605, 8380}}) {
+    runs.push_back(preset_run(kTorchtitan, kFamilyDense, "Llama 3 8B", preset("llama3.1-8b", 8192),
                               fsdp(gpus, 2), "bf16", "selective", source + " (eager)", "h100-96",
                               eager));
-    runs.push_back(preset_run(kTorchtitan, kFamilyFp8, "Llama 3 8B", "llama3.1-8b", 8192,
+    runs.push_back(preset_run(kTorchtitan, kFamilyFp8, "Llama 3 8B", preset("llama3.1-8b", 8192),
                               fsdp(gpus, 2), "fp8", "selective",
                               source + " (torch.compile, float8 tensorwise)", "h100-96", fp8));
   }
-  runs.push_back(preset_run(kTorchtitan, kFamilyFp8, "Llama 3 70B", "llama3.1-70b", 8192,
+  runs.push_back(preset_run(kTorchtitan, kFamilyFp8, "Llama 3 70B", preset("llama3.1-70b", 8192),
                             layout(256, 8, 1, 1, 1, 1, 3, 512, 16), "fp8", "full",
                             source + " (torch.compile, float8 tensorwise, no async TP)", "h100-96",
                             829));
   // Context parallelism: 8B on 8 GPUs, local batch 1, FP8, compile, full recomputation.
   for (const auto& [cp, tokens] : {std::pair<int, double>{1, 3890}, {2, 2540}, {4, 1071}, {8, 548}})
-    runs.push_back(preset_run(kTorchtitan, kFamilyLongContext, "Llama 3 8B", "llama3.1-8b",
-                              32768 * cp, layout(8, 1, 1, 1, cp, 1, 3, 8 / cp, 1), "fp8", "full",
+    runs.push_back(preset_run(kTorchtitan, kFamilyLongContext, "Llama 3 8B",
+                              preset("llama3.1-8b", 32768 * cp),
+                              layout(8, 1, 1, 1, cp, 1, 3, 8 / cp, 1), "fp8", "full",
                               source + " (torch.compile, float8)", "h100-96", tokens));
 }
 
@@ -318,17 +316,19 @@ void add_nemo_long_rows(std::vector<TrainingRun>& runs) {
     int gpus, tp, pp, cp;
     double tflops;
   };
-  const Row rows[] = {{4, 4, 1, 1, 1, 768},     {8, 8, 1, 2, 1, 730},    {16, 16, 2, 1, 1, 660},
-                      {32, 32, 2, 1, 2, 610},   {64, 64, 4, 1, 2, 574},  {128, 128, 4, 1, 4, 555},
-                      {256, 256, 4, 1, 8, 549}, {512, 512, 8, 1, 16, 549}, {1024, 1024, 8, 1, 32, 536}};
+  const Row rows[] = {
+      {4, 4, 1, 1, 1, 768},     {8, 8, 1, 2, 1, 730},      {16, 16, 2, 1, 1, 660},
+      {32, 32, 2, 1, 2, 610},   {64, 64, 4, 1, 2, 574},    {128, 128, 4, 1, 4, 555},
+      {256, 256, 4, 1, 8, 549}, {512, 512, 8, 1, 16, 549}, {1024, 1024, 8, 1, 32, 536}};
   for (const Row& r : rows) {
     const int64_t seq = r.seq_k * 1024;
     const Layout l = layout(r.gpus, r.tp, r.pp, 1, r.cp, 1, 1, 4 * 1024 * 1024 / seq, 1);
-    runs.push_back({kNemoLong, kFamilyLongContext,
-                    fmt::format("Llama 2 7B fp8 on {} H100: seq {}K, {}", r.gpus, r.seq_k, layout_text(l)),
-                    "NVIDIA/NeMo docs performance_long_sequence.md (NeMo 24.03.01)", "h100",
-                    Unit::MegatronTflops, r.tflops, "",
-                    [l, seq] { return lay_out(llama2_7b(seq), l, "fp8", "none"); }});
+    runs.push_back(
+        {kNemoLong, kFamilyLongContext,
+         fmt::format("Llama 2 7B fp8 on {} H100: seq {}K, {}", r.gpus, r.seq_k, layout_text(l)),
+         "NVIDIA/NeMo docs performance_long_sequence.md (NeMo 24.03.01)", "h100",
+         Unit::MegatronTflops, r.tflops, "",
+         [l, seq] { return lay_out(llama2_7b(seq), l, "fp8", "none"); }});
   }
 }
 
@@ -349,13 +349,10 @@ std::vector<PublishedRow> h100_training_rows(const Efficiency& efficiency) {
   add_torchtitan_rows(runs);
   add_nemo_long_rows(runs);
   std::vector<PublishedRow> rows;
-  for (TrainingRun& run : runs) {
-    const double published = run.published;
-    const Unit unit = run.unit;
-    rows.push_back({run.group, run.family, run.label, run.source, unit_name(unit), published,
-                    published, run.fitted,
+  for (const TrainingRun& run : runs)
+    rows.push_back({run.group, run.family, run.label, run.source, unit_name(run.unit),
+                    run.published, run.published, run.fitted,
                     [run, efficiency] { return predict_run(run, efficiency); }});
-  }
   return rows;
 }
 

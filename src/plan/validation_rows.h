@@ -4,9 +4,14 @@
 
 #include <vector>
 
+#include "config/config.h"
 #include "plan/validation.h"
 
 namespace meshsim {
+
+/// A configuration with preset `name`'s shape, as `--preset name` gives it: what each row
+/// starts from.
+TrainConfig preset_config(const std::string& name);
 
 /// Training runs on H100s (validation_h100.cpp): the Megatron-LM README's table, Megatron-Bridge's
 /// and NeMo's performance summaries, torchtitan's benchmarks; each in its family (dense bf16,

@@ -11,10 +11,11 @@ namespace meshsim {
 namespace {
 
 TEST(CliBenchComm, TheClustersOf2026HaveAllReduceAndAllToAllRows) {
-  for (const char* cluster : {"2x8xh100", "2x8xh100-96", "2x8xh200", "2x8xh800", "2x8xb200",
-                              "2x72xgb200"}) {
+  for (const char* cluster :
+       {"2x8xh100", "2x8xh100-96", "2x8xh200", "2x8xh800", "2x8xb200", "2x72xgb200"}) {
     const auto r = testing::run_meshsim_exactly(
-        std::string("bench comm --model-only --min-bytes 67108864 --max-bytes 67108864 --cluster ") +
+        std::string(
+            "bench comm --model-only --min-bytes 67108864 --max-bytes 67108864 --cluster ") +
         cluster);
     ASSERT_EQ(r.code, 0) << cluster << ": " << r.output;
     for (const char* section : {"# all_reduce", "# all_to_all", " MiB "})
