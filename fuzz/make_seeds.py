@@ -181,3 +181,19 @@ put("fuzz_safetensors", "llama-config", b"\x01" + json.dumps({
     "num_key_value_heads": 4, "intermediate_size": 256, "vocab_size": 256, "head_dim": 16,
     "hidden_act": "silu", "rms_norm_eps": 1e-5, "rope_parameters": {"rope_type": "default",
     "rope_theta": 10000.0}, "tie_word_embeddings": False}).encode())
+
+# fuzz_plan_request: meshsim serve's POST /api/plan bodies.
+put("fuzz_plan_request", "preset", json.dumps({"preset": "llama3-8b", "cluster": "8xh100",
+    "precision": "bf16", "layout": {"zero": 3}}))
+put("fuzz_plan_request", "search", json.dumps({"preset": "llama3-70b", "cluster": "2x8xh100",
+    "global_batch_size": 64, "search": True, "top": 5}))
+put("fuzz_plan_request", "full-layout", json.dumps({"preset": "mixtral-8x7b", "cluster": "4x8xh100",
+    "inter": "4xndr", "layout": {"tp": 2, "pp": 2, "cp": 1, "ep": 8, "zero": 1, "micro_batch_size": 1,
+    "micro_batches": 8, "virtual_stages": 2, "recompute": "full", "attention": "fused",
+    "cp_comm": "ring", "sequence_parallel": True, "tp_comm_overlap": False}, "seq_len": 4096}))
+put("fuzz_plan_request", "hf-config", json.dumps({"cluster": "8xh100", "hf_config": {
+    "model_type": "mixtral", "num_hidden_layers": 32, "hidden_size": 4096,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+    "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000,
+    "rope_theta": 1e6}}))
+put("fuzz_plan_request", "bad-value", '{"preset": "llama3-8b", "cluster": "8xh100; rm -rf /"}')

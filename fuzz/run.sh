@@ -48,6 +48,7 @@ targets=(
   "fuzz_idx        2048     150000"
   "fuzz_safetensors 4096    300000"
   "fuzz_routing    2048     300000"
+  "fuzz_plan_request 4096   300000"
   # the two below: 1 million more, about 7 minutes (fuzz_cli ~6,500/s, fuzz_predict_values
   # ~700/s: a prediction replayed per input). fuzz_cli prints each refusal, as meshsim does:
   # its stderr is closed (libFuzzer's own reports still come, and a crash leaves its input).

@@ -9,7 +9,9 @@ packages=(
   nlohmann-json3-dev libfmt-dev libcli11-dev zlib1g-dev libgtest-dev
   dataset-fashion-mnist           # the real Fashion-MNIST, the default data
   gnuplot-nox                     # draws memory.png
-  chromium                        # headless, loads report.html in the tests (make test)
+  libcpp-httplib-dev              # meshsim serve's HTTP server
+  chromium                        # headless, loads report.html and plan.html in the tests
+  chromium-driver python3-selenium  # drive the serve page in the browser test (make test)
   python3-torch                   # PyTorch itself: the reference in tests and benchmarks
 )
 

@@ -11,7 +11,7 @@ namespace meshsim {
 struct CommandLineParser::Apps {
   CLI::App app{"meshsim: multi-GPU distributed training on virtual GPUs"};
   CLI::App *train, *plan, *info, *predict, *models, *bench, *bench_comm, *export_, *launch,
-      *validate;
+      *validate, *serve;
   std::string config_path; // registered only so that CLI11 accepts --config (read before)
 };
 
@@ -45,6 +45,9 @@ CommandLineParser::CommandLineParser() : apps_(std::make_unique<Apps>()) {
   a.validate = a.app.add_subcommand(
       "validate", "hold the cost model against every published measurement it knows");
   add_validate_flags(*a.validate, out.validate);
+  a.serve = a.app.add_subcommand(
+      "serve", "the planner as a local web page: pick a model, a cluster and a layout, or search");
+  add_serve_flags(*a.serve, out.serve);
 }
 
 CommandLineParser::~CommandLineParser() = default;
@@ -79,6 +82,7 @@ int CommandLineParser::parse(int argc, char** argv) {
                           : a.plan->parsed()    ? "plan"
                           : a.export_->parsed() ? "export"
                           : a.predict->parsed() ? "predict"
+                          : a.serve->parsed()   ? "serve"
                                                 : "";
     std::fprintf(stderr, "meshsim: %s (see meshsim %s --help)\n", printable(what).c_str(), command);
     return kExitUsage;
@@ -97,6 +101,7 @@ int CommandLineParser::parse(int argc, char** argv) {
                 : a.models->parsed()     ? Command::kModels
                 : a.bench_comm->parsed() ? Command::kBenchComm
                 : a.validate->parsed()   ? Command::kValidate
+                : a.serve->parsed()      ? Command::kServe
                 : a.export_->parsed()    ? Command::kExport
                 : a.launch->parsed()     ? Command::kLaunch
                                          : Command::kTrain;
@@ -121,6 +126,7 @@ int run_command_line(CommandLine& line) {
   case Command::kExport: return run_export(line.export_);
   case Command::kLaunch: return run_launch(line.launch);
   case Command::kTrain: return run_train(line.train);
+  case Command::kServe: return run_serve(line.serve);
   case Command::kNone: break;
   }
   return kExitUsage;

@@ -10,7 +10,7 @@
 
 namespace meshsim {
 
-enum class Command { kNone, kTrain, kPlan, kInfo, kPredict, kModels, kBenchComm, kValidate, kExport, kLaunch };
+enum class Command { kNone, kTrain, kPlan, kInfo, kPredict, kModels, kBenchComm, kValidate, kExport, kLaunch, kServe };
 
 struct CommandLine {
   Command command = Command::kNone;
@@ -21,6 +21,7 @@ struct CommandLine {
   ModelsArgs models;
   BenchCommArgs bench;
   ValidateArgs validate;
+  ServeArgs serve;
   ExportArgs export_;
   LaunchArgs launch;
 };

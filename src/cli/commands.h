@@ -79,8 +79,11 @@ struct PlanArgs {
 void add_plan_flags(CLI::App& app, TrainConfig& config, PlanArgs& args);
 int run_plan(TrainConfig config, const PlanArgs& args);
 /// Plans `config` (validated) on `cluster` and returns plan.json's document; with config.out,
-/// writes plan.json, trace.json and memory.png there (plan_command.cpp).
-nlohmann::json plan_and_write(const TrainConfig& config, const ClusterSpec& cluster);
+/// writes plan.json, trace.json, memory.png and plan.html there (plan_command.cpp); `search`,
+/// when not null, is the --search document whose fastest layout `config` is (plan.html shows
+/// its table).
+nlohmann::json plan_and_write(const TrainConfig& config, const ClusterSpec& cluster,
+                              const nlohmann::json& search = nullptr);
 /// `--out DIR` checked before any work: refused (std::invalid_argument, one line naming it)
 /// when it is a file, cannot be made or written, or holds files and `may_hold_files` is false.
 /// An empty `out` passes.
@@ -114,6 +117,18 @@ struct BenchCommArgs {
 };
 void add_bench_comm_flags(CLI::App& app, BenchCommArgs& args);
 int run_bench_comm(const BenchCommArgs& args);
+
+/// `meshsim serve` (serve_command.cpp): the planner as a local web page (serve/server.h).
+struct ServeArgs {
+  std::string host = "127.0.0.1";
+  int64_t port = 8080;
+  double max_seconds = 60;
+  int64_t max_plans = 2;
+  int64_t max_waiting = 8;
+  int64_t max_body_bytes = 1 << 20;
+};
+void add_serve_flags(CLI::App& app, ServeArgs& args);
+int run_serve(const ServeArgs& args);
 
 /// `meshsim validate`: the published rows the cost model is held against (plan/validation.h).
 struct ValidateArgs {

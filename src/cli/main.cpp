@@ -2,7 +2,8 @@
 // `meshsim plan` answers the same question for a target cluster without running it;
 // `meshsim info` says what this build can do; `meshsim models` lists the model presets;
 // `meshsim export` writes a run's trained model as a PyTorch state_dict; `meshsim launch`
-// starts the processes of a run with --backend c10d.
+// starts the processes of a run with --backend c10d; `meshsim serve` is the planner as a local
+// web page.
 //
 // Exit codes: 0 ok, 2 usage or configuration, 3 data, 4 a virtual GPU (or the host) ran out
 // of memory, 5 a collective timed out or a rank failed, 6 the loss diverged, 128 + N stopped

@@ -16,8 +16,10 @@
 #include "models/presets.h"
 #include "base/atomic_file.h"
 #include "report/memory_report.h"
+#include "report/plan_page.h"
 #include "report/trace.h"
 #include "plan/plan.h"
+#include "plan/step_timeline.h"
 
 namespace meshsim {
 namespace {
@@ -107,6 +109,65 @@ void print_plan(const nlohmann::json& doc, const TrainConfig& c) {
              doc["tflops_per_gpu"].get<double>(), 100 * doc["mfu"].get<double>());
   fmt::print("fits: {} (peak {} of {} per GPU)\n", doc["fits"].get<bool>() ? "yes" : "no",
              format_bytes(peak), bytes(doc["gpu_memory_bytes"]));
+}
+
+// The predicted step per stage: compute, exposed communication, bubble (plan/step_timeline.h).
+nlohmann::json timeline_json(const Plan& plan, const Prediction& p) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (const StageTimeline& t : stage_timelines(plan, p)) {
+    nlohmann::json segments = nlohmann::json::array();
+    for (const StepSegment& s : t.segments)
+      segments.push_back({s.start_s, s.end_s, activity_name(s.activity)});
+    stages.push_back({{"stage", t.stage},
+                      {"rank", t.rank},
+                      {"compute_s", t.compute_s},
+                      {"exposed_comm_s", t.exposed_comm_s},
+                      {"bubble_s", t.bubble_s},
+                      {"segments", segments}});
+  }
+  return {{"step_seconds", p.replay.makespan_s},
+          {"overlap_penalty_seconds", p.overlap_penalty_s},
+          {"stages", stages}};
+}
+
+nlohmann::json link_json(const LinkSpec& link) {
+  return {{"name", link.name}, {"gb_per_s", link.bandwidth / 1e9}, {"efficiency", link.efficiency}};
+}
+
+// What the prediction took as given: the numbers a person would question first.
+nlohmann::json assumptions_json(const TrainConfig& c, const ClusterSpec& cluster) {
+  const Efficiency eff = PredictOptions{}.efficiency; // what plan_on predicts with
+  const bool fp8 = c.precision == "fp8";
+  nlohmann::json efficiencies{{"matmul", eff.matmul},
+                              {"attention", eff.attention},
+                              {"normalization", eff.normalization},
+                              {"elementwise", eff.elementwise},
+                              {"optimizer", eff.optimizer},
+                              {"memory", eff.memory},
+                              {"launch_us", eff.launch_s * 1e6},
+                              {"overlap_slowdown", eff.overlap_slowdown}};
+  if (fp8)
+    efficiencies["fp8_matmul"] = eff.fp8_matmul;
+  nlohmann::json gpu{{"name", cluster.gpu.name},
+                     {"memory_bytes", static_cast<int64_t>(cluster.gpu.mem_bytes)},
+                     {"bf16_tflops", cluster.gpu.bf16_flops / 1e12},
+                     {"hbm_tb_per_s", cluster.gpu.mem_bw / 1e12}};
+  if (fp8)
+    gpu["fp8_tflops"] = cluster.gpu.fp8_flops / 1e12;
+  const bool transformer = model_family(c.model).transformer;
+  return {{"precision", fp8 ? "fp8 (the blocks' linear GEMMs; the rest bf16)" : c.precision},
+          {"attention", !transformer         ? "none"
+                        : c.attention == "fused" ? "fused (no [s, s] scores kept)"
+                                                 : "eager ([s, s] scores kept)"},
+          {"routing", c.shape.moe.experts > 0 ? c.shape.moe.planned_routing : "no experts"},
+          {"recompute", c.recompute},
+          {"tp_comm_overlap", c.tp_comm_overlap},
+          {"gpu", gpu},
+          {"links",
+           {{"intra", link_json(cluster.intra)},
+            {"inter", link_json(cluster.inter)},
+            {"nics_per_node", cluster.nics()}}},
+          {"efficiencies", efficiencies}};
 }
 
 } // namespace
@@ -205,7 +266,8 @@ int run_plan(TrainConfig config, const PlanArgs& args) {
   }
 }
 
-nlohmann::json plan_and_write(const TrainConfig& config, const ClusterSpec& cluster) {
+nlohmann::json plan_and_write(const TrainConfig& config, const ClusterSpec& cluster,
+                              const nlohmann::json& search) {
   const RunClock clock;
   fmt::print(stderr, "meshsim: planning {} step(s) of {} on the meta device and replaying it on "
                      "{}...\n",
@@ -234,7 +296,9 @@ nlohmann::json plan_and_write(const TrainConfig& config, const ClusterSpec& clus
                      {"mfu", f.mfu},
                      {"gpu_memory_bytes", f.gpu_memory_bytes},
                      {"fits", f.fits},
-                     {"stages", stages_json(f)}};
+                     {"stages", stages_json(f)},
+                     {"timeline", timeline_json(plan, p)},
+                     {"assumptions", assumptions_json(config, cluster)}};
   if (!config.out.empty()) {
     const std::filesystem::path dir(config.out);
     std::filesystem::create_directories(dir);
@@ -242,6 +306,7 @@ nlohmann::json plan_and_write(const TrainConfig& config, const ClusterSpec& clus
     write_chrome_trace(dir / "trace.json",
                        chrome_trace(p.timeline, {}, fmt::format("predicted {}", p.cluster)));
     write_plan_picture(dir / "memory.png", plan, f, config);
+    write_plan_page(dir / "plan.html", doc, search);
   }
   return doc;
 }

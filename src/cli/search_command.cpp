@@ -7,6 +7,7 @@
 #include "models/presets.h"
 #include "base/atomic_file.h"
 #include "plan/search.h"
+#include "report/plan_page.h"
 
 namespace meshsim {
 namespace {
@@ -127,7 +128,9 @@ int run_search(const TrainConfig& config, const ClusterSpec& cluster, const Plan
     if (!r.best.empty()) {
       TrainConfig best = r.best.front().config;
       best.out = config.out;
-      plan_and_write(best, cluster);
+      plan_and_write(best, cluster, doc);
+    } else {
+      write_plan_page(std::filesystem::path(config.out) / "plan.html", nullptr, doc);
     }
   }
   if (args.json)

@@ -4,49 +4,11 @@
 #include <fstream>
 
 #include "base/atomic_file.h"
+#include "report/plan_page.h"
 #include "report/report_assets.h"
 
 namespace meshsim {
 namespace {
-
-std::string html_escape(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-    case '&':
-      out += "&amp;";
-      break;
-    case '<':
-      out += "&lt;";
-      break;
-    case '>':
-      out += "&gt;";
-      break;
-    case '"':
-      out += "&quot;";
-      break;
-    default:
-      out += c;
-    }
-  }
-  return out;
-}
-
-// Text inside a <script> element ends at the first "</": JSON may say "<\/" instead.
-std::string script_safe_json(const nlohmann::json& data) {
-  std::string text = data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  std::string out;
-  out.reserve(text.size());
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (text[i] == '<' && i + 1 < text.size() && text[i + 1] == '/') {
-      out += "<\\/";
-      ++i;
-    } else {
-      out += text[i];
-    }
-  }
-  return out;
-}
 
 } // namespace
 
