@@ -34,8 +34,9 @@ fi
 
 # Per target: the longest input worth trying, and the inputs run. Measured on 2 cores: the
 # string parsers run 50-100k inputs/s, the JSON ones 25-35k/s, the IDX reader ~10k/s (a file
-# and tensors per input), the safetensors reader ~15k/s; the defaults give the first nine 10-35 s
-# each and the last two about 2 and 5 minutes, 4.55 million inputs in all.
+# and tensors per input), the safetensors reader ~15k/s, meshsim serve's request parser ~10k/s
+# (30 s); the defaults give the first eleven 10-35 s each and the last two about 2 and 5
+# minutes, 5.15 million inputs in all.
 targets=(
   # name           max_len  runs
   "fuzz_size       64       1000000"

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "base/printable.h"
 #include "models/presets.h"
 
 namespace meshsim {
@@ -15,6 +16,11 @@ using json = nlohmann::json;
 
 [[noreturn]] void refuse(const std::string& what) {
   throw RequestError(400, what);
+}
+
+// A field's name as an error quotes it: a key may hold anything JSON can write, newlines too.
+std::string shown_key(const std::string& key) {
+  return printable(key.size() > 64 ? key.substr(0, 64) + "..." : key);
 }
 
 // The JSON's own name of a value's type, as the error says it.
@@ -132,7 +138,7 @@ void add_layout(const json& layout, std::vector<std::string>& out) {
       refuse(fmt::format("unknown field '{}' (layout takes tp, pp, cp, ep, dp_shard, zero, "
                          "micro_batch_size, micro_batches, virtual_stages, recompute, attention, "
                          "cp_comm, sequence_parallel, tp_comm_overlap)",
-                         name.size() > 64 ? name.substr(0, 64) + "..." : name));
+                         shown_key(name)));
     }
   }
   for (const char* key : order)
@@ -226,7 +232,7 @@ PlanRequest parse_plan_request(const std::string& body) {
     } else {
       refuse(fmt::format("unknown field '{}' (a plan takes preset or hf_config, cluster, intra, "
                          "inter, precision, layout, global_batch_size, seq_len, search, top)",
-                         key.size() > 64 ? key.substr(0, 64) + "..." : key));
+                         shown_key(key)));
     }
   }
   for (const char* key : order)

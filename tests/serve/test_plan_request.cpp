@@ -87,6 +87,8 @@ TEST(PlanRequest, RefusesWhatIsNotAPlanInOneLine) {
   EXPECT_NE(refusal(R"({"preset": "gpt2", "cluster": "8xh100", "precision": "int4"})")
                 .find("one of fp32, bf16, fp16, fp8"),
             std::string::npos);
+  EXPECT_NE(refusal(R"({"preset": "gpt2", "clust\r": "8xh100"})").find("unknown field 'clust\\x0d'"),
+            std::string::npos);
   EXPECT_NE(refusal(std::string(100, '[') + std::string(100, ']')).find("nests"),
             std::string::npos);
 }
