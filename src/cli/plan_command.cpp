@@ -82,6 +82,7 @@ void print_plan(const nlohmann::json& doc, const TrainConfig& c) {
              doc["cluster"].get<std::string>(),
              layout_dims(c).describe(),
              std::string(c.sequence_parallel ? " with sequence parallel" : "") +
+                 (c.tp_comm_overlap ? ", tp communication overlapped" : "") +
                  (c.cp > 1 ? " (cp by " + c.cp_comm + ")" : ""),
              c.zero, c.precision,
              doc["global_batch_size"].get<int64_t>(), c.micro_batches, c.micro_batches == 1 ? "" : "es",
