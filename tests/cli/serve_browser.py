@@ -222,7 +222,10 @@ def run(binary, source, work, webdriver, By, Select, WebDriverWait):
         shutil.rmtree(out, ignore_errors=True)  # a rerun's folder: plan --out wants it new
         args = ['plan', '--preset', 'deepseek-v3', '--cluster', '64x8xh100', '--precision', 'bf16',
                 '--pp', '8', '--ep', '64', '--zero', '1', '--global-batch-size', '512',
-                '--micro-batch-size', '1', '--recompute', 'full', '--out', out]
+                '--micro-batch-size', '1', '--recompute', 'full', '--out', out,
+                # the pipeline's stages wait on each other: far longer than 60 s under
+                # ThreadSanitizer (make sanitize)
+                '--comm-timeout', '1200']
         r = subprocess.run([binary] + args, capture_output=True, text=True, timeout=600)
         if r.returncode != 0:
             print(r.stdout + r.stderr)
