@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
+#include <tuple>
 #include <set>
 #include <string>
 
@@ -116,23 +118,25 @@ std::vector<StageTimeline> stage_timelines(const Plan& plan, const Prediction& p
           task.group.size() == 2 && task.group[0] == static_cast<int>(rank) &&
           task.group[1] != task.group[0])
         sends.insert(task.id);
+  // Each rank's compute and communication intervals, in one pass over the replay.
+  std::map<int, std::pair<Intervals, Intervals>> by_rank;
+  for (const TaskTiming& t : replay.tasks) {
+    if (t.kind == TaskKind::Comm && sends.count(t.id))
+      continue;
+    auto& [compute, comm] = by_rank[t.rank];
+    (t.kind == TaskKind::Compute ? compute : comm).emplace_back(t.start_s, t.end_s);
+  }
   std::vector<StageTimeline> out;
   for (const PlannedRank& r : plan.ranks) {
-    auto intervals_of = [&](int rank, TaskKind kind) {
-      Intervals set;
-      for (const TaskTiming& t : replay.tasks)
-        if (t.rank == rank && t.kind == kind && !(kind == TaskKind::Comm && sends.count(t.id)))
-          set.emplace_back(t.start_s, t.end_s);
-      return set;
-    };
-    int rank = r.rank;
-    Intervals compute = intervals_of(rank, TaskKind::Compute);
-    if (compute.empty() && r.image_of >= 0) {
-      rank = r.image_of;
-      compute = intervals_of(rank, TaskKind::Compute);
-    }
-    StageTimeline t = split_step(std::move(compute), intervals_of(rank, TaskKind::Comm),
-                                 replay.makespan_s, max_segments);
+    // An image stage with no tasks of its own takes those of the rank it is an image of.
+    auto found = by_rank.find(r.rank);
+    if ((found == by_rank.end() || found->second.first.empty()) && r.image_of >= 0)
+      found = by_rank.find(r.image_of);
+    Intervals compute, comm;
+    if (found != by_rank.end())
+      std::tie(compute, comm) = found->second;
+    StageTimeline t =
+        split_step(std::move(compute), std::move(comm), replay.makespan_s, max_segments);
     t.stage = r.coord.pp;
     t.rank = r.rank;
     out.push_back(std::move(t));
