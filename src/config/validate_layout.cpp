@@ -10,6 +10,7 @@
 #include "config/config.h"
 #include "config/validation_steps.h"
 #include "mesh/parallel_dims.h"
+#include "models/models.h"
 #include "parallel/pipeline/schedule.h"
 
 namespace meshsim {
@@ -75,8 +76,10 @@ void validate_layout(TrainConfig& c) {
   require(listed(schedule_names(), c.schedule),
           fmt::format("unknown schedule '{}' (choose naive, gpipe or 1f1b)", c.schedule));
   resolve_micro_batches(c, dims);
-  require(c.recompute == "none" || c.recompute == "selective" || c.recompute == "full",
-          fmt::format("unknown --recompute '{}' (choose none, selective or full)", c.recompute));
+  require(c.recompute == "none" || c.recompute == "selective" || c.recompute == "op" ||
+              c.recompute == "full",
+          fmt::format("unknown --recompute '{}' (choose none, selective, op or full)", c.recompute));
+  require(c.recompute != "op" || c.tp == 1, kRecomputeOpNeedsTp1);
   require(c.virtual_stages >= 1,
           fmt::format("--virtual-stages must be at least 1, got {}", c.virtual_stages));
   require(c.virtual_stages == 1 || c.pp > 1,

@@ -22,6 +22,16 @@ constexpr double dense(double sparse_flops) {
   return sparse_flops / 2;
 }
 
+// A Hopper GH100 (132 SMs) held to a board power between the H100 NVL's 400 W and the H100
+// SXM's 700 W: its datasheet peak read off the straight line between the two products'
+// datasheet peaks. The clock a power limit allows rises slower than linearly in the power
+// (dynamic power grows with frequency times the voltage squared), so the chord is a lower
+// bound: at 500 W it gives 89.6 % of the SXM's peaks.
+constexpr double kH100NvlWatts = 400, kH100SxmWatts = 700;
+constexpr double hopper_at_watts(double watts, double nvl_400w, double sxm_700w) {
+  return nvl_400w + (sxm_700w - nvl_400w) * (watts - kH100NvlWatts) / (kH100SxmWatts - kH100NvlWatts);
+}
+
 // NVLink 2, 3 and 4 all run 25 GB/s per direction per link; generations differ in link count.
 // NVLink 5 (Blackwell) doubles the link: 50 GB/s per direction.
 constexpr double kNvlinkPerLinkPerDirection = 25 * kGiga;
@@ -72,9 +82,13 @@ constexpr double kRoceEfficiency = 4096.0 / (4096 + 82);
 //    (*sparsity, halved here), 80 GB HBM3 3.35 TB/s.
 //  H200 SXM: NVIDIA H200 datasheet: FP32 67 TF, TF32 989 TF*, BF16/FP16 1,979 TF*, FP8 3,958 TF*
 //    (the H100 SXM's Hopper compute); 141 GB HBM3e 4.8 TB/s.
-//  H100 96 GB (Meta's Grand Teton hosts, torchtitan's benchmarks): the H100 SXM's compute with
-//    96 GB of HBM2e at 2.4 TB/s (torchtitan benchmarks/llama3_h100_202412_torchtitan.md). Those
-//    cards run at a 500 W power limit, which no number here models.
+//  H100 96 GB (Meta's Grand Teton hosts, torchtitan's benchmarks): 132 SMs with 96 GB of HBM2e
+//    at 2.4 TB/s, run at a 500 W power limit (torchtitan
+//    benchmarks/llama3_h100_202412_torchtitan.md, docs/async_tp.md). Its peaks are read at 500 W
+//    off the line between the H100 datasheet's two 132-SM products (hopper_at_watts): H100 NVL at
+//    400 W (FP32 60 TF, TF32 835 TF*, BF16/FP16 1,671 TF*, FP8 3,341 TF*) and H100 SXM at 700 W
+//    (above): FP32 62.3, TF32 886.3*, BF16/FP16 1,773.7*, FP8 3,546.7* TF. Memory bandwidth is
+//    the HBM's clock, not the SMs': 2.4 TB/s as quoted.
 //  H800 SXM: the H100 SXM's compute and 80 GB HBM3 3.35 TB/s, with NVLink cut to 400 GB/s
 //    bidirectional (NVIDIA's H800 SXM5 specification; DeepSeek-V3's training cluster).
 //  B200 (HGX/DGX B200): NVIDIA DGX B200 datasheet, for 8 GPUs: FP32 600 TF, TF32 18 PF*,
@@ -118,7 +132,9 @@ const std::vector<GpuSpec> kGpus = {
     gpu("a100-80", kAmpere,    19.5, 156,         312,         312,         0,           2039,     80),
     gpu("h100",    kHopper,    67,   dense(989),  dense(1979), dense(1979), dense(3958), 3350,     80),
     gpu("h200",    kHopper,    67,   dense(989),  dense(1979), dense(1979), dense(3958), 4800,     141),
-    gpu("h100-96", kHopper,    67,   dense(989),  dense(1979), dense(1979), dense(3958), 2400,     96),
+    gpu("h100-96", kHopper,    hopper_at_watts(500, 60, 67), dense(hopper_at_watts(500, 835, 989)),
+                               dense(hopper_at_watts(500, 1671, 1979)), dense(hopper_at_watts(500, 1671, 1979)),
+                               dense(hopper_at_watts(500, 3341, 3958)),                   2400,     96),
     gpu("h800",    kHopper,    67,   dense(989),  dense(1979), dense(1979), dense(3958), 3350,     80),
     gpu("b200",    kBlackwell, 75,   dense(2250), dense(4500), dense(4500), dense(9000), 8000,     180),
     gpu("gb200",   kBlackwell, 80,   dense(2500), dense(5000), dense(5000), dense(10000), 8000,    13400.0 / 72),

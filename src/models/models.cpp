@@ -78,10 +78,12 @@ Recompute parse_recompute(const std::string& name) {
     return Recompute::None;
   if (name == "selective")
     return Recompute::Selective;
+  if (name == "op")
+    return Recompute::Op;
   if (name == "full")
     return Recompute::Full;
   throw std::invalid_argument("unknown --recompute '" + name +
-                              "' (choose none, selective or full)");
+                              "' (choose none, selective, op or full)");
 }
 
 AttentionKind parse_attention(const std::string& name) {

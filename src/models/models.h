@@ -99,11 +99,22 @@ struct TransformerShape {
 
 /// What a transformer keeps for backward (Korthikanti et al. 2022): None keeps every
 /// activation; Selective recomputes the attention core (q kᵀ, softmax, attention over v) in
-/// backward and keeps the rest; Full keeps only each block's input and recomputes the block.
-enum class Recompute { None, Selective, Full };
+/// backward and keeps the rest; Op is torchtitan's op-level selective checkpointing, which
+/// recomputes every other matmul of a block in backward (here the query and value projections
+/// and the feed-forward's first matmul with its activation: models/layers/recompute.h);
+/// Full keeps only each block's input and recomputes the block.
+enum class Recompute { None, Selective, Op, Full };
 
-/// "none" | "selective" | "full" (--recompute). Throws std::invalid_argument for another name.
+/// "none" | "selective" | "op" | "full" (--recompute). Throws std::invalid_argument for another
+/// name.
 Recompute parse_recompute(const std::string& name);
+
+/// Why --recompute op refuses --tp 2 and more: the column-parallel q, k and v share one
+/// gathered input (parallel/tensor/tensor_parallel.h), which a checkpoint around q and v alone
+/// would split between a graph and none.
+inline constexpr const char* kRecomputeOpNeedsTp1 =
+    "--recompute op needs --tp 1: under tensor parallelism q, k and v share one gathered input, "
+    "which a checkpoint around q and v alone would split (not built yet)";
 
 /// The attention core of every attention module (--attention): Eager keeps the [B, heads, T, T]
 /// softmax for backward (models/layers/eager_core.h); Fused keeps q, k, v, the output and one

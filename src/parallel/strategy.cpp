@@ -136,6 +136,8 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name, RankContext& ct
   if (options.fp8 && name != "ddp")
     throw std::invalid_argument("--precision fp8 plans --strategy ddp (with any layout), not " +
                                 name);
+  if (options.recompute == Recompute::Op && options.tp > 1)
+    throw std::invalid_argument(kRecomputeOpNeedsTp1);
   if (name == "ddp" && uses_hybrid(options)) return make_hybrid(ctx, options);
   if (uses_hybrid(options))
     throw std::invalid_argument("--tp, --pp, --cp, --zero, --micro-batches and --recompute need --strategy ddp");

@@ -121,7 +121,7 @@ void add_layout(const json& layout, std::vector<std::string>& out) {
       flags.push_back(std::to_string(integer(value, name, field->min, field->max)));
     } else if (key == "recompute") {
       flags.push_back("--recompute");
-      flags.push_back(one_of(value, name, {"none", "selective", "full"}));
+      flags.push_back(one_of(value, name, {"none", "selective", "op", "full"}));
     } else if (key == "attention") {
       flags.push_back("--attention");
       flags.push_back(one_of(value, name, {"fused", "eager"}));

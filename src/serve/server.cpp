@@ -135,7 +135,7 @@ json options_json(const ServeOptions& o) {
             "72xgb200", "8xa100-80", "4x8xa100-80"}},
           {"gpus", gpus},
           {"precisions", {"bf16", "fp8", "fp16", "fp32"}},
-          {"recompute", {"none", "selective", "full"}},
+          {"recompute", {"none", "selective", "op", "full"}},
           {"attention", {"fused", "eager"}},
           {"limits",
            {{"max_body_bytes", o.max_body_bytes},

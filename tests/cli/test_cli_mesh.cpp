@@ -6,6 +6,7 @@
 
 #include "cli_harness.h"
 #include "config/validation_steps.h"
+#include "models/models.h"
 
 using namespace meshsim::testing;
 namespace fs = std::filesystem;
@@ -48,7 +49,8 @@ TEST(CliMesh, BadLayoutsAreUsageErrors) {
                      "--micro-batch-size: must be at least 1, got 0");
   expect_usage_error("--gpus 2 --micro-batches 0", "--micro-batches: must be at least 1, got 0");
   expect_usage_error("--gpus 2 --recompute some",
-                     "unknown --recompute 'some' (choose none, selective or full)");
+                     "unknown --recompute 'some' (choose none, selective, op or full)");
+  expect_usage_error("--gpus 2 --tp 2 --recompute op", meshsim::kRecomputeOpNeedsTp1);
   expect_usage_error("--gpus 4 --zero 4", "--zero must be 0, 1, 2 or 3");
   expect_usage_error("--gpus 2 --pp 2 --schedule zigzag", "unknown schedule 'zigzag'");
 }

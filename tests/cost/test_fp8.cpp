@@ -20,7 +20,7 @@ TEST(CostHardware, Fp8PeaksAreTheDatasheetsDensePeaks) {
   EXPECT_DOUBLE_EQ(dtype_bytes(Dtype::FP8), 1);
   // "with sparsity" halved: H100/H200/H800 3,958; B200 9,000 (72 PF / 8); GB200 10,000
   // (720 PF / 72); L4 485. The 4090's 330.3 is the whitepaper's dense FP32-accumulate rate.
-  for (const char* hopper : {"h100", "h100-96", "h200", "h800"}) {
+  for (const char* hopper : {"h100", "h200", "h800"}) {
     EXPECT_DOUBLE_EQ(gpu_preset(hopper).peak_flops(Dtype::FP8), 1979e12) << hopper;
     EXPECT_EQ(gpu_preset(hopper).arch, GpuArch::Hopper) << hopper;
   }
@@ -38,7 +38,17 @@ TEST(CostHardware, Fp8PeaksAreTheDatasheetsDensePeaks) {
   EXPECT_DOUBLE_EQ(h200.peak_flops(Dtype::BF16), 989.5e12);
   EXPECT_DOUBLE_EQ(h200.mem_bytes, 141e9);
   EXPECT_DOUBLE_EQ(h200.mem_bw, 4.8e12);
-  // h100-96: Meta's Grand Teton card, the H100's compute with 96 GB at 2.4 TB/s.
+  // h100-96: Meta's Grand Teton card at its 500 W limit, 96 GB at 2.4 TB/s. Its peaks lie a
+  // third of the way from the H100 NVL's (400 W: FP32 60, TF32 835, BF16 1,671, FP8 3,341
+  // "with sparsity") to the H100 SXM's (700 W: 67, 989, 1,979, 3,958).
+  const GpuSpec grand_teton = gpu_preset("h100-96");
+  EXPECT_EQ(grand_teton.arch, GpuArch::Hopper);
+  EXPECT_NEAR(grand_teton.fp32_flops, (60 + 7.0 / 3) * 1e12, 1e3);
+  EXPECT_NEAR(grand_teton.peak_flops(Dtype::TF32), (835 + 154.0 / 3) / 2 * 1e12, 1e3);
+  EXPECT_NEAR(grand_teton.peak_flops(Dtype::BF16), (1671 + 308.0 / 3) / 2 * 1e12, 1e3);
+  EXPECT_NEAR(grand_teton.peak_flops(Dtype::FP8), (3341 + 617.0 / 3) / 2 * 1e12, 1e3);
+  EXPECT_NEAR(grand_teton.peak_flops(Dtype::BF16) / gpu_preset("h100").peak_flops(Dtype::BF16),
+              0.896, 0.0005);
   EXPECT_DOUBLE_EQ(gpu_preset("h100-96").mem_bw, 2400e9);
   EXPECT_DOUBLE_EQ(gpu_preset("h100-96").mem_bytes, 96e9);
   EXPECT_EQ(parse_cluster_spec("2x8xh100-96").intra.name, "nvlink4");

@@ -139,7 +139,8 @@ TEST(LlamaModel, ChildrenSlotsAndBadOptions) {
 
 TEST(LlamaModel, RecomputeGivesTheSameLossAndGradients) {
   const Dataset data = synthetic_text(4, 0, 16, 64, 5).train;
-  const std::vector<Recompute> modes{Recompute::None, Recompute::Selective, Recompute::Full};
+  const std::vector<Recompute> modes{Recompute::None, Recompute::Selective, Recompute::Op,
+                                     Recompute::Full};
   std::vector<std::vector<torch::Tensor>> grads(modes.size());
   std::vector<double> losses(modes.size());
   for (size_t on = 0; on < modes.size(); ++on) {

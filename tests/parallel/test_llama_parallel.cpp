@@ -129,6 +129,16 @@ TEST(LlamaEquivalence, SequenceParallel) {
                         "dp2 tp2 pp2 zero1 recompute sequence parallel");
 }
 
+// Op-level recomputation runs q, v and gate again in backward, here under ZeRO 3 (whose
+// gathered parameters the recompute uses again) and a 1F1B pipeline. Under tensor
+// parallelism it is refused (CliMesh.BadLayoutsAreUsageErrors): q, k and v share one gathered
+// input.
+TEST(LlamaEquivalence, OpRecompute) {
+  expect_llama_matches_single(4, llama_with(1, 1, 3, 2, Recompute::Op), "zero3 on 4 op recompute");
+  expect_llama_matches_single(4, llama_with(1, 2, 1, 4, Recompute::Op),
+                              "dp2 pp2 zero1 1f1b op recompute");
+}
+
 // The variants Hugging Face configs describe (models/hf_config.h): heads 12 wide in a hidden
 // of 32, biases on q, k, v and o, Llama 3.1's rotary scaling (original context 64: of the
 // wavelengths 6.3, 29, 135, ... positions the first is kept, the second blended, the rest

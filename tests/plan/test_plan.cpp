@@ -404,6 +404,15 @@ TEST(PlanActivations, FusedAttentionKeepsNoScores) {
   EXPECT_EQ(activation_bytes_per_layer("full", 1, {}, "fused"), 2 * s * b * h);
 }
 
+// Op-level recompute (torchtitan's) checkpoints the query and value projections, whose
+// outputs the core keeps anyway, and the MLP's first matmul with its GELU: the fc output
+// (4h wide, 8sbh bytes in bf16) is no longer kept. (It needs --tp 1: CliMesh.BadLayouts...)
+TEST(PlanActivations, OpRecomputeDropsTheFirstMlpMatmulsOutput) {
+  const int64_t s = 512, b = 2, h = 256, a = 8;
+  EXPECT_EQ(activation_bytes_per_layer("op", 1, {}, "fused"),
+            fused_bytes_per_layer(s, b, h, a) - 8 * s * b * h);
+}
+
 // The same formula on a real CPU run (the peak of the activations with 3 layers less that with
 // 2), over a sequence of 136 tokens: query tiles of 128 and 8 rows.
 TEST(PlanActivations, FusedAttentionOnACpuRunKeepsTheFormulasBytes) {

@@ -77,3 +77,22 @@ TEST(PlanFlops, FusedAttentionRecomputesTheScoresInBackward) {
         << zero;
   }
 }
+
+// Op-level recompute (torchtitan's) runs three matmuls of each block again in backward: the
+// query and value projections (h → h with a bias, 2·b·s·h² + b·s·h each) and the MLP's first
+// (h → 4h with a bias, 8·b·s·h² + 4·b·s·h). The GELU after it runs again too, but the counts
+// hold no FLOPs for an activation a forward calls as a function (docs/cost-model.md).
+TEST(PlanFlops, OpRecomputeAddsTheQueryValueAndFirstMlpMatmulsOnce) {
+  for (const char* attention : {"eager", "fused"})
+    for (int zero : {0, 3}) {
+      const int gpus = zero == 0 ? 1 : 2;
+      const PlanFigures none = planned("none", gpus, zero, attention);
+      const PlanFigures op = planned("op", gpus, zero, attention);
+      const double b = 1, s = 128, h = 64, layers = 3;
+      const double projection = 2 * b * s * h * h + b * s * h;
+      const double first_mlp = 2 * b * s * h * 4 * h + b * s * 4 * h;
+      EXPECT_DOUBLE_EQ(op.flops - none.flops, gpus * layers * (2 * projection + first_mlp))
+          << attention << " zero " << zero;
+      EXPECT_DOUBLE_EQ(op.model_flops, none.model_flops) << attention << " zero " << zero;
+    }
+}

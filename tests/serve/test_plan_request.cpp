@@ -74,7 +74,7 @@ TEST(PlanRequest, RefusesWhatIsNotAPlanInOneLine) {
       refusal(R"({"preset": "gpt2", "cluster": "8xh100", "layout": {"zero": 4}})").find("0 to 3"),
       std::string::npos);
   EXPECT_NE(refusal(R"({"preset": "gpt2", "cluster": "8xh100", "layout": {"recompute": "some"}})")
-                .find("one of none, selective, full"),
+                .find("one of none, selective, op, full"),
             std::string::npos);
   EXPECT_NE(refusal(R"({"preset": "gpt2", "cluster": "8xh100", "layout": {"dp": 2}})")
                 .find("unknown field 'layout.dp'"),

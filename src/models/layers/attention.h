@@ -115,6 +115,11 @@ public:
   void set_core(std::shared_ptr<const AttentionCore> core);
   bool fused_core() const override { return core_->fused(); }
   bool core_recomputable() const override { return !core_->fused(); }
+  /// Op-level recomputation runs the query and value projections again (not latent
+  /// attention's).
+  bool reruns_linear(const std::string& name) const override {
+    return recompute_projections && !latent() && (name == "q" || name == "v");
+  }
   /// The global index of this module's first head: tensor parallelism sets it on a shard of
   /// whole heads, so its dropout masks are those of the same heads on one device.
   void set_first_head(int64_t head) { first_head_ = head; }

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <map>
 
+#include "models/layers/recompute.h"
+
 namespace meshsim {
 namespace {
 
@@ -67,6 +69,15 @@ bool has_bias(const torch::nn::Module& m) {
   return false;
 }
 
+// Whether `parent`'s backward runs its Linear child `name` again (op-level recomputation).
+bool reruns_linear(const torch::nn::Module& parent, const std::string& name) {
+  if (const auto* attention = dynamic_cast<const CheckpointedAttention*>(&parent))
+    return attention->reruns_linear(name);
+  if (const auto* feed_forward = dynamic_cast<const CheckpointedFeedForward*>(&parent))
+    return feed_forward->reruns_linear(name);
+  return false;
+}
+
 // A composite module (a transformer block, an attention or MLP module): its normalization
 // leaves see `rows` rows, its Linear leaves `rows` × `parts` (sequence parallelism gathers
 // the sequence for them); attention modules add their score matmuls over `seq` × `parts`.
@@ -102,8 +113,13 @@ void count_composite(const torch::nn::Module& m, double rows, double width, doub
       const double out = static_cast<double>(w.size(0));
       const double in = static_cast<double>(w.size(1));
       const double r = rows * parts;
-      add_gemm(total, 2 * r * in * out + (has_bias(child) ? r * out : 0),
-               (r * in + r * out) * eb + static_cast<double>(param_bytes_of(child)));
+      const double flops = 2 * r * in * out + (has_bias(child) ? r * out : 0);
+      const double bytes = (r * in + r * out) * eb + static_cast<double>(param_bytes_of(child));
+      add_gemm(total, flops, bytes);
+      if (reruns_linear(m, item.key())) { // op-level recomputation runs it again in backward
+        total.rerun_flops += flops;
+        total.rerun_bytes += bytes;
+      }
       width = out;
     } else if (!child.children().empty()) {
       count_composite(child, rows, width, batch, seq, eb, parts, total);

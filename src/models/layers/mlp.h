@@ -9,6 +9,7 @@
 
 #include <torch/torch.h>
 
+#include "models/layers/recompute.h"
 #include "models/layers/slots.h"
 
 namespace meshsim {
@@ -20,11 +21,14 @@ public:
 };
 
 /// fc (H -> F), exact GELU, proj (F -> H), with biases.
-class GptMlpImpl : public FeedForward, public LinearSlots {
+class GptMlpImpl : public FeedForward, public LinearSlots, public CheckpointedFeedForward {
 public:
   GptMlpImpl(int64_t hidden, int64_t ffn, const torch::TensorOptions& tensors = {});
   torch::Tensor forward(const torch::Tensor& x) override;
   void replace_linear(const std::string& name, torch::nn::AnyModule module) override;
+  bool reruns_linear(const std::string& name) const override {
+    return recompute_first && name == "fc";
+  }
 
 private:
   torch::nn::AnyModule fc_, proj_;
@@ -32,11 +36,14 @@ private:
 TORCH_MODULE(GptMlp);
 
 /// SwiGLU: down(silu(gate(x)) · up(x)); gate, up: H -> F, down: F -> H, no biases.
-class SwiGluMlpImpl : public FeedForward, public LinearSlots {
+class SwiGluMlpImpl : public FeedForward, public LinearSlots, public CheckpointedFeedForward {
 public:
   SwiGluMlpImpl(int64_t hidden, int64_t ffn, const torch::TensorOptions& tensors = {});
   torch::Tensor forward(const torch::Tensor& x) override;
   void replace_linear(const std::string& name, torch::nn::AnyModule module) override;
+  bool reruns_linear(const std::string& name) const override {
+    return recompute_first && name == "gate";
+  }
 
 private:
   torch::nn::AnyModule gate_, up_, down_;

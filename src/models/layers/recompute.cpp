@@ -94,9 +94,13 @@ void set_recompute(torch::nn::Sequential& model, Recompute recompute) {
   for (const auto& module : model->modules(/*include_self=*/false)) {
     if (auto* block = dynamic_cast<CheckpointedBlock*>(module.get()))
       block->recompute = recompute == Recompute::Full;
-    if (auto* attention = dynamic_cast<CheckpointedAttention*>(module.get()))
+    if (auto* attention = dynamic_cast<CheckpointedAttention*>(module.get())) {
       attention->recompute_core =
           recompute == Recompute::Selective && attention->core_recomputable();
+      attention->recompute_projections = recompute == Recompute::Op;
+    }
+    if (auto* feed_forward = dynamic_cast<CheckpointedFeedForward*>(module.get()))
+      feed_forward->recompute_first = recompute == Recompute::Op;
   }
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include <torch/torch.h>
@@ -35,7 +36,9 @@ public:
 
 /// An attention module whose core selective recomputation can checkpoint (set_recompute):
 /// with `recompute_core` on, backward keeps the core's inputs (q, k, v) instead of
-/// what the core saves (the [B, heads, T, T] softmax of the eager core).
+/// what the core saves (the [B, heads, T, T] softmax of the eager core). With
+/// `recompute_projections` on (op-level recomputation), the query and value projections are
+/// checkpointed: backward runs their matmuls again from the block's normalized input.
 class CheckpointedAttention {
 public:
   virtual ~CheckpointedAttention() = default;
@@ -43,11 +46,36 @@ public:
   /// keeps q, k, v, its output and one number per row): set_recompute leaves it off.
   virtual bool core_recomputable() const { return true; }
   bool recompute_core = false;
+  bool recompute_projections = false;
+  /// Whether backward runs the child Linear `name` again (the counts' rerun work, flops.h).
+  virtual bool reruns_linear(const std::string& /*name*/) const { return false; }
+};
+
+/// A feed-forward whose first matmul op-level recomputation checkpoints with the activation
+/// that follows it (GPT's fc and GELU, SwiGLU's gate and SiLU): with `recompute_first` on,
+/// backward runs them again from the feed-forward's input instead of keeping the matmul's
+/// output.
+class CheckpointedFeedForward {
+public:
+  virtual ~CheckpointedFeedForward() = default;
+  bool recompute_first = false;
+  /// Whether backward runs the child Linear `name` again (the counts' rerun work, flops.h).
+  virtual bool reruns_linear(const std::string& name) const = 0;
 };
 
 /// Sets what every transformer block of `model` recomputes in backward (--recompute): Full
 /// checkpoints every CheckpointedBlock, Selective every attention core
-/// (CheckpointedAttention) that keeps its scores (a fused core is left alone), None neither.
+/// (CheckpointedAttention) that keeps its scores (a fused core is left alone), Op the query
+/// and value projections of every CheckpointedAttention and the first matmul of every
+/// CheckpointedFeedForward, None none of them.
+///
+/// Op is torchtitan's op-level selective activation checkpointing (its `selective_ac_option =
+/// "op"`): it keeps the output of every matmul but every second one, counted through the
+/// block's forward, and recomputes the rest in backward. A Llama block's seven matmuls (q, k,
+/// v, o, gate, up, down) alternate between recomputing q, v and gate, and k, o and up (down's
+/// output is needed by nothing in the block's backward): in both cases a third of the
+/// block's projection FLOPs with grouped kv heads. Op recomputes the first triple on every
+/// step. Latent attention's projections and a mixture of experts' experts are left alone.
 void set_recompute(torch::nn::Sequential& model, Recompute recompute);
 
 } // namespace meshsim
