@@ -72,10 +72,9 @@ void add_model_layout_flags(CLI::App& app, TrainConfig& c) {
   add_integer_flag(app, "--micro-batch-size", c.micro_batch_size,
                    "samples per micro-batch: micro-batches = global batch ÷ (this × dp)", /*min=*/1);
   app.add_option("--recompute", c.recompute,
-                 "what backward recomputes: none | selective (the attention core) | op (every "
-                 "other matmul, as torchtitan's op-level selective checkpointing: the query and "
-                 "value projections and the feed-forward's first matmul; its activations an upper bound, "
-                 "docs/tensor-parallel.md) | full (each "
+                 "what backward recomputes: none | selective (the attention core) | op "
+                 "(torchtitan's op-level selective checkpointing: each block but every other "
+                 "matmul and the fused attention kernel, whose outputs are kept) | full (each "
                  "transformer block)")
       ->capture_default_str();
   app.add_option("--attention", c.attention,

@@ -62,6 +62,15 @@ struct LayerWork {
   // In a forward: the part of it that this layer's backward runs again (--recompute).
   double rerun_flops = 0;
   double rerun_bytes = 0;
+  // In a forward: what op-level recomputation (--recompute op) keeps rather than runs again:
+  // the kept Linears' GEMMs, and a fused attention core's (one kernel); `keeps_matmuls` when
+  // the layer is recomputed that way (its backward runs the rest of its forward again).
+  double kept_flops = 0;
+  double kept_bytes = 0;
+  int64_t kept_gemms = 0;
+  double kept_core_flops = 0;
+  double kept_core_bytes = 0;
+  bool keeps_matmuls = false;
   // In a backward: the forward work it ran again, included in flops and bytes.
   double recompute_flops = 0;
   double recompute_bytes = 0;

@@ -100,9 +100,9 @@ struct TransformerShape {
 /// What a transformer keeps for backward (Korthikanti et al. 2022): None keeps every
 /// activation; Selective recomputes the attention core (q kᵀ, softmax, attention over v) in
 /// backward and keeps the rest; Op is torchtitan's op-level selective checkpointing, which
-/// recomputes every other matmul of a block in backward (here the query and value projections
-/// and the feed-forward's first matmul with its activation: models/layers/recompute.h);
-/// Full keeps only each block's input and recomputes the block.
+/// keeps a block's input and the outputs of every other matmul and of the attention kernel
+/// and recomputes the rest of the block in backward (models/layers/recompute.h); Full keeps
+/// only each block's input and recomputes the block.
 enum class Recompute { None, Selective, Op, Full };
 
 /// "none" | "selective" | "op" | "full" (--recompute). Throws std::invalid_argument for another
@@ -110,11 +110,11 @@ enum class Recompute { None, Selective, Op, Full };
 Recompute parse_recompute(const std::string& name);
 
 /// Why --recompute op refuses --tp 2 and more: the column-parallel q, k and v share one
-/// gathered input (parallel/tensor/tensor_parallel.h), which a checkpoint around q and v alone
-/// would split between a graph and none.
+/// gathered input (parallel/tensor/tensor_parallel.h), which the recompute, taking q's and v's
+/// kept outputs, would gather for k alone.
 inline constexpr const char* kRecomputeOpNeedsTp1 =
     "--recompute op needs --tp 1: under tensor parallelism q, k and v share one gathered input, "
-    "which a checkpoint around q and v alone would split (not built yet)";
+    "which the recompute would gather for k alone (not built yet)";
 
 /// The attention core of every attention module (--attention): Eager keeps the [B, heads, T, T]
 /// softmax for backward (models/layers/eager_core.h); Fused keeps q, k, v, the output and one

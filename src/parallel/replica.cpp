@@ -36,21 +36,26 @@ Replica::Replica(const StrategyOptions& options, int rank, bool with_optimizer) 
 namespace {
 
 // The forward work of `module` (counted in `w`) that its backward runs again: a checkpointed
-// block's whole forward (--recompute full), or its attention core's (selective).
+// block's whole forward (--recompute full), all of it but what it keeps (op), or its
+// attention core's (selective).
 void count_recompute(const torch::nn::Module& module, LayerWork& w) {
   // The block itself, or the block a wrapper holds (ZeRO 3 wraps each one).
   std::vector<const torch::nn::Module*> modules{&module};
   for (const auto& m : module.modules(/*include_self=*/false))
     modules.push_back(m.get());
-  bool block = false, core = false;
+  bool block = false, keeps = false, core = false;
   for (const torch::nn::Module* m : modules) {
-    if (const auto* b = dynamic_cast<const CheckpointedBlock*>(m))
+    if (const auto* b = dynamic_cast<const CheckpointedBlock*>(m)) {
       block = block || b->recompute;
+      keeps = keeps || b->keep_matmuls;
+    }
     if (const auto* a = dynamic_cast<const CheckpointedAttention*>(m))
       core = core || a->recompute_core;
   }
   // Added to what the counts already rerun: a fused attention core's scores (flops.h).
-  if (block) {
+  if (block && keeps) {
+    w.keeps_matmuls = true; // backward_work runs again all but what it keeps (flops.h)
+  } else if (block) {
     w.rerun_flops += w.flops;
     w.rerun_bytes += w.bytes;
   } else if (core) {

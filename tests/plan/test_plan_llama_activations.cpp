@@ -89,6 +89,22 @@ TEST(PlanLlamaActivations, Llama3_8bAt8kTokensIsTheFormula) {
   std::cout << "llama3-8b, 8,192 tokens: " << got << " B per layer\n";
 }
 
+// Llama 3 8B at 8K tokens, 2 sequences, with op-level recompute (torchtitan's run): a layer
+// keeps its input, q's, v's, gate's and down's outputs and the fused core's output, bf16,
+// 2sb(4h + h_kv + f), and the core's float32 log-sum-exp, 4asb: 1.04 GB against 4.04 GB
+// without recompute.
+TEST(PlanLlamaActivations, Llama3_8bAt8kTokensWithOpRecomputeKeepsEveryOtherMatmul) {
+  const TransformerShape& shape = find_preset("llama3-8b")->shape;
+  const int64_t s = 8192, b = 2, h = shape.hidden, a = shape.heads;
+  const int64_t kv = shape.kv_heads * (h / a), f = preset_ffn_hidden("llama", shape);
+  LlamaPlan p{"llama3-8b", s, b};
+  p.recompute = "op";
+  const int64_t got = per_layer(p);
+  EXPECT_EQ(got, 2 * s * b * (4 * h + kv + f) + 4 * a * s * b);
+  std::cout << "llama3-8b, 8,192 tokens × 2, op recompute: " << got << " B per layer; none: "
+            << llama_layer_bytes("llama3-8b", s, b) << " B\n";
+}
+
 // Llama 3 8B at 128K tokens over cp 8 with full recompute, both exchanges: each layer keeps
 // its input for its 16,384 tokens.
 TEST(PlanLlamaActivations, Llama3_8bAt128kTokensOverCp8KeepsEachLayersInput) {

@@ -64,16 +64,9 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
     const torch::Tensor y = run_core(q, k, v, given, at).transpose(1, 2).contiguous();
     return out_.forward(y.view({b, t, y.size(2) * y.size(3)}));
   }
-  // Op-level recomputation: the query and value projections run again in backward (the core
-  // keeps q and v either way; the projections' outputs are what is not kept).
-  const auto projected = [&](nn::AnyModule& projection) {
-    if (!recompute_projections || latent())
-      return projection.forward(x);
-    nn::AnyModule* held = &projection; // the module outlives the graph
-    return checkpoint([held](const std::vector<torch::Tensor>& in) { return held->forward(in[0]); },
-                      {x});
-  };
-  torch::Tensor q = projected(q_), k = k_.forward(x), v = projected(v_);
+  // Op-level recomputation keeps q's and v's projections (the first and third matmul of the
+  // block) and runs k's and the output projection again (recompute.h).
+  torch::Tensor q = kept_linear(q_, x), k = k_.forward(x), v = kept_linear(v_, x);
   // The whole sequence from q: under sequence parallelism x holds only part of it.
   const int64_t b = q.size(0), t = q.size(1), q_features = q.size(2), kv_features = k.size(2);
   // This member's heads when q, k, v are shards: whole heads, the same share of each kind.

@@ -89,6 +89,7 @@ struct AttentionOptions {
 class AttentionImpl : public torch::nn::Module,
                       public LinearSlots,
                       public CheckpointedAttention,
+                      public KeepsLinears,
                       public AttentionHeads {
 public:
   /// `core`: nullptr for the eager causal core (build_model installs ModelOptions::attention's).
@@ -115,10 +116,10 @@ public:
   void set_core(std::shared_ptr<const AttentionCore> core);
   bool fused_core() const override { return core_->fused(); }
   bool core_recomputable() const override { return !core_->fused(); }
-  /// Op-level recomputation runs the query and value projections again (not latent
+  /// Op-level recomputation keeps the query and value projections' outputs (not latent
   /// attention's).
-  bool reruns_linear(const std::string& name) const override {
-    return recompute_projections && !latent() && (name == "q" || name == "v");
+  bool keeps_linear(const std::string& name) const override {
+    return !latent() && (name == "q" || name == "v");
   }
   /// The global index of this module's first head: tensor parallelism sets it on a shard of
   /// whole heads, so its dropout masks are those of the same heads on one device.

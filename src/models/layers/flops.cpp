@@ -69,13 +69,10 @@ bool has_bias(const torch::nn::Module& m) {
   return false;
 }
 
-// Whether `parent`'s backward runs its Linear child `name` again (op-level recomputation).
-bool reruns_linear(const torch::nn::Module& parent, const std::string& name) {
-  if (const auto* attention = dynamic_cast<const CheckpointedAttention*>(&parent))
-    return attention->reruns_linear(name);
-  if (const auto* feed_forward = dynamic_cast<const CheckpointedFeedForward*>(&parent))
-    return feed_forward->reruns_linear(name);
-  return false;
+// Whether op-level recomputation keeps the output of `parent`'s Linear child `name`.
+bool keeps_linear(const torch::nn::Module& parent, const std::string& name) {
+  const auto* keeps = dynamic_cast<const KeepsLinears*>(&parent);
+  return keeps && keeps->keeps_linear(name);
 }
 
 // A composite module (a transformer block, an attention or MLP module): its normalization
@@ -95,8 +92,11 @@ void count_composite(const torch::nn::Module& m, double rows, double width, doub
     // QK^T and AV as one kernel: q, k, v read, the output written.
     const double score_flops = 2 * batch * whole * keys * (d + dv);
     add_gemm(total, score_flops, 2 * rows * parts * (d + dv) * eb);
-    if (heads->fused_core())
+    if (heads->fused_core()) {
       total.rerun_flops += 2 * batch * whole * keys * d; // backward's S = QKᵀ again
+      total.kept_core_flops += score_flops; // op-level recomputation keeps its output
+      total.kept_core_bytes += 2 * rows * parts * (d + dv) * eb;
+    }
     else if (heads->head_dim() > 0)
       total.score_bytes += kScorePassesForward * batch * (d / static_cast<double>(heads->head_dim())) *
                            whole * keys * eb;
@@ -116,9 +116,10 @@ void count_composite(const torch::nn::Module& m, double rows, double width, doub
       const double flops = 2 * r * in * out + (has_bias(child) ? r * out : 0);
       const double bytes = (r * in + r * out) * eb + static_cast<double>(param_bytes_of(child));
       add_gemm(total, flops, bytes);
-      if (reruns_linear(m, item.key())) { // op-level recomputation runs it again in backward
-        total.rerun_flops += flops;
-        total.rerun_bytes += bytes;
+      if (keeps_linear(m, item.key())) { // op-level recomputation keeps its output
+        total.kept_flops += flops;
+        total.kept_bytes += bytes;
+        ++total.kept_gemms;
       }
       width = out;
     } else if (!child.children().empty()) {
@@ -236,14 +237,31 @@ std::vector<LayerWork> backward_work(const std::vector<LayerWork>& forward) {
     // full recompute, the attention core, one kernel, under selective), plus a fused
     // attention core's scores (GEMM work on top of the whole forward under full recompute;
     // one kernel, FlashAttention-2's backward preprocessing, without).
-    const double rerun_share = w.flops > 0 ? w.rerun_flops / w.flops : 0;
+    const double linear_flops = std::max(0.0, w.gemm_flops - w.attention_flops);
+    double rerun_share = w.flops > 0 ? w.rerun_flops / w.flops : 0;
     const bool whole = rerun_share > 0.999;
-    const double rerun_gemm_flops =
+    double rerun_gemm_flops =
         whole ? w.gemm_flops + std::max(0.0, w.rerun_flops - w.flops) : w.rerun_flops;
-    const double rerun_gemm_bytes =
+    double rerun_gemm_bytes =
         whole ? w.gemm_bytes + std::max(0.0, w.rerun_bytes - w.bytes) : w.rerun_bytes;
-    const int64_t rerun_kernels = whole ? w.kernels : (w.rerun_flops > 0 ? 1 : 0);
-    const int64_t rerun_gemms = whole ? w.gemms : (w.rerun_flops > 0 ? 1 : 0);
+    int64_t rerun_kernels = whole ? w.kernels : (w.rerun_flops > 0 ? 1 : 0);
+    int64_t rerun_gemms = whole ? w.gemms : (w.rerun_flops > 0 ? 1 : 0);
+    double rerun_linear_flops = whole ? linear_flops : 0; // the linear GEMMs run again
+    if (w.keeps_matmuls) {
+      // Op-level: the whole forward again but the kept Linears and a fused core, plus that
+      // core's scores (its backward's S = QKᵀ, what the counts already rerun).
+      const int64_t kept_kernels = w.kept_gemms + (w.kept_core_flops > 0 ? 1 : 0);
+      const double kept_gemm_flops = w.kept_flops + w.kept_core_flops;
+      const double kept_gemm_bytes = w.kept_bytes + w.kept_core_bytes;
+      rerun_gemm_flops = std::max(0.0, w.gemm_flops - kept_gemm_flops) + w.rerun_flops;
+      rerun_gemm_bytes = std::max(0.0, w.gemm_bytes - kept_gemm_bytes) + w.rerun_bytes;
+      rerun_kernels = std::max<int64_t>(0, w.kernels - kept_kernels);
+      rerun_gemms = std::max<int64_t>(0, w.gemms - kept_kernels);
+      rerun_linear_flops = std::max(0.0, linear_flops - w.kept_flops);
+      w.rerun_flops += std::max(0.0, w.flops - kept_gemm_flops);
+      w.rerun_bytes += std::max(0.0, w.bytes - kept_gemm_bytes);
+      rerun_share = w.flops > 0 ? w.rerun_flops / w.flops : 0;
+    }
     w.recompute_flops = w.rerun_flops;
     w.recompute_bytes = w.rerun_bytes;
     w.rerun_flops = w.rerun_bytes = 0;
@@ -254,12 +272,10 @@ std::vector<LayerWork> backward_work(const std::vector<LayerWork>& forward) {
     w.kernels = w.kernels + w.gemms + rerun_kernels;
     w.gemms = 2 * w.gemms + rerun_gemms;
     // The attention core's share of the backward's GEMMs: all but the linear GEMMs' backward
-    // (two of each) and, under full recompute, their forward again.
-    const double linear_flops = std::max(0.0, w.gemm_flops - w.attention_flops);
+    // (two of each) and those of them run again (all under full recompute).
     w.gemm_flops = 2 * w.gemm_flops + rerun_gemm_flops;
     if (w.attention_flops > 0)
-      w.attention_flops =
-          std::max(0.0, w.gemm_flops - (whole ? 3 : 2) * linear_flops);
+      w.attention_flops = std::max(0.0, w.gemm_flops - 2 * linear_flops - rerun_linear_flops);
     w.gemm_bytes = 2 * w.gemm_bytes + rerun_gemm_bytes;
     // Both recompute modes run the attention core again.
     w.score_bytes = w.score_bytes * (kScorePassesBackward / kScorePassesForward) +

@@ -34,7 +34,9 @@
 //    1× for the rest; 2× the bytes for every layer; two kernels per GEMM, one per other
 //    kernel; plus, once, the forward work that
 //    activation recomputation runs again (a forward's LayerWork::rerun_flops and _bytes become
-//    the backward's recompute_flops and _bytes).
+//    the backward's recompute_flops and _bytes). Op-level recomputation runs the whole forward
+//    again but what it keeps: the Linears a KeepsLinears module names and a fused core
+//    (LayerWork::kept_*, counted for every layer, used when keeps_matmuls is set).
 #pragma once
 
 #include <string>

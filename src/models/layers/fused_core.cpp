@@ -41,6 +41,7 @@
 #include <string>
 
 #include "memory/allocator.h"
+#include "models/layers/recompute.h"
 
 namespace meshsim {
 namespace {
@@ -115,21 +116,30 @@ torch::Tensor fused_dropped(torch::Tensor p, const AttentionDropout& dropout,
                     dropout.p);
 }
 
+// What op-level recomputation kept of a fused core's forward (recompute.h): its output and
+// log-sum-exp, handed to the recompute's node, which then runs only the backward. Not inputs
+// of the function (an undefined tensor cannot be one): a plain argument.
+struct KeptAttention {
+  torch::Tensor out, lse;
+};
+
 struct FusedAttentionFunction : public torch::autograd::Function<FusedAttentionFunction> {
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, const torch::Tensor& q_positions,
                                const torch::Tensor& k_positions, int64_t tile,
-                               const AttentionDropout& dropout) {
+                               const AttentionDropout& dropout, const KeptAttention& kept_pass) {
     const int64_t b = q.size(0), h = q.size(1), tq = q.size(2), d = q.size(3);
     const torch::ScalarType stats = fused_stats_type(q);
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
     // [B, Tq, h, dv]: the layout the output projection reads (see fused_core.h); dv is d but in
-    // multi-head latent attention, whose values are narrower than its queries and keys.
-    torch::Tensor out = torch::empty({b, tq, h, v.size(3)}, q.options());
-    torch::Tensor lse = torch::empty({b, h, tq}, q.options().dtype(stats));
+    // multi-head latent attention, whose values are narrower than its queries and keys. What
+    // op-level recomputation kept of this forward, when given: then nothing runs again.
+    const bool kept = kept_pass.out.defined();
+    torch::Tensor out = kept ? kept_pass.out : torch::empty({b, tq, h, v.size(3)}, q.options());
+    torch::Tensor lse = kept ? kept_pass.lse : torch::empty({b, h, tq}, q.options().dtype(stats));
     // One contiguous k and v for every tile (a GEMM reads a strided view by copying it).
-    const torch::Tensor kc = k.contiguous(), vc = v.contiguous();
-    for (int64_t t = 0; t < fused_tiles_run(q, tile, tq); ++t) {
+    const torch::Tensor kc = kept ? k : k.contiguous(), vc = kept ? v : v.contiguous();
+    for (int64_t t = 0; !kept && t < fused_tiles_run(q, tile, tq); ++t) {
       const int64_t r0 = t * tile, n = std::min(tile, tq - r0);
       torch::Tensor s = fused_tile_scores(q, kc, q_positions, k_positions, r0, n, scale, stats);
       const torch::Tensor m = fused_logsumexp(s); // -inf for a row that sees nothing
@@ -194,7 +204,7 @@ struct FusedAttentionFunction : public torch::autograd::Function<FusedAttentionF
       dq.narrow(2, r0, n).copy_(torch::matmul(ds_in, kc));
       dk.add_(torch::matmul(ds_in.transpose(-2, -1), q_tile).to(stats));
     }
-    return {dq, dk.to(k.scalar_type()), dv.to(v.scalar_type()), {}, {}, {}, {}};
+    return {dq, dk.to(k.scalar_type()), dv.to(v.scalar_type()), {}, {}, {}, {}, {}};
   }
 };
 
@@ -220,8 +230,20 @@ PartialAttention fused_attention(const torch::Tensor& q, const torch::Tensor& k,
                                 c10::str(q_positions.sizes()) + " and " +
                                 c10::str(k_positions.sizes()));
   const int64_t tile = fused_tile_rows(tile_rows, q.size(0), q.size(1), k.size(2));
-  const variable_list outs =
-      FusedAttentionFunction::apply(q, k, v, q_positions, k_positions, tile, dropout);
+  // Op-level recomputation (recompute.h) keeps the kernel's output and log-sum-exp in a
+  // block's forward and hands them to its recompute, which runs only the backward's part.
+  KeptOutputs* kept = current_kept_outputs();
+  variable_list outs;
+  if (kept && kept->replaying()) {
+    const std::vector<torch::Tensor> saved = kept->take();
+    outs = FusedAttentionFunction::apply(q, k, v, q_positions, k_positions, tile, dropout,
+                                         KeptAttention{saved.at(0), saved.at(1)});
+  } else {
+    outs = FusedAttentionFunction::apply(q, k, v, q_positions, k_positions, tile, dropout,
+                                         KeptAttention{});
+    if (kept)
+      kept->keep({outs[0], outs[1]});
+  }
   return {outs[0].transpose(1, 2), outs[1]};
 }
 

@@ -14,24 +14,9 @@ GptMlpImpl::GptMlpImpl(int64_t hidden, int64_t ffn, const torch::TensorOptions& 
   proj_ = nn::AnyModule(register_module("proj", make_linear(ffn, hidden, true, t)));
 }
 
-namespace {
-
-// fn(x), checkpointed when `recompute` is on: backward runs it again from x (op-level
-// recomputation of a feed-forward's first matmul and its activation).
-template <typename Fn>
-torch::Tensor maybe_checkpointed(bool recompute, const torch::Tensor& x, Fn fn) {
-  if (!recompute)
-    return fn(x);
-  return checkpoint([fn](const std::vector<torch::Tensor>& in) { return fn(in[0]); }, {x});
-}
-
-} // namespace
 
 torch::Tensor GptMlpImpl::forward(const torch::Tensor& x) {
-  nn::AnyModule* fc = &fc_; // the module outlives the graph
-  return proj_.forward(maybe_checkpointed(recompute_first, x, [fc](const torch::Tensor& in) {
-    return nn::functional::gelu(fc->forward(in));
-  }));
+  return kept_linear(proj_, nn::functional::gelu(kept_linear(fc_, x)));
 }
 
 void GptMlpImpl::replace_linear(const std::string& name, nn::AnyModule module) {
@@ -48,10 +33,7 @@ SwiGluMlpImpl::SwiGluMlpImpl(int64_t hidden, int64_t ffn, const torch::TensorOpt
 }
 
 torch::Tensor SwiGluMlpImpl::forward(const torch::Tensor& x) {
-  nn::AnyModule* gate = &gate_; // the module outlives the graph
-  const torch::Tensor activated = maybe_checkpointed(
-      recompute_first, x, [gate](const torch::Tensor& in) { return nn::functional::silu(gate->forward(in)); });
-  return down_.forward(activated * up_.forward(x));
+  return kept_linear(down_, nn::functional::silu(kept_linear(gate_, x)) * up_.forward(x));
 }
 
 void SwiGluMlpImpl::replace_linear(const std::string& name, nn::AnyModule module) {

@@ -21,13 +21,14 @@ public:
 };
 
 /// fc (H -> F), exact GELU, proj (F -> H), with biases.
-class GptMlpImpl : public FeedForward, public LinearSlots, public CheckpointedFeedForward {
+class GptMlpImpl : public FeedForward, public LinearSlots, public KeepsLinears {
 public:
   GptMlpImpl(int64_t hidden, int64_t ffn, const torch::TensorOptions& tensors = {});
   torch::Tensor forward(const torch::Tensor& x) override;
   void replace_linear(const std::string& name, torch::nn::AnyModule module) override;
-  bool reruns_linear(const std::string& name) const override {
-    return recompute_first && name == "fc";
+  /// Op-level recomputation keeps fc's and proj's outputs (recompute.h).
+  bool keeps_linear(const std::string& name) const override {
+    return name == "fc" || name == "proj";
   }
 
 private:
@@ -36,13 +37,14 @@ private:
 TORCH_MODULE(GptMlp);
 
 /// SwiGLU: down(silu(gate(x)) · up(x)); gate, up: H -> F, down: F -> H, no biases.
-class SwiGluMlpImpl : public FeedForward, public LinearSlots, public CheckpointedFeedForward {
+class SwiGluMlpImpl : public FeedForward, public LinearSlots, public KeepsLinears {
 public:
   SwiGluMlpImpl(int64_t hidden, int64_t ffn, const torch::TensorOptions& tensors = {});
   torch::Tensor forward(const torch::Tensor& x) override;
   void replace_linear(const std::string& name, torch::nn::AnyModule module) override;
-  bool reruns_linear(const std::string& name) const override {
-    return recompute_first && name == "gate";
+  /// Op-level recomputation keeps gate's and down's outputs and runs up again (recompute.h).
+  bool keeps_linear(const std::string& name) const override {
+    return name == "gate" || name == "down";
   }
 
 private:

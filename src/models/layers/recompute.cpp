@@ -2,6 +2,8 @@
 #include "models/layers/recompute.h"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 #include "models/layers/dropout.h"
 #include "models/layers/positions.h"
@@ -11,6 +13,46 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
+
+thread_local KeptOutputs* kept_outputs = nullptr;
+
+// Installs a block's KeptOutputs for the thread that runs its forward or its recompute.
+class KeptOutputsScope {
+public:
+  explicit KeptOutputsScope(KeptOutputs* kept) : previous_(kept_outputs) { kept_outputs = kept; }
+  ~KeptOutputsScope() { kept_outputs = previous_; }
+  KeptOutputsScope(const KeptOutputsScope&) = delete;
+  KeptOutputsScope& operator=(const KeptOutputsScope&) = delete;
+
+private:
+  KeptOutputs* previous_;
+};
+
+// A linear whose output the forward kept: returns it again with the linear's backward, the
+// matmul not run.
+// `operands` are x and the weight, and the bias when there is one (an undefined tensor is
+// no input of a custom function).
+struct KeptLinearFunction : public torch::autograd::Function<KeptLinearFunction> {
+  static torch::Tensor forward(AutogradContext* ctx, torch::TensorList operands,
+                               const torch::Tensor& kept) {
+    ctx->save_for_backward({operands[0], operands[1]});
+    ctx->saved_data["bias"] = operands.size() > 2;
+    return kept; // an input returned: autograd hands out a view of it with this node
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor &x = saved[0], &weight = saved[1];
+    const torch::Tensor& g = grads[0];
+    const int64_t out = weight.size(0), in = weight.size(1);
+    const torch::Tensor g2 = g.reshape({-1, out});
+    variable_list result{g.matmul(weight), g2.t().mm(x.reshape({-1, in}))};
+    if (ctx->saved_data["bias"].toBool())
+      result.push_back(g2.sum(0));
+    result.emplace_back(); // none for the kept output
+    return result;
+  }
+};
 
 // Reentrant activation checkpointing (torch.utils.checkpoint with use_reentrant=True):
 // forward runs the function without recording a graph and keeps only its inputs; backward
@@ -76,31 +118,95 @@ torch::Tensor checkpoint(const Recomputable& fn, const std::vector<torch::Tensor
   return fn(inputs);
 }
 
+void KeptOutputs::keep(std::vector<torch::Tensor> outputs) {
+  kept_.push_back(std::move(outputs));
+}
+
+std::vector<torch::Tensor> KeptOutputs::take() {
+  if (next_ >= kept_.size())
+    throw std::logic_error("op-level recomputation: the recompute asked for kept output " +
+                           std::to_string(next_ + 1) + " of a forward that kept " +
+                           std::to_string(kept_.size()));
+  return kept_[next_++];
+}
+
+void KeptOutputs::start_replay() {
+  replaying_ = true;
+  next_ = 0;
+}
+
+void KeptOutputs::clear() {
+  kept_.clear();
+  next_ = 0;
+}
+
+KeptOutputs* current_kept_outputs() {
+  return kept_outputs;
+}
+
+torch::Tensor kept_linear(torch::nn::AnyModule& linear, const torch::Tensor& x) {
+  KeptOutputs* kept = kept_outputs;
+  if (!kept)
+    return linear.forward(x);
+  if (!kept->replaying()) {
+    torch::Tensor y = linear.forward(x);
+    kept->keep({y});
+    return y;
+  }
+  torch::Tensor weight, bias;
+  for (const auto& p : linear.ptr()->named_parameters(/*recurse=*/false)) {
+    if (p.key() == "weight") weight = p.value();
+    if (p.key() == "bias") bias = p.value();
+  }
+  const torch::Tensor y = kept->take()[0];
+  if (!weight.defined() || weight.dim() != 2)
+    throw std::logic_error("op-level recomputation kept the output of a module without a 2-D "
+                           "weight");
+  std::vector<torch::Tensor> operands{x, weight};
+  if (bias.defined())
+    operands.push_back(bias);
+  return KeptLinearFunction::apply(torch::TensorList(operands), y);
+}
+
 torch::Tensor CheckpointedBlock::checkpointed(const torch::Tensor& x) {
   if (!recompute)
     return forward_plain(x);
   // The block outlives the graph (the model owns it). The recompute runs in backward, maybe on
   // another thread (a device's autograd worker): it gets the forward's positions scope.
   const torch::Tensor positions = scoped_positions();
+  if (!keep_matmuls)
+    return checkpoint(
+        [this, positions](const std::vector<torch::Tensor>& in) {
+          PositionsScope scope(positions);
+          return forward_plain(in[0]);
+        },
+        {x});
+  // Op-level: the first run (the forward) records what it keeps, the second (the recompute)
+  // replays it.
+  const auto kept = std::make_shared<KeptOutputs>();
   return checkpoint(
-      [this, positions](const std::vector<torch::Tensor>& in) {
+      [this, positions, kept](const std::vector<torch::Tensor>& in) {
         PositionsScope scope(positions);
-        return forward_plain(in[0]);
+        KeptOutputsScope keeping(kept.get());
+        torch::Tensor out = forward_plain(in[0]);
+        if (kept->replaying())
+          kept->clear();
+        else
+          kept->start_replay();
+        return out;
       },
       {x});
 }
 
 void set_recompute(torch::nn::Sequential& model, Recompute recompute) {
   for (const auto& module : model->modules(/*include_self=*/false)) {
-    if (auto* block = dynamic_cast<CheckpointedBlock*>(module.get()))
-      block->recompute = recompute == Recompute::Full;
-    if (auto* attention = dynamic_cast<CheckpointedAttention*>(module.get())) {
+    if (auto* block = dynamic_cast<CheckpointedBlock*>(module.get())) {
+      block->recompute = recompute == Recompute::Full || recompute == Recompute::Op;
+      block->keep_matmuls = recompute == Recompute::Op;
+    }
+    if (auto* attention = dynamic_cast<CheckpointedAttention*>(module.get()))
       attention->recompute_core =
           recompute == Recompute::Selective && attention->core_recomputable();
-      attention->recompute_projections = recompute == Recompute::Op;
-    }
-    if (auto* feed_forward = dynamic_cast<CheckpointedFeedForward*>(module.get()))
-      feed_forward->recompute_first = recompute == Recompute::Op;
   }
 }
 

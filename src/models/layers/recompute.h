@@ -23,7 +23,9 @@ torch::Tensor checkpoint(const Recomputable& fn, const std::vector<torch::Tensor
 
 /// A transformer block that activation checkpointing can switch on (set_recompute). With
 /// `recompute` on, forward() keeps only the block's input and runs forward_plain() again in
-/// backward (torch.utils.checkpoint, reentrant).
+/// backward (torch.utils.checkpoint, reentrant). With `keep_matmuls` on as well (op-level
+/// recomputation), the forward also keeps what kept_linear() and the fused attention core
+/// produce, and the recompute takes those from it instead of running them again.
 class CheckpointedBlock {
 public:
   virtual ~CheckpointedBlock() = default;
@@ -32,13 +34,53 @@ public:
   /// forward_plain(x), checkpointed when `recompute` is on and a graph is being recorded.
   torch::Tensor checkpointed(const torch::Tensor& x);
   bool recompute = false;
+  bool keep_matmuls = false;
+};
+
+/// What op-level recomputation keeps of one checkpointed block's forward: the outputs of its
+/// kept matmuls and of its fused attention core, in the order the forward made them. The
+/// block's forward records them; its recompute replays them in the same order.
+class KeptOutputs {
+public:
+  /// While recording (the block's forward), keep() stores; while replaying (its recompute),
+  /// take() hands them back in order.
+  bool replaying() const { return replaying_; }
+  void keep(std::vector<torch::Tensor> outputs);
+  /// The next outputs kept; throws std::logic_error when the recompute asks for more than the
+  /// forward kept (it ran other code).
+  std::vector<torch::Tensor> take();
+  /// Recording done: replay from the first.
+  void start_replay();
+  /// Replay done: lets go of what was kept (the recompute's graph holds what it needs).
+  void clear();
+
+private:
+  bool replaying_ = false;
+  std::vector<std::vector<torch::Tensor>> kept_;
+  size_t next_ = 0;
+};
+
+/// The KeptOutputs of the checkpointed block this thread runs (its forward or its recompute),
+/// or null outside op-level recomputation.
+KeptOutputs* current_kept_outputs();
+
+/// linear(x) (a torch::nn::Linear in `linear`), at a call site whose output op-level
+/// recomputation keeps: in a block's forward its output is kept; in the recompute that output
+/// is returned again, with the linear's backward (dx = g·W, dW = gᵀ·x, db = Σ g), and the
+/// matmul does not run again. Elsewhere, or for a module without a 2-D weight, linear(x).
+torch::Tensor kept_linear(torch::nn::AnyModule& linear, const torch::Tensor& x);
+
+/// A module some of whose child Linears are called through kept_linear(): the counts leave
+/// their work out of what op-level recomputation runs again (flops.h).
+class KeepsLinears {
+public:
+  virtual ~KeepsLinears() = default;
+  virtual bool keeps_linear(const std::string& child) const = 0;
 };
 
 /// An attention module whose core selective recomputation can checkpoint (set_recompute):
 /// with `recompute_core` on, backward keeps the core's inputs (q, k, v) instead of
-/// what the core saves (the [B, heads, T, T] softmax of the eager core). With
-/// `recompute_projections` on (op-level recomputation), the query and value projections are
-/// checkpointed: backward runs their matmuls again from the block's normalized input.
+/// what the core saves (the [B, heads, T, T] softmax of the eager core).
 class CheckpointedAttention {
 public:
   virtual ~CheckpointedAttention() = default;
@@ -46,36 +88,25 @@ public:
   /// keeps q, k, v, its output and one number per row): set_recompute leaves it off.
   virtual bool core_recomputable() const { return true; }
   bool recompute_core = false;
-  bool recompute_projections = false;
-  /// Whether backward runs the child Linear `name` again (the counts' rerun work, flops.h).
-  virtual bool reruns_linear(const std::string& /*name*/) const { return false; }
-};
-
-/// A feed-forward whose first matmul op-level recomputation checkpoints with the activation
-/// that follows it (GPT's fc and GELU, SwiGLU's gate and SiLU): with `recompute_first` on,
-/// backward runs them again from the feed-forward's input instead of keeping the matmul's
-/// output.
-class CheckpointedFeedForward {
-public:
-  virtual ~CheckpointedFeedForward() = default;
-  bool recompute_first = false;
-  /// Whether backward runs the child Linear `name` again (the counts' rerun work, flops.h).
-  virtual bool reruns_linear(const std::string& name) const = 0;
 };
 
 /// Sets what every transformer block of `model` recomputes in backward (--recompute): Full
-/// checkpoints every CheckpointedBlock, Selective every attention core
-/// (CheckpointedAttention) that keeps its scores (a fused core is left alone), Op the query
-/// and value projections of every CheckpointedAttention and the first matmul of every
-/// CheckpointedFeedForward, None none of them.
+/// checkpoints every CheckpointedBlock, Op every CheckpointedBlock keeping its matmuls
+/// (below), Selective every attention core (CheckpointedAttention) that keeps its scores (a
+/// fused core is left alone), None none of them.
 ///
 /// Op is torchtitan's op-level selective activation checkpointing (its `selective_ac_option =
-/// "op"`): it keeps the output of every matmul but every second one, counted through the
-/// block's forward, and recomputes the rest in backward. A Llama block's seven matmuls (q, k,
-/// v, o, gate, up, down) alternate between recomputing q, v and gate, and k, o and up (down's
-/// output is needed by nothing in the block's backward): in both cases a third of the
-/// block's projection FLOPs with grouped kv heads. Op recomputes the first triple on every
-/// step. Latent attention's projections and a mixture of experts' experts are left alone.
+/// "op"`, PyTorch's selective checkpointing of a whole block): the forward keeps the output of
+/// every other matmul, counted through the block's forward, and of the attention kernel, and
+/// backward recomputes the rest of the block from its input, taking the kept outputs instead
+/// of running them again. Of a Llama block's seven matmuls (q, k, v, o, gate, up, down) it
+/// keeps q, v, gate and down on one step and recomputes k, o and up (on the next the reverse,
+/// where down, needed by nothing in the block's backward, is neither kept nor run again: the
+/// same FLOPs with grouped kv heads). meshsim keeps q, v, the feed-forward's first and last
+/// matmul (kept_linear at those call sites) and the fused core's output and log-sum-exp on
+/// every step. Everything else (norms, rotary, activations, products, the other matmuls, an
+/// eager core, latent attention's projections and a mixture of experts' routed experts) runs
+/// again.
 void set_recompute(torch::nn::Sequential& model, Recompute recompute);
 
 } // namespace meshsim
