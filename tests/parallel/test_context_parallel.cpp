@@ -72,7 +72,9 @@ std::string describe(const Layout& l) {
   if (l.pp > 1) s += " pp" + std::to_string(l.pp);
   if (l.zero > 0) s += " zero" + std::to_string(l.zero);
   if (l.recompute != Recompute::None)
-    s += l.recompute == Recompute::Full ? " full recompute" : " selective recompute";
+    s += l.recompute == Recompute::Full ? " full recompute"
+         : l.recompute == Recompute::Op ? " op recompute"
+                                         : " selective recompute";
   if (l.attention == AttentionKind::Fused) s += " fused";
   return s;
 }
@@ -140,6 +142,10 @@ std::vector<Layout> every_layout() {
   out.push_back({8, 2, 1, 2, 3, 2, "ring", false, Recompute::None, AttentionKind::Fused});
   out.push_back({4, 4, 1, 1, 0, 1, "ring", false, Recompute::None, AttentionKind::Fused});
   out.push_back({4, 2, 2, 1, 1, 1, "allgather", true, Recompute::None, AttentionKind::Fused});
+  // Op-level recompute: the allgather core's fused kernel keeps its output, the ring's blocks
+  // (merged in place) run again.
+  out.push_back({2, 2, 1, 1, 0, 1, "ring", false, Recompute::Op, AttentionKind::Fused});
+  out.push_back({4, 2, 1, 1, 3, 1, "allgather", false, Recompute::Op, AttentionKind::Fused});
   return out;
 }
 

@@ -50,6 +50,10 @@ public:
   /// Each query's keys span this many times the T tokens it is given (context parallelism:
   /// the cp group's whole sequence); what the FLOP counts read.
   virtual int64_t context_parts() const { return 1; }
+  /// Whether op-level recomputation keeps this core's output (models/layers/recompute.h): a
+  /// fused core hands its kept output and log-sum-exp to its recompute, which runs only the
+  /// backward; another core runs again.
+  virtual bool kept_under_op() const { return fused(); }
 };
 
 struct AttentionOptions {
@@ -115,6 +119,7 @@ public:
   /// Replaces the core (nullptr: the eager one); models.cpp installs --attention's.
   void set_core(std::shared_ptr<const AttentionCore> core);
   bool fused_core() const override { return core_->fused(); }
+  bool core_kept_under_op() const override { return core_->kept_under_op(); }
   bool core_recomputable() const override { return !core_->fused(); }
   /// Op-level recomputation keeps the query and value projections' outputs (not latent
   /// attention's).

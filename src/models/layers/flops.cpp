@@ -92,11 +92,12 @@ void count_composite(const torch::nn::Module& m, double rows, double width, doub
     // QK^T and AV as one kernel: q, k, v read, the output written.
     const double score_flops = 2 * batch * whole * keys * (d + dv);
     add_gemm(total, score_flops, 2 * rows * parts * (d + dv) * eb);
-    if (heads->fused_core()) {
-      total.rerun_flops += 2 * batch * whole * keys * d; // backward's S = QKᵀ again
-      total.kept_core_flops += score_flops; // op-level recomputation keeps its output
+    if (heads->core_kept_under_op()) { // op-level recomputation keeps its output
+      total.kept_core_flops += score_flops;
       total.kept_core_bytes += 2 * rows * parts * (d + dv) * eb;
     }
+    if (heads->fused_core())
+      total.rerun_flops += 2 * batch * whole * keys * d; // backward's S = QKᵀ again
     else if (heads->head_dim() > 0)
       total.score_bytes += kScorePassesForward * batch * (d / static_cast<double>(heads->head_dim())) *
                            whole * keys * eb;

@@ -79,6 +79,8 @@ public:
   virtual bool fused_core() const { return false; }
   /// How many times its queries' tokens the keys span (context parallelism: the cp size).
   virtual int64_t context_parts() const { return 1; }
+  /// Whether op-level recomputation keeps its core's output rather than run the core again.
+  virtual bool core_kept_under_op() const { return fused_core(); }
 };
 
 /// Implemented by composite modules whose leaves see tensors of different shapes (a ResNet

@@ -16,18 +16,6 @@ using torch::autograd::variable_list;
 
 thread_local KeptOutputs* kept_outputs = nullptr;
 
-// Installs a block's KeptOutputs for the thread that runs its forward or its recompute.
-class KeptOutputsScope {
-public:
-  explicit KeptOutputsScope(KeptOutputs* kept) : previous_(kept_outputs) { kept_outputs = kept; }
-  ~KeptOutputsScope() { kept_outputs = previous_; }
-  KeptOutputsScope(const KeptOutputsScope&) = delete;
-  KeptOutputsScope& operator=(const KeptOutputsScope&) = delete;
-
-private:
-  KeptOutputs* previous_;
-};
-
 // A linear whose output the forward kept: returns it again with the linear's backward, the
 // matmul not run.
 // `operands` are x and the weight, and the bias when there is one (an undefined tensor is
@@ -142,6 +130,14 @@ void KeptOutputs::clear() {
 
 KeptOutputs* current_kept_outputs() {
   return kept_outputs;
+}
+
+KeptOutputsScope::KeptOutputsScope(KeptOutputs* kept) : previous_(kept_outputs) {
+  kept_outputs = kept;
+}
+
+KeptOutputsScope::~KeptOutputsScope() {
+  kept_outputs = previous_;
 }
 
 torch::Tensor kept_linear(torch::nn::AnyModule& linear, const torch::Tensor& x) {

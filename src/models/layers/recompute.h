@@ -64,6 +64,19 @@ private:
 /// or null outside op-level recomputation.
 KeptOutputs* current_kept_outputs();
 
+/// Installs `kept` as the thread's KeptOutputs for its lifetime (null: nothing kept, as in a
+/// core that runs again under op-level recomputation), then restores the one before.
+class KeptOutputsScope {
+public:
+  explicit KeptOutputsScope(KeptOutputs* kept);
+  ~KeptOutputsScope();
+  KeptOutputsScope(const KeptOutputsScope&) = delete;
+  KeptOutputsScope& operator=(const KeptOutputsScope&) = delete;
+
+private:
+  KeptOutputs* previous_;
+};
+
 /// linear(x) (a torch::nn::Linear in `linear`), at a call site whose output op-level
 /// recomputation keeps: in a block's forward its output is kept; in the recompute that output
 /// is returned again, with the linear's backward (dx = g·W, dW = gᵀ·x, db = Σ g), and the

@@ -97,6 +97,9 @@ public:
   torch::Tensor forward_with_dropout(const torch::Tensor& q, const torch::Tensor& k,
                                      const torch::Tensor& v, const torch::Tensor& positions,
                                      const AttentionDropout& dropout) const override;
+  /// Its forward merges the blocks' outputs in place: op-level recomputation runs it again
+  /// rather than keep them.
+  bool kept_under_op() const override { return false; }
 };
 
 class AllGatherAttentionCore final : public ContextParallelCore {
