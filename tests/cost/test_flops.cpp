@@ -2,6 +2,9 @@
 // conventions in models/layers/flops.h.
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <utility>
+
 #include "models/layers/flops.h"
 #include "models/models.h"
 
@@ -58,6 +61,33 @@ TEST(CostFlops, ABackwardKnowsItsAttentionCoresShare) {
   LayerWork mlp = fused; // no attention: nothing of it is the core's
   mlp.attention_flops = mlp.rerun_flops = 0;
   EXPECT_DOUBLE_EQ(backward_work({mlp}).front().attention_flops, 0);
+}
+
+// An attention whose core is eager or fused, kept by op-level recomputation or not (the ring
+// context-parallel core is fused and not kept): heads of 8.
+struct CoreAttentionImpl : nn::Module, AttentionHeads {
+  CoreAttentionImpl(int64_t d, bool fused, bool kept)
+      : q(register_module("q", nn::Linear(d, d))), d_(d), fused_(fused), kept_(kept) {}
+  int64_t head_dim() const override { return 8; }
+  int64_t query_features() const override { return d_; }
+  bool fused_core() const override { return fused_; }
+  bool core_kept_under_op() const override { return kept_; }
+  nn::Linear q;
+  int64_t d_;
+  bool fused_, kept_;
+};
+
+// Only an eager core records its scores' traffic, whether or not op-level recomputation keeps
+// a fused one; only a kept core's work is what op-level recomputation keeps.
+TEST(CostFlops, OnlyAnEagerCoreMovesScoresAndOnlyAKeptCoreIsKept) {
+  for (const auto& [fused, kept] :
+       {std::pair<bool, bool>{false, false}, {true, false}, {true, true}}) {
+    const auto m = std::make_shared<CoreAttentionImpl>(32, fused, kept);
+    const LayerWork w = count_layer("attn", *m, {2, 16, 32}, {2, 16, 32});
+    EXPECT_GT(w.attention_flops, 0);
+    EXPECT_EQ(w.score_bytes > 0, !fused) << fused << kept;
+    EXPECT_DOUBLE_EQ(w.kept_core_flops, kept ? w.attention_flops : 0) << fused << kept;
+  }
 }
 
 TEST(CostFlops, Conv2dCountsEveryOutputElement) {
