@@ -65,8 +65,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
     return out_.forward(y.view({b, t, y.size(2) * y.size(3)}));
   }
   // Op-level recomputation keeps q's and v's projections (the first and third matmul of the
-  // block) and runs k's and the output projection again (recompute.h).
-  torch::Tensor q = kept_linear(q_, x), k = k_.forward(x), v = kept_linear(v_, x);
+  // block) and runs k's and the output projection again (keeps_linear, recompute.h).
+  torch::Tensor q = run_linear("q", q_, x), k = run_linear("k", k_, x), v = run_linear("v", v_, x);
   // The whole sequence from q: under sequence parallelism x holds only part of it.
   const int64_t b = q.size(0), t = q.size(1), q_features = q.size(2), kv_features = k.size(2);
   // This member's heads when q, k, v are shards: whole heads, the same share of each kind.
@@ -112,6 +112,9 @@ torch::Tensor AttentionImpl::run_core(const torch::Tensor& q, const torch::Tenso
                                       const torch::Tensor& positions) const {
   // Dropout on the probabilities in training only; its masks are a function of the draw
   // (which a checkpoint's recompute reinstalls), so the recompute draws the same.
+  // A core op-level recomputation does not keep (kept_under_op) keeps nothing of what it
+  // calls either: it runs again in the recompute.
+  const KeptOutputsScope keeping(core_->kept_under_op() ? current_kept_outputs() : nullptr);
   AttentionDropout dropout;
   dropout.p = is_training() ? options_.dropout : 0.0;
   dropout.layer = options_.layer;

@@ -230,57 +230,72 @@ std::vector<LayerWork> count_forward(torch::nn::Sequential model, const torch::T
   return layers;
 }
 
+namespace {
+
+// What a layer's backward runs again of its forward: in the forward's proportions of GEMMs its
+// whole forward under full recompute, the attention core (one kernel) under selective, all
+// but the kept Linears and a kept core under op-level recomputation; plus in every case a
+// fused attention core's scores (GEMM work on top of the rest; alone, one kernel,
+// FlashAttention-2's backward preprocessing).
+struct Rerun {
+  double flops = 0, bytes = 0, gemm_flops = 0, gemm_bytes = 0;
+  double linear_flops = 0; // of gemm_flops, the linear GEMMs'
+  int64_t kernels = 0, gemms = 0;
+};
+
+Rerun rerun_of(const LayerWork& w, double linear_flops) {
+  Rerun r;
+  if (w.keeps_matmuls) {
+    const int64_t kept_kernels = w.kept_gemms + (w.kept_core_flops > 0 ? 1 : 0);
+    const double kept_flops = w.kept_flops + w.kept_core_flops;
+    const double kept_bytes = w.kept_bytes + w.kept_core_bytes;
+    r.flops = w.rerun_flops + std::max(0.0, w.flops - kept_flops);
+    r.bytes = w.rerun_bytes + std::max(0.0, w.bytes - kept_bytes);
+    r.gemm_flops = std::max(0.0, w.gemm_flops - kept_flops) + w.rerun_flops;
+    r.gemm_bytes = std::max(0.0, w.gemm_bytes - kept_bytes) + w.rerun_bytes;
+    r.linear_flops = std::max(0.0, linear_flops - w.kept_flops);
+    r.kernels = std::max<int64_t>(0, w.kernels - kept_kernels);
+    r.gemms = std::max<int64_t>(0, w.gemms - kept_kernels);
+    return r;
+  }
+  const bool whole = w.flops > 0 && w.rerun_flops / w.flops > 0.999;
+  r.flops = w.rerun_flops;
+  r.bytes = w.rerun_bytes;
+  r.gemm_flops = whole ? w.gemm_flops + std::max(0.0, w.rerun_flops - w.flops) : w.rerun_flops;
+  r.gemm_bytes = whole ? w.gemm_bytes + std::max(0.0, w.rerun_bytes - w.bytes) : w.rerun_bytes;
+  r.linear_flops = whole ? linear_flops : 0;
+  r.kernels = whole ? w.kernels : (w.rerun_flops > 0 ? 1 : 0);
+  r.gemms = whole ? w.gemms : (w.rerun_flops > 0 ? 1 : 0);
+  return r;
+}
+
+} // namespace
+
 std::vector<LayerWork> backward_work(const std::vector<LayerWork>& forward) {
   std::vector<LayerWork> backward(forward.rbegin(), forward.rend());
   for (LayerWork& w : backward) {
     const bool gemm = w.op == "matmul" || w.op == "attention";
-    // The recomputed forward, in the forward's proportions of GEMMs (its whole forward under
-    // full recompute, the attention core, one kernel, under selective), plus a fused
-    // attention core's scores (GEMM work on top of the whole forward under full recompute;
-    // one kernel, FlashAttention-2's backward preprocessing, without).
     const double linear_flops = std::max(0.0, w.gemm_flops - w.attention_flops);
-    double rerun_share = w.flops > 0 ? w.rerun_flops / w.flops : 0;
-    const bool whole = rerun_share > 0.999;
-    double rerun_gemm_flops =
-        whole ? w.gemm_flops + std::max(0.0, w.rerun_flops - w.flops) : w.rerun_flops;
-    double rerun_gemm_bytes =
-        whole ? w.gemm_bytes + std::max(0.0, w.rerun_bytes - w.bytes) : w.rerun_bytes;
-    int64_t rerun_kernels = whole ? w.kernels : (w.rerun_flops > 0 ? 1 : 0);
-    int64_t rerun_gemms = whole ? w.gemms : (w.rerun_flops > 0 ? 1 : 0);
-    double rerun_linear_flops = whole ? linear_flops : 0; // the linear GEMMs run again
-    if (w.keeps_matmuls) {
-      // Op-level: the whole forward again but the kept Linears and a fused core, plus that
-      // core's scores (its backward's S = QKᵀ, what the counts already rerun).
-      const int64_t kept_kernels = w.kept_gemms + (w.kept_core_flops > 0 ? 1 : 0);
-      const double kept_gemm_flops = w.kept_flops + w.kept_core_flops;
-      const double kept_gemm_bytes = w.kept_bytes + w.kept_core_bytes;
-      rerun_gemm_flops = std::max(0.0, w.gemm_flops - kept_gemm_flops) + w.rerun_flops;
-      rerun_gemm_bytes = std::max(0.0, w.gemm_bytes - kept_gemm_bytes) + w.rerun_bytes;
-      rerun_kernels = std::max<int64_t>(0, w.kernels - kept_kernels);
-      rerun_gemms = std::max<int64_t>(0, w.gemms - kept_kernels);
-      rerun_linear_flops = std::max(0.0, linear_flops - w.kept_flops);
-      w.rerun_flops += std::max(0.0, w.flops - kept_gemm_flops);
-      w.rerun_bytes += std::max(0.0, w.bytes - kept_gemm_bytes);
-      rerun_share = w.flops > 0 ? w.rerun_flops / w.flops : 0;
-    }
-    w.recompute_flops = w.rerun_flops;
-    w.recompute_bytes = w.rerun_bytes;
+    const Rerun again = rerun_of(w, linear_flops);
+    const bool reruns = w.flops > 0 && again.flops > 0;
+    w.recompute_flops = again.flops;
+    w.recompute_bytes = again.bytes;
     w.rerun_flops = w.rerun_bytes = 0;
     w.flops = w.flops * (gemm ? 2 : 1) + w.recompute_flops;
     w.bytes = w.bytes * 2 + w.recompute_bytes;
     // Each GEMM's backward is two (the gradient of its input and of its weight); every other
     // kernel has one backward kernel.
-    w.kernels = w.kernels + w.gemms + rerun_kernels;
-    w.gemms = 2 * w.gemms + rerun_gemms;
+    w.kernels = w.kernels + w.gemms + again.kernels;
+    w.gemms = 2 * w.gemms + again.gemms;
     // The attention core's share of the backward's GEMMs: all but the linear GEMMs' backward
     // (two of each) and those of them run again (all under full recompute).
-    w.gemm_flops = 2 * w.gemm_flops + rerun_gemm_flops;
+    w.gemm_flops = 2 * w.gemm_flops + again.gemm_flops;
     if (w.attention_flops > 0)
-      w.attention_flops = std::max(0.0, w.gemm_flops - 2 * linear_flops - rerun_linear_flops);
-    w.gemm_bytes = 2 * w.gemm_bytes + rerun_gemm_bytes;
-    // Both recompute modes run the attention core again.
+      w.attention_flops = std::max(0.0, w.gemm_flops - 2 * linear_flops - again.linear_flops);
+    w.gemm_bytes = 2 * w.gemm_bytes + again.gemm_bytes;
+    // Every recompute mode runs the attention core again (but op-level's of a kept core).
     w.score_bytes = w.score_bytes * (kScorePassesBackward / kScorePassesForward) +
-                    (rerun_share > 0 ? w.score_bytes : 0);
+                    (reruns ? w.score_bytes : 0);
   }
   return backward;
 }

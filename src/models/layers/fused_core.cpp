@@ -233,17 +233,15 @@ PartialAttention fused_attention(const torch::Tensor& q, const torch::Tensor& k,
   // Op-level recomputation (recompute.h) keeps the kernel's output and log-sum-exp in a
   // block's forward and hands them to its recompute, which runs only the backward's part.
   KeptOutputs* kept = current_kept_outputs();
-  variable_list outs;
+  KeptAttention replayed;
   if (kept && kept->replaying()) {
     const std::vector<torch::Tensor> saved = kept->take();
-    outs = FusedAttentionFunction::apply(q, k, v, q_positions, k_positions, tile, dropout,
-                                         KeptAttention{saved.at(0), saved.at(1)});
-  } else {
-    outs = FusedAttentionFunction::apply(q, k, v, q_positions, k_positions, tile, dropout,
-                                         KeptAttention{});
-    if (kept)
-      kept->keep({outs[0], outs[1]});
+    replayed = {saved.at(0), saved.at(1)};
   }
+  const variable_list outs =
+      FusedAttentionFunction::apply(q, k, v, q_positions, k_positions, tile, dropout, replayed);
+  if (kept && !kept->replaying())
+    kept->keep({outs[0], outs[1]});
   return {outs[0].transpose(1, 2), outs[1]};
 }
 

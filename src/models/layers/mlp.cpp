@@ -14,9 +14,8 @@ GptMlpImpl::GptMlpImpl(int64_t hidden, int64_t ffn, const torch::TensorOptions& 
   proj_ = nn::AnyModule(register_module("proj", make_linear(ffn, hidden, true, t)));
 }
 
-
 torch::Tensor GptMlpImpl::forward(const torch::Tensor& x) {
-  return kept_linear(proj_, nn::functional::gelu(kept_linear(fc_, x)));
+  return run_linear("proj", proj_, nn::functional::gelu(run_linear("fc", fc_, x)));
 }
 
 void GptMlpImpl::replace_linear(const std::string& name, nn::AnyModule module) {
@@ -33,7 +32,8 @@ SwiGluMlpImpl::SwiGluMlpImpl(int64_t hidden, int64_t ffn, const torch::TensorOpt
 }
 
 torch::Tensor SwiGluMlpImpl::forward(const torch::Tensor& x) {
-  return kept_linear(down_, nn::functional::silu(kept_linear(gate_, x)) * up_.forward(x));
+  return run_linear("down", down_,
+                    nn::functional::silu(run_linear("gate", gate_, x)) * run_linear("up", up_, x));
 }
 
 void SwiGluMlpImpl::replace_linear(const std::string& name, nn::AnyModule module) {

@@ -170,24 +170,17 @@ torch::Tensor CheckpointedBlock::checkpointed(const torch::Tensor& x) {
   // The block outlives the graph (the model owns it). The recompute runs in backward, maybe on
   // another thread (a device's autograd worker): it gets the forward's positions scope.
   const torch::Tensor positions = scoped_positions();
-  if (!keep_matmuls)
-    return checkpoint(
-        [this, positions](const std::vector<torch::Tensor>& in) {
-          PositionsScope scope(positions);
-          return forward_plain(in[0]);
-        },
-        {x});
   // Op-level: the first run (the forward) records what it keeps, the second (the recompute)
-  // replays it.
-  const auto kept = std::make_shared<KeptOutputs>();
+  // replays it. Otherwise nothing is kept.
+  const auto kept = keep_matmuls ? std::make_shared<KeptOutputs>() : nullptr;
   return checkpoint(
       [this, positions, kept](const std::vector<torch::Tensor>& in) {
         PositionsScope scope(positions);
         KeptOutputsScope keeping(kept.get());
         torch::Tensor out = forward_plain(in[0]);
-        if (kept->replaying())
+        if (kept && kept->replaying())
           kept->clear();
-        else
+        else if (kept)
           kept->start_replay();
         return out;
       },

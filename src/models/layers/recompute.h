@@ -83,12 +83,20 @@ private:
 /// matmul does not run again. Elsewhere, or for a module without a 2-D weight, linear(x).
 torch::Tensor kept_linear(torch::nn::AnyModule& linear, const torch::Tensor& x);
 
-/// A module some of whose child Linears are called through kept_linear(): the counts leave
-/// their work out of what op-level recomputation runs again (flops.h).
+/// A module some of whose child Linears op-level recomputation keeps: its forward calls them
+/// through run_linear(), and the counts leave their work out of what the recompute runs again
+/// (flops.h), both asking keeps_linear().
 class KeepsLinears {
 public:
   virtual ~KeepsLinears() = default;
   virtual bool keeps_linear(const std::string& child) const = 0;
+
+protected:
+  /// The child Linear `name` (held in `linear`) on x: through kept_linear() when it is kept.
+  torch::Tensor run_linear(const std::string& name, torch::nn::AnyModule& linear,
+                           const torch::Tensor& x) const {
+    return keeps_linear(name) ? kept_linear(linear, x) : linear.forward(x);
+  }
 };
 
 /// An attention module whose core selective recomputation can checkpoint (set_recompute):

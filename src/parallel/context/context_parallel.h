@@ -98,7 +98,7 @@ public:
                                      const torch::Tensor& v, const torch::Tensor& positions,
                                      const AttentionDropout& dropout) const override;
   /// Its forward merges the blocks' outputs in place: op-level recomputation runs it again
-  /// rather than keep them.
+  /// rather than keep them (AttentionImpl::run_core keeps nothing of it).
   bool kept_under_op() const override { return false; }
 };
 

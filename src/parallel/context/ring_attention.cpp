@@ -15,7 +15,6 @@
 #include <memory>
 
 #include "memory/virtual_gpu.h"
-#include "models/layers/recompute.h"
 #include "parallel/autograd_group.h"
 
 namespace meshsim {
@@ -226,7 +225,6 @@ torch::Tensor RingAttentionCore::forward_with_dropout(const torch::Tensor& q,
                                                       const torch::Tensor& v,
                                                       const torch::Tensor& positions,
                                                       const AttentionDropout& dropout) const {
-  const KeptOutputsScope runs_again(nullptr); // kept_under_op(): nothing of its blocks kept
   return RingAttention::apply(q, k, v, positions,
                               static_cast<int64_t>(reinterpret_cast<intptr_t>(this)), dropout);
 }
