@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "models/layers/flops.h"
+#include "models/llama.h"
 #include "models/models.h"
 
 namespace meshsim {
@@ -16,8 +17,8 @@ namespace nn = torch::nn;
 // q, k, v, out projections: what the GPT model's attention module is made of. It says it is
 // attention (AttentionHeads) with all d query features and no head width, so no scores are
 // counted as written.
-struct AttentionImpl : nn::Module, AttentionHeads {
-  explicit AttentionImpl(int64_t d)
+struct ProjectionsImpl : nn::Module, AttentionHeads {
+  explicit ProjectionsImpl(int64_t d)
       : q(register_module("q", nn::Linear(d, d))), k(register_module("k", nn::Linear(d, d))),
         v(register_module("v", nn::Linear(d, d))), out(register_module("out", nn::Linear(d, d))),
         d_(d) {}
@@ -120,7 +121,7 @@ TEST(CostFlops, ElementwiseNormalizationAndViews) {
 
 TEST(CostFlops, AttentionAddsQkAndAvMatmuls) {
   const int64_t b = 2, s = 8, d = 16;
-  auto attention = std::make_shared<AttentionImpl>(d);
+  auto attention = std::make_shared<ProjectionsImpl>(d);
   const LayerWork w = count_layer("attn", *attention, {b, s, d}, {b, s, d});
   const double rows = b * s;
   const double projections = 4 * (2 * rows * d * d + rows * d);
@@ -168,5 +169,44 @@ TEST(CostFlops, OptimizerWorkPerParameter) {
   EXPECT_DOUBLE_EQ(optimizer_work(1000, "sgd", true).bytes, 20000);
 }
 
+// The elementwise kernels a Llama block runs outside its child modules (flops.h,
+// ElementwiseWork): each counted once, as one kernel, and nothing else changed.
+TEST(CostFlops, ABlockCountsItsResidualAddsSwigluAndRotation) {
+  TransformerShape shape;
+  shape.hidden = 32;
+  shape.heads = 4;
+  shape.kv_heads = 2;
+  shape.ffn_hidden = 48;
+  const int64_t b = 2, s = 8, h = shape.hidden, f = shape.ffn_hidden;
+  const double rows = b * s, eb = 2, d = static_cast<double>(h / shape.heads);
+  LlamaBlock block(shape);
+  TransformerShape unrotated_shape = shape;
+  unrotated_shape.rope_theta = 0;
+  LlamaBlock unrotated(unrotated_shape);
+  const auto count = [&](const LlamaBlock& of, const char* child) {
+    return count_layer(child, *of->named_children()[child], {b, s, h}, {b, s, h}, eb);
+  };
+  const LayerWork attn = count(block, "attn"), plain = count(unrotated, "attn");
+  // q (heads·d features) and k (kv_heads·d) rotated: 3 FLOPs an element, read and written.
+  const double rotated = rows * static_cast<double>(shape.heads + shape.kv_heads) * d;
+  EXPECT_DOUBLE_EQ(attn.flops - plain.flops, 3 * rotated);
+  EXPECT_DOUBLE_EQ(attn.bytes - plain.bytes, 2 * rotated * eb);
+  EXPECT_EQ(attn.kernels - plain.kernels, 2);
+  EXPECT_DOUBLE_EQ(attn.gemm_flops, plain.gemm_flops);
+
+  // SiLU (5 FLOPs, one read, one written) and the product (1, two read, one written) on the
+  // rows × F gate output; the rest is the three GEMMs.
+  const LayerWork mlp = count(block, "mlp");
+  EXPECT_DOUBLE_EQ(mlp.flops - mlp.gemm_flops, 6 * rows * f);
+  EXPECT_DOUBLE_EQ(mlp.bytes - mlp.gemm_bytes, 5 * rows * f * eb);
+  EXPECT_EQ(mlp.kernels - mlp.gemms, 2);
+
+  // The block: its parts plus two residual adds (1 FLOP an element, two read, one written).
+  const LayerWork whole = count_layer("block", *block, {b, s, h}, {b, s, h}, eb);
+  const LayerWork norm = count(block, "attn_norm");
+  EXPECT_DOUBLE_EQ(whole.flops, 2 * norm.flops + attn.flops + mlp.flops + 2 * rows * h);
+  EXPECT_DOUBLE_EQ(whole.bytes, 2 * norm.bytes + attn.bytes + mlp.bytes + 2 * 3 * rows * h * eb);
+  EXPECT_EQ(whole.kernels, 2 * norm.kernels + attn.kernels + mlp.kernels + 2);
+}
 } // namespace
 } // namespace meshsim

@@ -82,9 +82,9 @@ TEST(PlanFlops, FusedAttentionRecomputesTheScoresInBackward) {
 
 // Op-level recompute (torchtitan's) runs each block's forward again but the matmuls it keeps
 // (q, v, fc, proj) and a fused attention core: GPT's block runs again its two LayerNorms
-// (5·b·s·h each), k's and the output projection (h → h with a bias, 2·b·s·h² + b·s·h each)
-// and, with the eager core, QKᵀ and attention over V (4·b·s²·h). (GELU and the residual adds
-// are called as functions: the counts hold no FLOPs for them, docs/cost-model.md.)
+// (5·b·s·h each), its two residual adds (b·s·h each), GELU (8 FLOPs on each of fc's b·s·4h
+// outputs), k's and the output projection (h → h with a bias, 2·b·s·h² + b·s·h each) and,
+// with the eager core, QKᵀ and attention over V (4·b·s²·h).
 TEST(PlanFlops, OpRecomputeRunsTheBlockAgainButItsKeptMatmuls) {
   for (const char* attention : {"eager", "fused"})
     for (int zero : {0, 3}) {
@@ -93,8 +93,10 @@ TEST(PlanFlops, OpRecomputeRunsTheBlockAgainButItsKeptMatmuls) {
       const PlanFigures op = planned("op", gpus, zero, attention);
       const double b = 1, s = 128, h = 64, layers = 3;
       const double norms = 2 * 5 * b * s * h, projection = 2 * b * s * h * h + b * s * h;
+      const double adds = 2 * b * s * h, gelu = 8 * b * s * 4 * h;
       const double core = std::string(attention) == "eager" ? 4 * b * s * s * h : 0;
-      EXPECT_DOUBLE_EQ(op.flops - none.flops, gpus * layers * (norms + 2 * projection + core))
+      EXPECT_DOUBLE_EQ(op.flops - none.flops,
+                       gpus * layers * (norms + adds + gelu + 2 * projection + core))
           << attention << " zero " << zero;
       EXPECT_DOUBLE_EQ(op.model_flops, none.model_flops) << attention << " zero " << zero;
     }

@@ -145,6 +145,19 @@ int64_t AttentionImpl::query_features() const {
   return options_.heads * head_dim_;
 }
 
+void AttentionImpl::add_elementwise_work(LayerWork& total, double /*rows*/, double gathered,
+                                         double /*width*/, double eb) const {
+  if (options_.rope_theta <= 0 || latent())
+    return;
+  double key_features = 0;
+  for (const auto& p : k_.ptr()->named_parameters(/*recurse=*/false))
+    if (p.key() == "weight")
+      key_features = static_cast<double>(p.value().size(0));
+  // q and k rotated, x·cos + rotate(x)·sin: one kernel each.
+  add_elementwise(total, gathered * static_cast<double>(query_features()), 3, 1, 1, eb);
+  add_elementwise(total, gathered * key_features, 3, 1, 1, eb);
+}
+
 int64_t AttentionImpl::value_features() const {
   if (!latent())
     return query_features();

@@ -94,7 +94,8 @@ class AttentionImpl : public torch::nn::Module,
                       public LinearSlots,
                       public CheckpointedAttention,
                       public KeepsLinears,
-                      public AttentionHeads {
+                      public AttentionHeads,
+                      public ElementwiseWork {
 public:
   /// `core`: nullptr for the eager causal core (build_model installs ModelOptions::attention's).
   AttentionImpl(const AttentionOptions& options, const torch::TensorOptions& tensors = {},
@@ -130,6 +131,10 @@ public:
   /// whole heads, so its dropout masks are those of the same heads on one device.
   void set_first_head(int64_t head) { first_head_ = head; }
   int64_t context_parts() const override { return core_->context_parts(); }
+  /// The rotation of q and k (with rope_theta; latent attention's rotated parts are not
+  /// counted), on the rows its Linears see (flops.h).
+  void add_elementwise_work(LayerWork& total, double rows, double gathered, double width,
+                            double eb) const override;
 
 private:
   torch::nn::AnyModule& slot(const std::string& name);

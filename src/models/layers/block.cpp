@@ -28,4 +28,10 @@ torch::Tensor PreNormBlockImpl::forward_plain(const torch::Tensor& x) {
   return h + a;
 }
 
+void PreNormBlockImpl::add_elementwise_work(LayerWork& total, double rows, double /*gathered*/,
+                                            double width, double eb) const {
+  for (int add = 0; add < 2; ++add)
+    add_elementwise(total, rows * width, 1, 2, 1, eb);
+}
+
 } // namespace meshsim

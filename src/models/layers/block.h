@@ -27,11 +27,16 @@ struct BlockParts {
   int64_t layer = 0;  // the block's index in the whole model (dropout's masks)
 };
 
-class PreNormBlockImpl : public torch::nn::Module, public CheckpointedBlock {
+class PreNormBlockImpl : public torch::nn::Module,
+                         public CheckpointedBlock,
+                         public ElementwiseWork {
 public:
   explicit PreNormBlockImpl(BlockParts parts);
   torch::Tensor forward(const torch::Tensor& x) { return checkpointed(x); }
   torch::Tensor forward_plain(const torch::Tensor& x) override;
+  /// Its two residual adds, on the block's input rows (flops.h).
+  void add_elementwise_work(LayerWork& total, double rows, double gathered, double width,
+                            double eb) const override;
 
 private:
   torch::nn::AnyModule norm1_, norm2_;

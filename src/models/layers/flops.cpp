@@ -80,6 +80,8 @@ bool keeps_linear(const torch::nn::Module& parent, const std::string& name) {
 // the sequence for them); attention modules add their score matmuls over `seq` × `parts`.
 void count_composite(const torch::nn::Module& m, double rows, double width, double batch,
                      double seq, double eb, double parts, LayerWork& total) {
+  if (const auto* own = dynamic_cast<const ElementwiseWork*>(&m))
+    own->add_elementwise_work(total, rows, rows * parts, width, eb);
   const auto* heads = dynamic_cast<const AttentionHeads*>(&m);
   if (heads) {
     // The heads this module computes: all of them, or a tensor-parallel share, as its
@@ -148,6 +150,13 @@ void add_gemm(LayerWork& w, double flops, double bytes) {
   w.gemm_flops += flops;
   w.gemm_bytes += bytes;
   ++w.gemms;
+  ++w.kernels;
+}
+
+void add_elementwise(LayerWork& w, double elements, double flops_per_element, double read,
+                     double written, double eb) {
+  w.flops += flops_per_element * elements;
+  w.bytes += (read + written) * elements * eb;
   ++w.kernels;
 }
 

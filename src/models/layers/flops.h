@@ -21,6 +21,10 @@
 //  - a mixture of experts (RoutedWork): the router, 2·N·H·E, and each routed expert's three
 //    GEMMs on the n_e tokens it ran, 6·n_e·H·F, with the weights of the experts that ran;
 //  - views (Flatten, Identity): nothing.
+//  - elementwise kernels a composite runs outside its children (ElementwiseWork): a block's
+//    two residual adds (1 FLOP per element, two tensors read, one written), SwiGLU's SiLU (5,
+//    one read, one written) and product (1, two read, one written), the rotation of q and k
+//    (3: x·cos + rotate(x)·sin, x read and written).
 //  - attention score traffic (LayerWork::score_bytes): what an attention core without a fused
 //    kernel moves through memory, B·heads·T² elements per pass: written by QKᵀ, read and
 //    written by softmax and by dropout, read by AV (6 passes forward); written by dP, read and
@@ -61,6 +65,23 @@ public:
 /// One GEMM kernel (a Linear, a convolution, the attention core, an expert's matmul) added to
 /// `w`: its flops and bytes, in the totals and the GEMM share, and one kernel.
 void add_gemm(LayerWork& w, double flops, double bytes);
+
+/// One memory-bound kernel added to `w`: `elements` outputs of `flops_per_element` FLOPs each,
+/// reading `read` and writing `written` tensors of `elements` elements.
+void add_elementwise(LayerWork& w, double elements, double flops_per_element, double read,
+                     double written, double eb);
+
+/// Implemented by composite modules whose forward runs elementwise kernels outside any child
+/// module, which counting by modules would not see: a block's residual adds, SwiGLU's
+/// activation and product, the rotation of q and k. `rows`: the rows of the module's input
+/// (sequence-parallel: this rank's part), `gathered`: the rows its Linears see, `width`: its
+/// input's features. Each add_elementwise is one kernel as the module runs it.
+class ElementwiseWork {
+public:
+  virtual ~ElementwiseWork() = default;
+  virtual void add_elementwise_work(LayerWork& total, double rows, double gathered, double width,
+                                    double eb) const = 0;
+};
 
 /// Implemented by attention modules (models/layers/attention.h), which is how the counts find
 /// attention: the width of one head, so that they know the [B, heads, T, T] score matrices an

@@ -9,6 +9,17 @@ namespace meshsim {
 
 namespace nn = torch::nn;
 
+namespace {
+
+// The output features of a Linear slot as this rank holds it: its weight [F or F/tp, H].
+double output_features(const nn::AnyModule& linear) {
+  const auto params = linear.ptr()->named_parameters(/*recurse=*/false);
+  const torch::Tensor* w = params.find("weight");
+  return w && w->dim() == 2 ? static_cast<double>(w->size(0)) : 0;
+}
+
+} // namespace
+
 GptMlpImpl::GptMlpImpl(int64_t hidden, int64_t ffn, const torch::TensorOptions& t) {
   fc_ = nn::AnyModule(register_module("fc", make_linear(hidden, ffn, true, t)));
   proj_ = nn::AnyModule(register_module("proj", make_linear(ffn, hidden, true, t)));
@@ -16,6 +27,11 @@ GptMlpImpl::GptMlpImpl(int64_t hidden, int64_t ffn, const torch::TensorOptions& 
 
 torch::Tensor GptMlpImpl::forward(const torch::Tensor& x) {
   return run_linear("proj", proj_, nn::functional::gelu(run_linear("fc", fc_, x)));
+}
+
+void GptMlpImpl::add_elementwise_work(LayerWork& total, double /*rows*/, double gathered,
+                                      double /*width*/, double eb) const {
+  add_elementwise(total, gathered * output_features(fc_), 8, 1, 1, eb); // exact GELU
 }
 
 void GptMlpImpl::replace_linear(const std::string& name, nn::AnyModule module) {
@@ -34,6 +50,13 @@ SwiGluMlpImpl::SwiGluMlpImpl(int64_t hidden, int64_t ffn, const torch::TensorOpt
 torch::Tensor SwiGluMlpImpl::forward(const torch::Tensor& x) {
   return run_linear("down", down_,
                     nn::functional::silu(run_linear("gate", gate_, x)) * run_linear("up", up_, x));
+}
+
+void SwiGluMlpImpl::add_elementwise_work(LayerWork& total, double /*rows*/, double gathered,
+                                         double /*width*/, double eb) const {
+  const double elements = gathered * output_features(gate_);
+  add_elementwise(total, elements, 5, 1, 1, eb); // SiLU
+  add_elementwise(total, elements, 1, 2, 1, eb); // · up(x)
 }
 
 void SwiGluMlpImpl::replace_linear(const std::string& name, nn::AnyModule module) {

@@ -9,6 +9,7 @@
 
 #include <torch/torch.h>
 
+#include "models/layers/flops.h"
 #include "models/layers/recompute.h"
 #include "models/layers/slots.h"
 
@@ -21,11 +22,17 @@ public:
 };
 
 /// fc (H -> F), exact GELU, proj (F -> H), with biases.
-class GptMlpImpl : public FeedForward, public LinearSlots, public KeepsLinears {
+class GptMlpImpl : public FeedForward,
+                   public LinearSlots,
+                   public KeepsLinears,
+                   public ElementwiseWork {
 public:
   GptMlpImpl(int64_t hidden, int64_t ffn, const torch::TensorOptions& tensors = {});
   torch::Tensor forward(const torch::Tensor& x) override;
   void replace_linear(const std::string& name, torch::nn::AnyModule module) override;
+  /// GELU, on fc's output (this rank's share of F under tensor parallelism).
+  void add_elementwise_work(LayerWork& total, double rows, double gathered, double width,
+                            double eb) const override;
   /// Op-level recomputation keeps fc's and proj's outputs (recompute.h).
   bool keeps_linear(const std::string& name) const override {
     return name == "fc" || name == "proj";
@@ -37,11 +44,17 @@ private:
 TORCH_MODULE(GptMlp);
 
 /// SwiGLU: down(silu(gate(x)) · up(x)); gate, up: H -> F, down: F -> H, no biases.
-class SwiGluMlpImpl : public FeedForward, public LinearSlots, public KeepsLinears {
+class SwiGluMlpImpl : public FeedForward,
+                      public LinearSlots,
+                      public KeepsLinears,
+                      public ElementwiseWork {
 public:
   SwiGluMlpImpl(int64_t hidden, int64_t ffn, const torch::TensorOptions& tensors = {});
   torch::Tensor forward(const torch::Tensor& x) override;
   void replace_linear(const std::string& name, torch::nn::AnyModule module) override;
+  /// SiLU and the product, on gate's output (this rank's share of F under tensor parallelism).
+  void add_elementwise_work(LayerWork& total, double rows, double gathered, double width,
+                            double eb) const override;
   /// Op-level recomputation keeps gate's and down's outputs and runs up again (recompute.h).
   bool keeps_linear(const std::string& name) const override {
     return name == "gate" || name == "down";
