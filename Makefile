@@ -20,7 +20,10 @@ run: setup $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS) --target meshsim
 	$(BUILD)/meshsim train $(ARGS)
 
-test: build
+# Builds what the tests run (meshsim and meshsim_tests; the benchmarks compile in `make build`,
+# `make bench` and `make test-torch2`), then runs them.
+test: setup $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS) --target meshsim meshsim_tests
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 # The second build: meshsim against PyTorch 2.11's LibTorch from PyPI (its CUDA build: the CUDA
