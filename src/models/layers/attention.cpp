@@ -139,23 +139,19 @@ torch::Tensor AttentionImpl::run_core(const torch::Tensor& q, const torch::Tenso
 }
 
 int64_t AttentionImpl::query_features() const {
-  for (const auto& p : q_.ptr()->named_parameters(/*recurse=*/false))
-    if (p.key() == "weight")
-      return p.value().size(0);
-  return options_.heads * head_dim_;
+  const torch::Tensor w = slot_weight(*q_.ptr());
+  return w.defined() ? w.size(0) : options_.heads * head_dim_;
 }
 
 void AttentionImpl::add_elementwise_work(LayerWork& total, double /*rows*/, double gathered,
                                          double /*width*/, double eb) const {
   if (options_.rope_theta <= 0 || latent())
     return;
-  double key_features = 0;
-  for (const auto& p : k_.ptr()->named_parameters(/*recurse=*/false))
-    if (p.key() == "weight")
-      key_features = static_cast<double>(p.value().size(0));
+  const torch::Tensor k = slot_weight(*k_.ptr());
   // q and k rotated, x·cos + rotate(x)·sin: one kernel each.
   add_elementwise(total, gathered * static_cast<double>(query_features()), 3, 1, 1, eb);
-  add_elementwise(total, gathered * key_features, 3, 1, 1, eb);
+  if (k.defined())
+    add_elementwise(total, gathered * static_cast<double>(k.size(0)), 3, 1, 1, eb);
 }
 
 int64_t AttentionImpl::value_features() const {

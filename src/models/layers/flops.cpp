@@ -5,6 +5,7 @@
 #include <map>
 
 #include "models/layers/recompute.h"
+#include "models/layers/slots.h"
 
 namespace meshsim {
 namespace {
@@ -58,9 +59,7 @@ torch::Tensor linear_weight(const torch::nn::Module& m) {
   if (!m.children().empty() || type.find("Norm") != std::string::npos ||
       type.find("Embedding") != std::string::npos)
     return {};
-  for (const auto& p : m.named_parameters(false))
-    if (p.key() == "weight" && p.value().dim() == 2) return p.value();
-  return {};
+  return slot_weight(m);
 }
 
 bool has_bias(const torch::nn::Module& m) {

@@ -13,9 +13,8 @@ namespace {
 
 // The output features of a Linear slot as this rank holds it: its weight [F or F/tp, H].
 double output_features(const nn::AnyModule& linear) {
-  const auto params = linear.ptr()->named_parameters(/*recurse=*/false);
-  const torch::Tensor* w = params.find("weight");
-  return w && w->dim() == 2 ? static_cast<double>(w->size(0)) : 0;
+  const torch::Tensor w = slot_weight(*linear.ptr());
+  return w.defined() ? static_cast<double>(w.size(0)) : 0;
 }
 
 } // namespace

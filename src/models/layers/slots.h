@@ -27,4 +27,13 @@ public:
   virtual std::string slot_input(const std::string& name) const { return ""; }
 };
 
+/// The [out, in] weight of a Linear slot as this rank holds it (a Linear, or a column- or
+/// row-parallel shard of one), or an undefined tensor for a module without a 2-D weight.
+inline torch::Tensor slot_weight(const torch::nn::Module& linear) {
+  for (const auto& p : linear.named_parameters(/*recurse=*/false))
+    if (p.key() == "weight" && p.value().dim() == 2)
+      return p.value();
+  return {};
+}
+
 } // namespace meshsim
