@@ -115,6 +115,17 @@ int parse_command_line(int argc, char** argv, CommandLine& out) {
   return code;
 }
 
+int run_main(int argc, char** argv) {
+  CommandLine line;
+  if (const int code = parse_command_line(argc, argv, line); code >= 0)
+    return code;
+  try {
+    return run_command_line(line);
+  } catch (const std::exception& e) {
+    return report_failure(e); // what a command did not map itself (std::bad_alloc)
+  }
+}
+
 int run_command_line(CommandLine& line) {
   switch (line.command) {
   case Command::kInfo: return run_info();

@@ -50,4 +50,9 @@ int parse_command_line(int argc, char** argv, CommandLine& out);
 /// Runs what parse_command_line parsed; returns the exit code.
 int run_command_line(CommandLine& line);
 
+/// main()'s work: parses argv, runs it, and maps what no command mapped itself (std::bad_alloc)
+/// to its exit code. The tests call it in their own process for the refusals they sweep flag by
+/// flag (tests/cli/cli_harness.h), which saves each the start of a process that loads LibTorch.
+int run_main(int argc, char** argv);
+
 } // namespace meshsim

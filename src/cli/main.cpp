@@ -15,12 +15,5 @@ int main(int argc, char** argv) {
   // Ctrl-C or SIGTERM outside a training run (which stops after its step instead): the file
   // being written is left as it was, with no temporary beside it.
   meshsim::remove_temp_files_on_signals();
-  meshsim::CommandLine line;
-  if (const int code = meshsim::parse_command_line(argc, argv, line); code >= 0)
-    return code;
-  try {
-    return meshsim::run_command_line(line);
-  } catch (const std::exception& e) {
-    return meshsim::report_failure(e); // what a command did not map itself (std::bad_alloc)
-  }
+  return meshsim::run_main(argc, argv);
 }

@@ -2,12 +2,14 @@
 #pragma once
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -15,6 +17,8 @@
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+
+#include "cli/command_line.h"
 
 namespace meshsim::testing {
 
@@ -44,6 +48,69 @@ inline CliResult run_meshsim_exactly(const std::string& args) {
 
 inline CliResult run_meshsim(const std::string& args) {
   return run_meshsim_exactly(args + " --no-progress");
+}
+
+// Runs `meshsim ARGS` as run_meshsim_exactly does, inside this test process: main()'s own work
+// (run_main), with this process's stdout and stderr sent to a file while it runs. A new process
+// spends 0.4 s of CPU loading LibTorch before it reads a flag; the tests that sweep hundreds of
+// refusals value by value run them here, and CliBadInput.InProcessAnswersAsTheBinaryDoes holds
+// the two ways to the same codes and lines. ARGS is split at spaces: no quotes, no shell.
+inline CliResult run_meshsim_in_process_exactly(const std::string& args) {
+  std::vector<std::string> words = {MESHSIM_BINARY}; // as the binary, started by its path
+  std::istringstream split(args);
+  for (std::string word; split >> word;) {
+    EXPECT_EQ(word.find_first_of("\"'$`"), std::string::npos)
+        << "run_meshsim_in_process takes no shell syntax: " << args;
+    words.push_back(word);
+  }
+  std::vector<char*> argv;
+  for (std::string& word : words) argv.push_back(word.data());
+  argv.push_back(nullptr);
+
+  // Restores stdout and stderr however run_main returns.
+  struct Capture {
+    FILE* file = std::tmpfile();
+    int out = -1, err = -1;
+    Capture() {
+      std::cout.flush();
+      std::fflush(stdout);
+      out = ::dup(1);
+      err = ::dup(2);
+      ::dup2(::fileno(file), 1);
+      ::dup2(::fileno(file), 2);
+    }
+    ~Capture() {
+      std::cout.flush();
+      std::cerr.flush();
+      std::fflush(stdout);
+      std::fflush(stderr);
+      ::dup2(out, 1);
+      ::dup2(err, 2);
+      ::close(out);
+      ::close(err);
+      std::fclose(file);
+    }
+    std::string text() {
+      std::cout.flush();
+      std::cerr.flush();
+      std::fflush(stdout);
+      std::fflush(stderr);
+      std::string all;
+      std::rewind(file);
+      char buf[4096];
+      for (size_t n; (n = std::fread(buf, 1, sizeof buf, file)) > 0;) all.append(buf, n);
+      return all;
+    }
+  };
+  CliResult r;
+  Capture capture;
+  r.code = meshsim::run_main(static_cast<int>(words.size()), argv.data());
+  r.output = capture.text();
+  return r;
+}
+
+inline CliResult run_meshsim_in_process(const std::string& args) {
+  return run_meshsim_in_process_exactly(args + " --no-progress");
 }
 
 // memory.png is drawn by gnuplot, which `make` installs; a machine without it (a GPU machine's

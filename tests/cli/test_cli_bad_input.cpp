@@ -99,6 +99,34 @@ CliResult run_shell(const std::string& command) {
 
 using namespace bad_input;
 
+// ------------------------------------------------------------------------- in process
+
+// The sweeps below run meshsim inside the test process (run_meshsim_in_process_exactly, which
+// saves each refusal the start of a process): it answers with the binary's exit code and its
+// very output, for a refusal of each kind they sweep, a --help, and a plan that runs.
+TEST(CliBadInput, InProcessAnswersAsTheBinaryDoes) {
+  const StrangePaths& p = strange();
+  const std::vector<std::string> commands = {
+      plan_with("--layers", "-1"),
+      plan_with("--seq-len", "0"),
+      small_gpt("train --data synthetic", "--bucket-mb 1e300"),
+      "train " + kGpt + "--data " + p.fifo.string() + " --no-progress",
+      kPlanGpt + "--out " + p.file.string(),
+      "plan --model llama --moe-experts 6 --ep 4 --cluster 8xh100",
+      "predict " + p.folder().string() + " --cluster 8xh100 --gpus 0",
+      "plan --help",
+      kPlanGpt + "--json"};
+  for (const std::string& args : commands) {
+    const auto binary = run_meshsim_exactly(args);
+    const auto here = run_meshsim_in_process_exactly(args);
+    EXPECT_EQ(here.code, binary.code) << args;
+    EXPECT_EQ(here.output, binary.output) << args;
+  }
+  // And a value the binary refuses is refused here, so the sweeps cannot pass by not running.
+  EXPECT_EQ(run_meshsim_in_process_exactly(plan_with("--layers", "-1")).code, 2);
+  EXPECT_EQ(run_meshsim_in_process_exactly(kPlanGpt + "--json").code, 0);
+}
+
 // ------------------------------------------------------------------------- path arguments
 
 // Every path meshsim reads, given each strange thing. Data is exit 3 (README: missing or
@@ -129,18 +157,18 @@ TEST(CliBadInput, EveryPathArgumentRefusesFoldersDevicesFifosAndBrokenLinks) {
         continue;
       CliResult r;
       const double s = seconds_of([&] {
-        r = run_meshsim_exactly(use.before + path.string() + use.after +
+        r = run_meshsim_in_process_exactly(use.before + path.string() + use.after +
                                 (use.before.rfind("train", 0) == 0 ? " --no-progress" : ""));
       });
       expect_one_line_naming(r, path.string(), use.codes, use.name + " given " + kind);
       EXPECT_LT(s, 30) << use.name << " given " << kind << " took " << s << " s";
     }
   // The reason is given, not only the refusal.
-  const auto loop = run_meshsim("train " + kGpt + "--data " + p.loop.string());
+  const auto loop = run_meshsim_in_process("train " + kGpt + "--data " + p.loop.string());
   EXPECT_NE(loop.output.find("loop of symbolic links"), std::string::npos) << loop.output;
-  const auto dangling = run_meshsim("train " + kGpt + "--data " + p.dangling.string());
+  const auto dangling = run_meshsim_in_process("train " + kGpt + "--data " + p.dangling.string());
   EXPECT_NE(dangling.output.find("dangling symbolic link"), std::string::npos) << dangling.output;
-  const auto zero = run_meshsim("train " + kGpt + "--data /dev/zero");
+  const auto zero = run_meshsim_in_process("train " + kGpt + "--data /dev/zero");
   EXPECT_NE(zero.output.find("is a device, not a file"), std::string::npos) << zero.output;
   // A --config that names nothing stays a mistyped flag (exit 2, tested in ConfigFile.*).
 }
@@ -169,7 +197,7 @@ struct IntegerFlag {
   bool is_unsigned = false; // UINT: 2^63 fits, 2^64 does not
 };
 std::vector<IntegerFlag> integer_flags(const std::string& command) {
-  const auto help = run_meshsim_exactly(command + " --help");
+  const auto help = run_meshsim_in_process_exactly(command + " --help");
   std::vector<IntegerFlag> flags;
   const std::regex option(R"(^\s+(--[a-z][a-z0-9-]*)\s+(U?)INT\b)");
   std::istringstream lines(help.output);
@@ -190,11 +218,11 @@ TEST(CliBadInput, EveryIntegerFlagRefusesMinusOneAndTwoToTheSixtyThree) {
     // which takes 2^63 itself exactly.
     const std::string past = is_unsigned ? "18446744073709551616" : "9223372036854775808";
     for (const std::string& value : {std::string("-1"), past}) {
-      const auto r = run_meshsim_exactly(plan_with(flag, value));
+      const auto r = run_meshsim_in_process_exactly(plan_with(flag, value));
       expect_one_line_naming(r, value, {2}, flag + " " + value);
     }
     if (is_unsigned) {
-      EXPECT_EQ(run_meshsim_exactly(plan_with(flag, "9223372036854775808")).code, 0) << flag;
+      EXPECT_EQ(run_meshsim_in_process_exactly(plan_with(flag, "9223372036854775808")).code, 0) << flag;
     }
   }
 }
@@ -206,7 +234,7 @@ TEST(CliBadInput, EveryIntegerFlagRefusesZeroUnlessZeroMeansSomething) {
       "--max-steps", "--seed", "--checkpoint-every", "--keep-checkpoints", "--eval-limit", "--zero",
       "--moe-dense-layers"};
   for (const auto& [flag, is_unsigned] : integer_flags("plan")) {
-    const auto r = run_meshsim_exactly(plan_with(flag, "0") + " --json");
+    const auto r = run_meshsim_in_process_exactly(plan_with(flag, "0") + " --json");
     if (zero_means_something.count(flag)) {
       EXPECT_EQ(r.code, 0) << flag << " 0\n" << r.output;
     } else {
@@ -219,7 +247,7 @@ TEST(CliBadInput, EveryIntegerFlagRefusesZeroUnlessZeroMeansSomething) {
 TEST(CliBadInput, PredictRefusesGpusZeroAndANegativeStep) {
   const StrangePaths& p = strange();
   for (const std::string flags : {"--gpus 0", "--gpus -1", "--step -1", "--step -5"}) {
-    const auto r = run_meshsim_exactly("predict " + p.folder().string() + " --cluster 8xh100 " + flags);
+    const auto r = run_meshsim_in_process_exactly("predict " + p.folder().string() + " --cluster 8xh100 " + flags);
     expect_one_line_naming(r, flags.substr(flags.find(' ') + 1), {2}, "predict " + flags);
   }
 }
@@ -246,11 +274,11 @@ TEST(CliBadInput, EverySizeFlagRefusesItsOverflow) {
   for (const auto& [flags, value] : cases)
     for (const std::string& head : {std::string("train --data synthetic"), std::string("plan --cluster 1xh100")}) {
       CliResult r;
-      const double s = seconds_of([&] { r = run_meshsim_exactly(small_gpt(head, flags)); });
+      const double s = seconds_of([&] { r = run_meshsim_in_process_exactly(small_gpt(head, flags)); });
       expect_one_line_naming(r, value, {2}, head + " " + flags);
       EXPECT_LT(s, 20) << head << " " << flags << " took " << s << " s";
     }
-  const auto synthetic = run_meshsim("train --data synthetic --synthetic-train 9223372036854775807");
+  const auto synthetic = run_meshsim_in_process("train --data synthetic --synthetic-train 9223372036854775807");
   expect_one_line_naming(synthetic, "9223372036854775807", {2, 4}, "--synthetic-train 2^63-1");
 }
 
@@ -296,18 +324,18 @@ TEST(CliBadInput, EveryOutRefusesAFileAFolderWithFilesAndOneItCannotWrite) {
       "train --data synthetic --max-steps 2 --no-progress", kPlanGpt,
       "plan --search " + kGpt + "--cluster 2xh100 --global-batch-size 4"};
   for (const std::string& command : commands) {
-    const auto file = run_meshsim_exactly(command + " --out " + p.file.string());
+    const auto file = run_meshsim_in_process_exactly(command + " --out " + p.file.string());
     expect_one_line_naming(file, p.file.string(), {2}, command + " --out FILE");
     EXPECT_NE(file.output.find("is a file, not a folder"), std::string::npos) << file.output;
-    const auto device = run_meshsim_exactly(command + " --out /dev/null");
+    const auto device = run_meshsim_in_process_exactly(command + " --out /dev/null");
     expect_one_line_naming(device, "/dev/null", {2}, command + " --out /dev/null");
-    const auto below_file = run_meshsim_exactly(command + " --out " + (p.file / "run").string());
+    const auto below_file = run_meshsim_in_process_exactly(command + " --out " + (p.file / "run").string());
     expect_one_line_naming(below_file, (p.file / "run").string(), {2}, command + " --out FILE/run");
     for (const fs::path& odd : {p.fifo, p.dangling, p.loop}) {
-      const auto r = run_meshsim_exactly(command + " --out " + odd.string());
+      const auto r = run_meshsim_in_process_exactly(command + " --out " + odd.string());
       expect_one_line_naming(r, odd.string(), {2}, command + " --out " + odd.string());
     }
-    const auto full = run_meshsim_exactly(command + " --out " + p.full().string());
+    const auto full = run_meshsim_in_process_exactly(command + " --out " + p.full().string());
     expect_one_line_naming(full, p.full().string(), {2}, command + " --out FULL");
     EXPECT_NE(full.output.find("not empty"), std::string::npos) << full.output;
   }
@@ -434,7 +462,7 @@ TEST(CliBadInput, ATextFlagWithAControlCharacterIsOneLine) {
 TEST(CliBadInput, InterIsBlamedOnInter) {
   for (const std::string& command : {kPlanGpt.substr(0, kPlanGpt.find("--cluster")) + "--cluster 8xh100",
                                      std::string("train --data synthetic --cluster 8xh100")}) {
-    const auto r = run_meshsim_exactly(command + " --inter 0xndr");
+    const auto r = run_meshsim_in_process_exactly(command + " --inter 0xndr");
     expect_one_line_naming(r, "--inter \"0xndr\": NICs per node 0", {2}, command + " --inter 0xndr");
     EXPECT_EQ(r.output.find("cluster spec"), std::string::npos) << r.output;
   }
@@ -485,14 +513,14 @@ TEST(CliBadInput, PredictRefusesImpossibleRecordsAsDamagedData) {
   };
   for (const auto& [name, edit, expect] : cases) {
     const fs::path dir = records_run(name, edit);
-    const auto r = run_meshsim_exactly("predict " + dir.string() + " --cluster 8xh100 --measured-compute");
+    const auto r = run_meshsim_in_process_exactly("predict " + dir.string() + " --cluster 8xh100 --measured-compute");
     expect_one_line_naming(r, expect, {3}, name);
   }
   // A truncated file, cut inside a multi-byte character: exit 3, and the line stays printable.
   const fs::path cut = fresh_dir("records-cut");
   fs::create_directories(cut);
   std::ofstream(cut / "records.json") << "{\"format\": \"meshsim-records-1\", \"x\": \"\xc3";
-  const auto r = run_meshsim_exactly("predict " + cut.string() + " --cluster 8xh100");
+  const auto r = run_meshsim_in_process_exactly("predict " + cut.string() + " --cluster 8xh100");
   expect_one_line_naming(r, "records.json", {3}, "a truncated records.json");
   EXPECT_EQ(r.output.find('\xc3'), std::string::npos) << "a raw byte in: " << r.output;
   EXPECT_NE(r.output.find("\\xc3"), std::string::npos) << r.output;
@@ -580,5 +608,5 @@ TEST(CliBadInput, ImpossibleMixturesOfExpertsAreOneLine) {
        "multi-head latent attention (from --hf-config) does not run with --cp 2"},
   };
   for (const auto& c : cases)
-    expect_one_line_naming(run_meshsim_exactly(c.flags), c.named, {2}, c.flags);
+    expect_one_line_naming(run_meshsim_in_process_exactly(c.flags), c.named, {2}, c.flags);
 }

@@ -282,7 +282,7 @@ TEST(CliHardening, BadValuesAreUsageErrorsNamingTheValue) {
   };
   for (const auto& c : cases) {
     const auto out = fresh_dir("bad");
-    auto r = run_meshsim(kSmall + c.args + " --out " + out.string());
+    auto r = run_meshsim_in_process(kSmall + c.args + " --out " + out.string());
     EXPECT_EQ(r.code, 2) << c.args << "\n" << r.output;
     EXPECT_NE(r.output.find(c.says), std::string::npos) << c.args << "\n" << r.output;
     EXPECT_FALSE(fs::exists(out)) << c.args << ": nothing is written for a refused run";

@@ -19,7 +19,7 @@ const std::string kGpt =
 
 void expect_usage_error(const std::string& args, const std::string& message) {
   const auto out = fresh_dir("layout");
-  const auto r = run_meshsim(kGpt + args + " --out " + out.string());
+  const auto r = run_meshsim_in_process(kGpt + args + " --out " + out.string());
   EXPECT_EQ(r.code, 2) << args << "\n" << r.output;
   EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n" << r.output;
   EXPECT_FALSE(fs::exists(out)) << "nothing may run before the layout is checked";
@@ -150,13 +150,13 @@ TEST(CliMesh, VirtualStagesBadValuesAreOneLineUsageErrors) {
   };
   for (const auto& [args, message] : cases) {
     const auto out = fresh_dir("virtual-stages-bad");
-    const auto r = run_meshsim(kGpt + args + " --out " + out.string());
+    const auto r = run_meshsim_in_process(kGpt + args + " --out " + out.string());
     EXPECT_EQ(r.code, 2) << args << "\n" << r.output;
     EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n" << r.output;
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << "\n" << r.output;
     EXPECT_FALSE(fs::exists(out)) << args;
   }
-  const auto r = run_meshsim("train --model cnn --data synthetic --gpus 2 --pp 2 --micro-batches 2 "
+  const auto r = run_meshsim_in_process("train --model cnn --data synthetic --gpus 2 --pp 2 --micro-batches 2 "
                              "--virtual-stages 4");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("--pp 2 × --virtual-stages 4 = 8 is more than cnn's 4 layers with "
@@ -260,13 +260,13 @@ TEST(CliMesh, UnequalStagesBadValuesAreOneLineUsageErrors) {
   };
   for (const auto& [args, message] : cases) {
     const auto out = fresh_dir("stage-layers-bad");
-    const auto r = run_meshsim(kGpt + args + " --out " + out.string());
+    const auto r = run_meshsim_in_process(kGpt + args + " --out " + out.string());
     EXPECT_EQ(r.code, 2) << args << "\n" << r.output;
     EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n" << r.output;
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << "\n" << r.output;
     EXPECT_FALSE(fs::exists(out)) << args;
   }
-  const auto r = run_meshsim("train --model cnn --data synthetic --gpus 2 --pp 2 --stage-layers 1,3");
+  const auto r = run_meshsim_in_process("train --model cnn --data synthetic --gpus 2 --pp 2 --stage-layers 1,3");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("count transformer blocks (gpt, llama); cnn is cut at its layers with "
                           "parameters"),

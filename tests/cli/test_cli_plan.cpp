@@ -173,7 +173,7 @@ TEST(CliPlan, BadInputIsOneLineAndExit2) {
       {"train --model gpt --device meta", "meta is the device meshsim plan runs on"},
   };
   for (const auto& [args, expected] : cases) {
-    const auto r = run_meshsim(args);
+    const auto r = run_meshsim_in_process(args);
     EXPECT_EQ(r.code, 2) << args << "\n" << r.output;
     EXPECT_NE(r.output.find(expected), std::string::npos) << args << "\n" << r.output;
     EXPECT_LE(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << "\n" << r.output;
