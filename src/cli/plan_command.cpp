@@ -87,7 +87,10 @@ void print_plan(const nlohmann::json& doc, const TrainConfig& c) {
              c.zero, c.precision,
              doc["global_batch_size"].get<int64_t>(), c.micro_batches, c.micro_batches == 1 ? "" : "es",
              doc["layout"]["micro_batch_size"].get<int64_t>(), c.recompute,
-             model_family(c.model).transformer ? ", attention " + c.attention : "");
+             model_family(c.model).transformer
+                 ? ", attention " + c.attention +
+                       (c.elementwise == "eager" ? ", elementwise eager" : "")
+                 : "");
   fmt::print("{:<6} {:<4} {:>11} {:>12} {:>11} {:>11} {:>11} {:>12} {:>14} {:>10}\n", "stage",
              "tp", "peak", "model state", "parameters", "gradients", "optimizer", "activations",
              "communication", "other");
@@ -161,6 +164,9 @@ nlohmann::json assumptions_json(const TrainConfig& c, const ClusterSpec& cluster
                         : c.attention == "fused" ? "fused (no [s, s] scores kept)"
                                                  : "eager ([s, s] scores kept)"},
           {"routing", c.shape.moe.experts > 0 ? c.shape.moe.planned_routing : "no experts"},
+          {"elementwise", !transformer              ? "none"
+                          : c.elementwise == "eager" ? "eager (RMSNorm and the rotation op by op)"
+                                                     : "fused (one kernel a step)"},
           {"recompute", c.recompute},
           {"tp_comm_overlap", c.tp_comm_overlap},
           {"gpu", gpu},

@@ -82,6 +82,11 @@ void add_model_layout_flags(CLI::App& app, TrainConfig& c) {
                  "output and one number per row kept; the scores recomputed in backward) | eager "
                  "(the [B, heads, T, T] softmax kept)")
       ->capture_default_str();
+  app.add_option("--elementwise", c.elementwise,
+                 "predictions: how the blocks' elementwise steps run: fused (one kernel a step, as "
+                 "torch.compile and Transformer Engine run them) | eager (op by op, as PyTorch "
+                 "without torch.compile: RMSNorm 8 kernels, the rotation of q or k 5)")
+      ->capture_default_str();
   app.add_option("--precision", c.precision,
                  "fp32 | bf16 (16-bit params and grads, fp32 master weights and Adam state) | fp16 "
                  "(as bf16, with dynamic loss scaling; needs a GPU) | fp8 (meshsim plan only: bf16 "

@@ -78,7 +78,8 @@ void check_texts_printable(const TrainConfig& c) {
       {"--gpu-mem", &c.gpu_mem},     {"--backend", &c.backend},     {"--resume", &c.resume},
       {"--init-from", &c.init_from}, {"--out", &c.out},             {"--cluster", &c.cluster},
       {"--intra", &c.intra},         {"--inter", &c.inter},         {"--inject-fault", &c.inject_fault},
-      {"--attention", &c.attention}, {"--hf-config", &c.hf_config}};
+      {"--attention", &c.attention}, {"--hf-config", &c.hf_config},
+      {"--elementwise", &c.elementwise}};
   for (const auto& [flag, text] : texts)
     require(!has_control_character(*text),
             fmt::format("{} '{}' holds a control character", flag, printable(*text)));

@@ -51,6 +51,10 @@ struct TrainConfig {
   int64_t micro_batch_size = 0; // samples per micro-batch; 0: batch ÷ micro_batches
   std::string recompute = "none";
   std::string attention = "fused"; // fused | eager: the attention core (gpt, llama)
+  /// fused | eager: how predictions count the blocks' elementwise steps (RMSNorm, the rotation
+  /// of q and k): one kernel each, as torch.compile and Transformer Engine run them, or op by
+  /// op, as PyTorch runs them without torch.compile (flops.h).
+  std::string elementwise = "fused";
   std::string precision = "fp32";  // fp32 | bf16 | fp16 (mixed precision: optim/optimizer.h)
   bool sequence_parallel = false;  // with tp > 1: norms and residuals on 1/tp of the sequence
   /// --dropout P (gpt, llama): on the attention probabilities and the attention's and MLP's

@@ -28,6 +28,7 @@ StrategyOptions strategy_options(const TrainConfig& config) {
   options.micro_batches = config.micro_batches;
   options.recompute = parse_recompute(config.recompute);
   options.attention = parse_attention(config.attention);
+  options.eager_elementwise = config.elementwise == "eager";
   // FP8 (plans only, config.cpp refuses it elsewhere): the model in bf16, with FP8 copies.
   options.fp8 = config.precision == "fp8";
   options.precision = options.fp8 ? "bf16" : config.precision;

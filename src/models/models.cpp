@@ -150,6 +150,10 @@ torch::nn::Sequential build_model(const std::string& name, const ModelOptions& o
       if (auto* attention = dynamic_cast<AttentionImpl*>(module.get()))
         attention->set_core(fused);
   }
+  if (options.eager_elementwise)
+    for (const auto& module : model->modules(/*include_self=*/false))
+      if (auto* counted = dynamic_cast<ElementwiseWork*>(module.get()))
+        counted->set_eager_kernels(true);
   if (meta)
     return model;
   if (options.initial)

@@ -144,6 +144,9 @@ struct ModelOptions {
   /// default; `meshsim train` and `plan` default to fused (TrainConfig::attention). Last, so
   /// that positional initializers of the fields above stay valid.
   AttentionKind attention = AttentionKind::Eager;
+  /// The counts take each module's elementwise steps op by op, as eager PyTorch runs them
+  /// (ElementwiseWork::set_eager_kernels), instead of one fused kernel a step.
+  bool eager_elementwise = false;
 };
 
 /// Builds the model in PyTorch's layer order after torch::manual_seed(seed), so its initial

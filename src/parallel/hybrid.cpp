@@ -467,6 +467,7 @@ private:
     model_options.rank = ctx_.rank;
     model_options.shape = options_.shape;
     model_options.attention = options_.attention;
+    model_options.eager_elementwise = options_.eager_elementwise;
     model_options.dtype = compute_dtype(options_);
     ensure_kernels_for(model_options.dtype);
     model_options.device = options_.device;

@@ -21,6 +21,7 @@ Replica::Replica(const StrategyOptions& options, int rank, bool with_optimizer) 
     model_options.rank = rank;
     model_options.shape = options.shape;
     model_options.attention = options.attention;
+    model_options.eager_elementwise = options.eager_elementwise;
     dtype = compute_dtype(options);
     ensure_kernels_for(dtype);
     model_options.dtype = dtype;

@@ -61,6 +61,7 @@ struct StrategyOptions {
   int micro_batches = 1;
   Recompute recompute = Recompute::None; // what the transformer blocks recompute in backward
   AttentionKind attention = AttentionKind::Eager; // the attention core (ModelOptions::attention)
+  bool eager_elementwise = false; // counts: elementwise steps op by op (ModelOptions)
   torch::Dtype dtype = torch::kFloat32; // parameters and activations (float64 in tests)
   /// fp32 | bf16 | fp16. bf16 and fp16 are mixed precision (optim/optimizer.h): the model's
   /// parameters, gradients and activations in 16 bits, fp32 master weights and moments in the

@@ -103,6 +103,24 @@ TEST(CliPlan, MicroBatchSizeAndSelectiveRecomputeAreTheLayout) {
   EXPECT_EQ(json["layout"]["attention"], "fused"); // the default
 }
 
+// --elementwise eager counts RMSNorm and the rotation op by op: the same memory, a longer step
+// (more kernels, more bytes), and the plan says which it counted.
+TEST(CliPlan, EagerElementwiseLengthensTheStepNotTheMemory) {
+  nlohmann::json plans[2];
+  for (const bool eager : {false, true}) {
+    const auto r = run_meshsim("plan --model llama --cluster 8xh100 --hidden 512 --heads 8 "
+                               "--kv-heads 2 --layers 4 --seq-len 1024 --precision bf16 "
+                               "--batch-size 1 --json" +
+                               std::string(eager ? " --elementwise eager" : ""));
+    ASSERT_EQ(r.code, 0) << r.output;
+    plans[eager] = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+  }
+  EXPECT_EQ(plans[0]["assumptions"]["elementwise"], "fused (one kernel a step)");
+  EXPECT_EQ(plans[1]["assumptions"]["elementwise"], "eager (RMSNorm and the rotation op by op)");
+  EXPECT_GT(plans[1]["step_seconds"].get<double>(), plans[0]["step_seconds"].get<double>());
+  EXPECT_EQ(plans[1]["stages"], plans[0]["stages"]);
+}
+
 // Llama 3 8B on one node of 8 H100s: every layout is tried, the fitting ones come fastest
 // first, the best is planned in full, and no layout puts tp across nodes.
 TEST(CliPlan, SearchRanksTheLayoutsThatFit) {
@@ -170,6 +188,8 @@ TEST(CliPlan, BadInputIsOneLineAndExit2) {
       {"plan --model resnet50 --cluster 8xv100-32 --attention eager",
        "--attention applies to the attention of --model gpt and llama, not resnet50"},
       {"plan --model gpt --cluster 8xh100 --search", "--search needs --global-batch-size"},
+      {"plan --model llama --cluster 8xh100 --elementwise compiled",
+       "unknown --elementwise 'compiled' (choose fused or eager)"},
       {"train --model gpt --device meta", "meta is the device meshsim plan runs on"},
   };
   for (const auto& [args, expected] : cases) {

@@ -171,12 +171,18 @@ TEST(CostFlops, OptimizerWorkPerParameter) {
 
 // The elementwise kernels a Llama block runs outside its child modules (flops.h,
 // ElementwiseWork): each counted once, as one kernel, and nothing else changed.
-TEST(CostFlops, ABlockCountsItsResidualAddsSwigluAndRotation) {
+// A small Llama block's shape with grouped kv heads: 4 heads of 8, 2 kv heads, SwiGLU of 48.
+TransformerShape grouped_llama_shape() {
   TransformerShape shape;
   shape.hidden = 32;
   shape.heads = 4;
   shape.kv_heads = 2;
   shape.ffn_hidden = 48;
+  return shape;
+}
+
+TEST(CostFlops, ABlockCountsItsResidualAddsSwigluAndRotation) {
+  const TransformerShape shape = grouped_llama_shape();
   const int64_t b = 2, s = 8, h = shape.hidden, f = shape.ffn_hidden;
   const double rows = b * s, eb = 2, d = static_cast<double>(h / shape.heads);
   LlamaBlock block(shape);
@@ -207,6 +213,55 @@ TEST(CostFlops, ABlockCountsItsResidualAddsSwigluAndRotation) {
   EXPECT_DOUBLE_EQ(whole.flops, 2 * norm.flops + attn.flops + mlp.flops + 2 * rows * h);
   EXPECT_DOUBLE_EQ(whole.bytes, 2 * norm.bytes + attn.bytes + mlp.bytes + 2 * 3 * rows * h * eb);
   EXPECT_EQ(whole.kernels, 2 * norm.kernels + attn.kernels + mlp.kernels + 2);
+}
+
+// Counted eager (--elementwise eager, as PyTorch runs a block without torch.compile), RMSNorm
+// is its forward's eight ops and the rotation its five, each a kernel; the GEMMs are the same.
+TEST(CostFlops, EagerElementwiseCountsRmsNormAndTheRotationOpByOp) {
+  const TransformerShape shape = grouped_llama_shape();
+  const int64_t b = 2, s = 8, h = shape.hidden;
+  const double rows = b * s, eb = 2, d = static_cast<double>(h / shape.heads);
+  LlamaBlock fused(shape), eager(shape);
+  for (const auto& module : eager->modules(/*include_self=*/false))
+    if (auto* counted = dynamic_cast<ElementwiseWork*>(module.get()))
+      counted->set_eager_kernels(true);
+  const auto count = [&](const LlamaBlock& of, const char* child) {
+    return count_layer(child, *of->named_children()[child], {b, s, h}, {b, s, h}, eb);
+  };
+
+  // RMSNorm on bf16 x, n elements: to float32 (2 bytes read and 4 written an element), the
+  // square (4 + 4), the mean (4 read, 4 written a row), + eps and rsqrt (4 + 4 a row each),
+  // x times that (4 + 4, and a row's 4), back to bf16 (4 + 2), times the weight (2 + 2): 36
+  // bytes an element and 24 a row, where the fused kernel reads 2 and writes 2.
+  const LayerWork norm = count(fused, "attn_norm"), eager_norm = count(eager, "attn_norm");
+  const double n = rows * h;
+  EXPECT_EQ(norm.kernels, 1);
+  EXPECT_EQ(eager_norm.kernels, 8);
+  EXPECT_DOUBLE_EQ(eager_norm.bytes - norm.bytes, 32 * n + 24 * rows);
+  // FLOPs: one an element for the square, the mean, x · rsqrt and the weight, one a row for
+  // + eps and rsqrt; fused counts 5 an element.
+  EXPECT_DOUBLE_EQ(eager_norm.flops, 4 * n + 2 * rows);
+  EXPECT_DOUBLE_EQ(norm.flops, 5 * n);
+
+  // The rotation of q and k, n elements each: x·cos (1 read, 1 written), the negated half
+  // (half of each), the cat (1 + 1), ·sin (1 + 1), the sum (2 + 1): 10 an element, where the
+  // fused kernel reads and writes 2; four kernels more a tensor.
+  const LayerWork attn = count(fused, "attn"), eager_attn = count(eager, "attn");
+  const double rotated = rows * static_cast<double>(shape.heads + shape.kv_heads) * d;
+  EXPECT_DOUBLE_EQ(eager_attn.bytes - attn.bytes, 8 * rotated * eb);
+  EXPECT_DOUBLE_EQ(eager_attn.flops - attn.flops, 0.5 * rotated);
+  EXPECT_EQ(eager_attn.kernels - attn.kernels, 2 * 4);
+  EXPECT_DOUBLE_EQ(eager_attn.gemm_flops, attn.gemm_flops);
+  EXPECT_EQ(eager_attn.gemms, attn.gemms);
+
+  // The block counts its norms and attention as they are counted alone (count_composite's
+  // path and count_layer's agree), the MLP unchanged.
+  const LayerWork mlp = count(eager, "mlp");
+  EXPECT_DOUBLE_EQ(mlp.bytes, count(fused, "mlp").bytes);
+  const LayerWork whole = count_layer("block", *eager, {b, s, h}, {b, s, h}, eb);
+  EXPECT_DOUBLE_EQ(whole.bytes, 2 * eager_norm.bytes + eager_attn.bytes + mlp.bytes +
+                                    2 * 3 * rows * h * eb);
+  EXPECT_EQ(whole.kernels, 2 * eager_norm.kernels + eager_attn.kernels + mlp.kernels + 2);
 }
 } // namespace
 } // namespace meshsim

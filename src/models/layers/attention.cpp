@@ -148,10 +148,22 @@ void AttentionImpl::add_elementwise_work(LayerWork& total, double /*rows*/, doub
   if (options_.rope_theta <= 0 || latent())
     return;
   const torch::Tensor k = slot_weight(*k_.ptr());
-  // q and k rotated, x·cos + rotate(x)·sin: one kernel each.
-  add_elementwise(total, gathered * static_cast<double>(query_features()), 3, 1, 1, eb);
+  // q and k rotated, x·cos + rotate(x)·sin: one kernel each fused; eager, apply_rotary's five
+  // ops on x's n elements (cos and sin, [T, head_dim], are left out).
+  const auto rotate = [&](double n) {
+    if (!eager_kernels()) {
+      add_elementwise(total, n, 3, 1, 1, eb);
+      return;
+    }
+    add_elementwise(total, n, 1, 1, 1, eb);     // x · cos
+    add_elementwise(total, n / 2, 1, 1, 1, eb); // -x's second half
+    add_elementwise(total, n, 0, 1, 1, eb);     // cat: rotate_half(x)
+    add_elementwise(total, n, 1, 1, 1, eb);     // · sin
+    add_elementwise(total, n, 1, 2, 1, eb);     // the sum
+  };
+  rotate(gathered * static_cast<double>(query_features()));
   if (k.defined())
-    add_elementwise(total, gathered * static_cast<double>(k.size(0)), 3, 1, 1, eb);
+    rotate(gathered * static_cast<double>(k.size(0)));
 }
 
 int64_t AttentionImpl::value_features() const {

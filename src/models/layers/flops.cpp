@@ -126,6 +126,8 @@ void count_composite(const torch::nn::Module& m, double rows, double width, doub
       width = out;
     } else if (!child.children().empty()) {
       count_composite(child, rows, width, batch, seq, eb, parts, total);
+    } else if (const auto* steps = dynamic_cast<const ElementwiseWork*>(&child)) {
+      steps->add_elementwise_work(total, rows, rows, width, eb); // RMSNorm
     } else if (type_of(child).find("Norm") != std::string::npos) {
       total.flops += 5 * rows * width;
       total.bytes += 2 * rows * width * eb + static_cast<double>(param_bytes_of(child));
@@ -154,8 +156,12 @@ void add_gemm(LayerWork& w, double flops, double bytes) {
 
 void add_elementwise(LayerWork& w, double elements, double flops_per_element, double read,
                      double written, double eb) {
-  w.flops += flops_per_element * elements;
-  w.bytes += (read + written) * elements * eb;
+  add_kernel(w, flops_per_element * elements, (read + written) * elements * eb);
+}
+
+void add_kernel(LayerWork& w, double flops, double bytes) {
+  w.flops += flops;
+  w.bytes += bytes;
   ++w.kernels;
 }
 
@@ -190,6 +196,12 @@ LayerWork count_layer(const std::string& name, const torch::nn::Module& m, at::I
     else if (const auto* a = m.as<torch::nn::AvgPool2d>())
       window = static_cast<double>((*a->options.kernel_size())[0] * (*a->options.kernel_size())[1]);
     return work(name, "elementwise", window * n_out, (n_in + n_out) * eb, pbytes);
+  }
+  if (const auto* steps = dynamic_cast<const ElementwiseWork*>(&m); steps && m.children().empty()) {
+    LayerWork w = work(name, "normalization", 0, 0, pbytes, 0); // RMSNorm
+    const double width = in.empty() ? 1 : static_cast<double>(in.back());
+    steps->add_elementwise_work(w, n_in / width, n_in / width, width, eb);
+    return w;
   }
   if (type.find("Norm") != std::string::npos)
     return work(name, "normalization", 5 * n_out, (n_in + n_out) * eb + pb, pbytes);

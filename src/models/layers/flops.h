@@ -24,7 +24,9 @@
 //  - elementwise kernels a composite runs outside its children (ElementwiseWork): a block's
 //    two residual adds (1 FLOP per element, two tensors read, one written), SwiGLU's SiLU (5,
 //    one read, one written) and product (1, two read, one written), the rotation of q and k
-//    (3: x·cos + rotate(x)·sin, x read and written).
+//    (3: x·cos + rotate(x)·sin, x read and written), RMSNorm (as any norm). Those are fused
+//    kernels; counted eager (ElementwiseWork::set_eager_kernels, --elementwise eager), the
+//    rotation is its five ops and RMSNorm its eight (models/layers/norms.h), each a kernel.
 //  - attention score traffic (LayerWork::score_bytes): what an attention core without a fused
 //    kernel moves through memory, B·heads·T² elements per pass: written by QKᵀ, read and
 //    written by softmax and by dropout, read by AV (6 passes forward); written by dP, read and
@@ -71,16 +73,27 @@ void add_gemm(LayerWork& w, double flops, double bytes);
 void add_elementwise(LayerWork& w, double elements, double flops_per_element, double read,
                      double written, double eb);
 
+/// One memory-bound kernel of `flops` that moves `bytes` (a cast reads and writes two widths).
+void add_kernel(LayerWork& w, double flops, double bytes);
+
 /// Implemented by composite modules whose forward runs elementwise kernels outside any child
 /// module, which counting by modules would not see: a block's residual adds, SwiGLU's
 /// activation and product, the rotation of q and k. `rows`: the rows of the module's input
 /// (sequence-parallel: this rank's part), `gathered`: the rows its Linears see, `width`: its
-/// input's features. Each add_elementwise is one kernel as the module runs it.
+/// input's features. Each add_elementwise is one kernel as the module runs it: one kernel a
+/// step as a fused run (torch.compile, Transformer Engine) runs it, or, with
+/// set_eager_kernels, every op of the module's own forward as eager PyTorch launches it (a
+/// leaf module, RMSNorm, is counted by this instead of as a norm).
 class ElementwiseWork {
 public:
   virtual ~ElementwiseWork() = default;
   virtual void add_elementwise_work(LayerWork& total, double rows, double gathered, double width,
                                     double eb) const = 0;
+  void set_eager_kernels(bool eager) { eager_kernels_ = eager; }
+  bool eager_kernels() const { return eager_kernels_; }
+
+private:
+  bool eager_kernels_ = false;
 };
 
 /// Implemented by attention modules (models/layers/attention.h), which is how the counts find

@@ -20,4 +20,27 @@ torch::Tensor RmsNormImpl::forward(const torch::Tensor& x) {
   return weight * normed.to(x.scalar_type());
 }
 
+void RmsNormImpl::add_elementwise_work(LayerWork& total, double rows, double /*gathered*/,
+                                       double width, double eb) const {
+  const double n = rows * width;
+  const double weight_bytes = static_cast<double>(weight.numel() * weight.element_size());
+  if (!eager_kernels()) {
+    add_kernel(total, 5 * rows * width, 2 * rows * width * eb + weight_bytes);
+    return;
+  }
+  // forward()'s ops on a 16-bit x (eb 2) compute in float32 (4 bytes), with a cast each way.
+  const bool cast = eb < 4;
+  const double c = cast ? 4 : eb;
+  if (cast)
+    add_kernel(total, 0, n * (eb + c));            // x.to(float32)
+  add_kernel(total, n, 2 * n * c);                 // h.pow(2)
+  add_kernel(total, n, (n + rows) * c);            // .mean(-1)
+  add_kernel(total, rows, 2 * rows * c);           // + eps
+  add_kernel(total, rows, 2 * rows * c);           // rsqrt
+  add_kernel(total, n, (2 * n + rows) * c);        // h · rsqrt(...)
+  if (cast)
+    add_kernel(total, 0, n * (c + eb));            // .to(x's type)
+  add_kernel(total, n, 2 * n * eb + weight_bytes); // weight · normed
+}
+
 } // namespace meshsim
