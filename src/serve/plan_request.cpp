@@ -106,6 +106,7 @@ void add_layout(const json& layout, std::vector<std::string>& out) {
                                       "micro_batch_size",
                                       "recompute",
                                       "attention",
+                                      "elementwise",
                                       "sequence_parallel",
                                       "tp_comm_overlap"};
   std::map<std::string, std::vector<std::string>> by_key;
@@ -125,6 +126,9 @@ void add_layout(const json& layout, std::vector<std::string>& out) {
     } else if (key == "attention") {
       flags.push_back("--attention");
       flags.push_back(one_of(value, name, {"fused", "eager"}));
+    } else if (key == "elementwise") {
+      flags.push_back("--elementwise");
+      flags.push_back(one_of(value, name, {"fused", "eager"}));
     } else if (key == "cp_comm") {
       flags.push_back("--cp-comm");
       flags.push_back(one_of(value, name, {"allgather", "ring"}));
@@ -137,7 +141,7 @@ void add_layout(const json& layout, std::vector<std::string>& out) {
     } else {
       refuse(fmt::format("unknown field '{}' (layout takes tp, pp, cp, ep, dp_shard, zero, "
                          "micro_batch_size, micro_batches, virtual_stages, recompute, attention, "
-                         "cp_comm, sequence_parallel, tp_comm_overlap)",
+                         "elementwise, cp_comm, sequence_parallel, tp_comm_overlap)",
                          shown_key(name)));
     }
   }
