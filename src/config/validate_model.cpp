@@ -45,9 +45,9 @@ void validate_model_layout(const TrainConfig& c) {
   const ModelFamily& family = model_family(c.model);
   require(c.attention == "fused" || c.attention == "eager",
           fmt::format("unknown --attention '{}' (choose fused or eager)", c.attention));
-  // fused is the default, whatever the model; only a transformer has a core to choose.
   require(c.elementwise == "fused" || c.elementwise == "eager",
           fmt::format("unknown --elementwise '{}' (choose fused or eager)", c.elementwise));
+  // fused is the default, whatever the model; only a transformer has a core to choose.
   require(family.transformer || c.attention == "fused",
           fmt::format("--attention applies to the attention of --model gpt and llama, not {}",
                       c.model));

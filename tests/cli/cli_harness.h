@@ -27,6 +27,14 @@ struct CliResult {
   std::string output;  // stdout and stderr
 };
 
+// Everything left to read from `file`.
+inline std::string read_all(FILE* file) {
+  std::string all;
+  std::array<char, 4096> buf;
+  for (size_t n; (n = std::fread(buf.data(), 1, buf.size(), file)) > 0;) all.append(buf.data(), n);
+  return all;
+}
+
 // Runs `meshsim ARGS` exactly as given (run_meshsim adds --no-progress, which only `train`
 // takes).
 inline CliResult run_meshsim_exactly(const std::string& args) {
@@ -38,9 +46,7 @@ inline CliResult run_meshsim_exactly(const std::string& args) {
   CliResult r;
   FILE* pipe = popen(cmd.c_str(), "r");
   if (!pipe) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
+  r.output = read_all(pipe);
   const int status = pclose(pipe);
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
@@ -71,19 +77,21 @@ inline CliResult run_meshsim_in_process_exactly(const std::string& args) {
   struct Capture {
     FILE* file = std::tmpfile();
     int out = -1, err = -1;
-    Capture() {
+    static void flush() {
       std::cout.flush();
+      std::cerr.flush();
       std::fflush(stdout);
+      std::fflush(stderr);
+    }
+    Capture() {
+      flush();
       out = ::dup(1);
       err = ::dup(2);
       ::dup2(::fileno(file), 1);
       ::dup2(::fileno(file), 2);
     }
     ~Capture() {
-      std::cout.flush();
-      std::cerr.flush();
-      std::fflush(stdout);
-      std::fflush(stderr);
+      flush();
       ::dup2(out, 1);
       ::dup2(err, 2);
       ::close(out);
@@ -91,15 +99,9 @@ inline CliResult run_meshsim_in_process_exactly(const std::string& args) {
       std::fclose(file);
     }
     std::string text() {
-      std::cout.flush();
-      std::cerr.flush();
-      std::fflush(stdout);
-      std::fflush(stderr);
-      std::string all;
+      flush();
       std::rewind(file);
-      char buf[4096];
-      for (size_t n; (n = std::fread(buf, 1, sizeof buf, file)) > 0;) all.append(buf, n);
-      return all;
+      return read_all(file);
     }
   };
   CliResult r;

@@ -88,8 +88,7 @@ CliResult run_shell(const std::string& command) {
   CliResult r;
   FILE* pipe = popen((command + " 2>&1").c_str(), "r");
   if (!pipe) return r;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) r.output.append(buf, n);
+  r.output = read_all(pipe);
   const int status = pclose(pipe);
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
@@ -158,7 +157,8 @@ TEST(CliBadInput, EveryPathArgumentRefusesFoldersDevicesFifosAndBrokenLinks) {
       CliResult r;
       const double s = seconds_of([&] {
         r = run_meshsim_in_process_exactly(use.before + path.string() + use.after +
-                                (use.before.rfind("train", 0) == 0 ? " --no-progress" : ""));
+                                           (use.before.rfind("train", 0) == 0 ? " --no-progress"
+                                                                              : ""));
       });
       expect_one_line_naming(r, path.string(), use.codes, use.name + " given " + kind);
       EXPECT_LT(s, 30) << use.name << " given " << kind << " took " << s << " s";

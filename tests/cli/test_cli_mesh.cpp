@@ -156,8 +156,8 @@ TEST(CliMesh, VirtualStagesBadValuesAreOneLineUsageErrors) {
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << "\n" << r.output;
     EXPECT_FALSE(fs::exists(out)) << args;
   }
-  const auto r = run_meshsim_in_process("train --model cnn --data synthetic --gpus 2 --pp 2 --micro-batches 2 "
-                             "--virtual-stages 4");
+  const auto r = run_meshsim_in_process("train --model cnn --data synthetic --gpus 2 --pp 2 "
+                                        "--micro-batches 2 --virtual-stages 4");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("--pp 2 × --virtual-stages 4 = 8 is more than cnn's 4 layers with "
                           "parameters: every model chunk needs one"),
@@ -266,7 +266,8 @@ TEST(CliMesh, UnequalStagesBadValuesAreOneLineUsageErrors) {
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << "\n" << r.output;
     EXPECT_FALSE(fs::exists(out)) << args;
   }
-  const auto r = run_meshsim_in_process("train --model cnn --data synthetic --gpus 2 --pp 2 --stage-layers 1,3");
+  const auto r = run_meshsim_in_process(
+      "train --model cnn --data synthetic --gpus 2 --pp 2 --stage-layers 1,3");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("count transformer blocks (gpt, llama); cnn is cut at its layers with "
                           "parameters"),

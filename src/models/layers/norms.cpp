@@ -25,7 +25,7 @@ void RmsNormImpl::add_elementwise_work(LayerWork& total, double rows, double /*g
   const double n = rows * width;
   const double weight_bytes = static_cast<double>(weight.numel() * weight.element_size());
   if (!eager_kernels()) {
-    add_kernel(total, 5 * rows * width, 2 * rows * width * eb + weight_bytes);
+    add_kernel(total, 5 * n, 2 * n * eb + weight_bytes);
     return;
   }
   // forward()'s ops on a 16-bit x (eb 2) compute in float32 (4 bytes), with a cast each way.
