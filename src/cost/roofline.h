@@ -32,13 +32,13 @@ const char* to_string(OpClass op);
 ///  launch_s 5 us: one kernel's launch and the framework's dispatch, the floor of any kernel.
 ///  overlap_slowdown 0.1: compute runs this much slower while a collective runs beside it
 ///    (NCCL's kernels take 8-16 of the GPU's 108-132 SMs and a share of its memory bandwidth).
-///  fp8_matmul 0.73: the same for FP8 GEMMs (Transformer Engine's, torchao's float8) of the FP8
+///  fp8_matmul 0.71: the same for FP8 GEMMs (Transformer Engine's, torchao's float8) of the FP8
 ///    peak, fitted on one row: Megatron-Bridge's Llama 3 70B FP8 on 64 H100 (container 26.04.01).
 ///    The GEMM efficiencies are each fitted on one GPU generation's rows (matmul on A100,
 ///    fp8_matmul on H100) and used for every GPU (docs/cost-model.md).
 struct Efficiency {
   double matmul = 0.66;
-  double fp8_matmul = 0.73;
+  double fp8_matmul = 0.71;
   double gemm_half_s = 10e-6;
   double attention = 0.50;
   double normalization = 0.50;

@@ -120,6 +120,7 @@ void split_micro_batches(RankContext& ctx, const Batch& batch, torch::Dtype dtyp
 /// One pipeline stage: forward and backward of each micro-batch in turn, gradients summed;
 /// every backward starts from the loss times `scale` (fp16). Returns the local mean loss.
 double accumulate_micro_batches(RankContext& ctx, const PipelineStage& pipe,
+                                const TrainingLoss& loss_of,
                                 const std::vector<torch::Tensor>& inputs,
                                 const std::vector<torch::Tensor>& targets, int64_t local_batch,
                                 int64_t step, double scale) {
@@ -132,15 +133,19 @@ double accumulate_micro_batches(RankContext& ctx, const PipelineStage& pipe,
     const MoeLossScale aux(weight * scale); // what the micro-batch's loss reaches backward with
     auto t = ctx.mark();
     std::vector<LayerWork> work;
-    torch::Tensor loss = loss_fn(forward_counting(model, inputs[m], work), targets[m]) * weight;
+    const torch::Tensor out = forward_counting(model, inputs[m], work);
+    torch::Tensor loss = loss_of(out, targets[m]) * weight;
+    const LossWork counted = loss_of.work(out);
     ctx.record_compute("forward", step, t);
-    attach_work(ctx.recorder.compute.back(), work);
+    std::vector<LayerWork> forward = work;
+    forward.push_back(counted.forward);
+    attach_work(ctx.recorder.compute.back(), std::move(forward));
     ctx.sample_memory(step, fmt::format("F{}", m));
     t = ctx.mark();
     if (scale != 1.0) (loss * scale).backward();
     else loss.backward();
     ctx.record_compute("backward", step, t);
-    attach_work(ctx.recorder.compute.back(), backward_work(work));
+    attach_work(ctx.recorder.compute.back(), backward_work(work, counted.backward));
     loss_sum += loss_value(loss);
     loss = torch::Tensor();
     ctx.sample_memory(step, fmt::format("B{}", m));
@@ -152,15 +157,12 @@ double accumulate_micro_batches(RankContext& ctx, const PipelineStage& pipe,
 /// micro-batches in turn. fp16: every backward starts from the loss times `scale` (a power of
 /// two, so the loss reported is divided back exactly). Returns the local mean loss.
 double forward_backward(RankContext& ctx, PipelineStage& pipe, const std::vector<Action>& actions,
-                        const std::vector<torch::Tensor>& inputs,
+                        const TrainingLoss& loss, const std::vector<torch::Tensor>& inputs,
                         const std::vector<torch::Tensor>& targets, int64_t local_batch,
                         int64_t step, double scale) {
   if (pipe.stages == 1)
-    return accumulate_micro_batches(ctx, pipe, inputs, targets, local_batch, step, scale);
-  auto scaled_loss = [scale](const torch::Tensor& out, const torch::Tensor& target) {
-    return scale != 1.0 ? loss_fn(out, target) * scale : loss_fn(out, target);
-  };
-  return run_pipeline_step(ctx, pipe, actions, inputs, targets, scaled_loss, step) / scale;
+    return accumulate_micro_batches(ctx, pipe, loss, inputs, targets, local_batch, step, scale);
+  return run_pipeline_step(ctx, pipe, actions, inputs, targets, loss, step, scale);
 }
 
 /// The step's dropout draw of each of the M micro-batches (models/layers/dropout.h): their
@@ -194,6 +196,23 @@ std::vector<std::shared_ptr<const DropoutDraw>> micro_batch_draws(
   }
   return draws;
 }
+
+/// While a step trains: a head split over the vocabulary leaves its logits split
+/// (VocabParallelHead::parallel_output), for the vocab-parallel loss; whole again after.
+class SplitLogits {
+public:
+  explicit SplitLogits(VocabParallelHeadImpl* head) : head_(head) {
+    if (head_) head_->parallel_output = true;
+  }
+  ~SplitLogits() {
+    if (head_) head_->parallel_output = false;
+  }
+  SplitLogits(const SplitLogits&) = delete;
+  SplitLogits& operator=(const SplitLogits&) = delete;
+
+private:
+  VocabParallelHeadImpl* head_;
+};
 
 /// The optimizer step on this rank's part, recorded as one compute region with its counted
 /// work (the ZeRO all-gathers fall inside it).
@@ -356,6 +375,9 @@ public:
         micro_batches_(options.schedule == "naive" && dims_.pp > 1 ? 1 : options.micro_batches),
         plan_(model_plan(options)) {
     stage_ = build_stage();
+    for (const auto& module : stage_->modules()) // the last stage's head, split over tp
+      if (auto* head = module->as<VocabParallelHeadImpl>()) vocab_head_ = head;
+    if (vocab_head_) loss_ = TrainingLoss(ctx.comm, tp_, coord_.tp);
     options_.initial.reset(); // the weights are in the stage: the host's copy may go
     std::vector<ParamGroup> groups = parameter_groups(stage_, dims_, ctx.rank, experts_);
     // The optimizer updates this rank's shard of each group (ZeRO >= 1) or all of its part.
@@ -398,7 +420,8 @@ public:
       pipe_.dropout = micro_batch_draws(options_, dims_, coord_, batch, inputs, micro_batches_,
                                         step_number);
       pipe_.loss_factors = loss_factors(batch.size(), zero_->optimizer()->loss_scale());
-      local_loss = forward_backward(ctx_, pipe_, actions_, inputs, targets, batch.size(),
+      const SplitLogits split(vocab_head_);  // the loss takes them vocab-parallel
+      local_loss = forward_backward(ctx_, pipe_, actions_, loss_, inputs, targets, batch.size(),
                                     step_number, zero_->optimizer()->loss_scale());
     }
     zero_->finish_gradients(step_number);
@@ -580,6 +603,8 @@ private:
   torch::nn::Sequential stage_;
   std::vector<torch::Tensor> sequence_params_; // their gradients are partial (tp group)
   std::vector<size_t> experts_; // the routed experts' parameters (indices into stage_'s)
+  VocabParallelHeadImpl* vocab_head_ = nullptr; // a head split over the vocabulary, if here
+  TrainingLoss loss_;  // vocab-parallel with that head, else loss_fn
   std::vector<torch::Tensor> fp8_state_; // --precision fp8: parallel/fp8_state.h
   std::unique_ptr<ZeroDataParallel> zero_;
   PipelineStage pipe_;

@@ -102,10 +102,14 @@ double Replica::forward_backward(RankContext& ctx, const Batch& batch, int64_t s
   auto t = ctx.mark();
   std::vector<LayerWork> layers;
   torch::Tensor x = forward_counting(model, model_inputs(batch.inputs, dtype), layers);
-  torch::Tensor loss = loss_fn(x, batch.targets);
+  const TrainingLoss loss_of; // whole logits: no tensor parallelism here
+  torch::Tensor loss = loss_of(x, batch.targets);
+  const LossWork counted = loss_of.work(x);
   x = torch::Tensor();
   ctx.record_compute("forward", step, t);
-  attach_work(ctx.recorder.compute.back(), layers);
+  std::vector<LayerWork> forward = layers;
+  forward.push_back(counted.forward);
+  attach_work(ctx.recorder.compute.back(), std::move(forward));
   ctx.sample_memory(step, "forward");
   t = ctx.mark();
   if (scale != 1.0)
@@ -113,7 +117,7 @@ double Replica::forward_backward(RankContext& ctx, const Batch& batch, int64_t s
   else
     loss.backward();
   ctx.record_compute("backward", step, t);
-  attach_work(ctx.recorder.compute.back(), backward_work(layers));
+  attach_work(ctx.recorder.compute.back(), backward_work(layers, counted.backward));
   const double value = loss_value(loss);
   loss = torch::Tensor();
   ctx.sample_memory(step, "backward");

@@ -2,6 +2,7 @@
 // every other strategy is tested against.
 #include "parallel/strategy.h"
 
+#include <algorithm>
 #include <iostream>
 #include <mutex>
 #include <stdexcept>
@@ -10,6 +11,7 @@
 
 #include "memory/allocator.h"
 #include "parallel/replica.h"
+#include "parallel/tensor/cross_entropy.h"
 
 namespace meshsim {
 
@@ -94,6 +96,42 @@ torch::Tensor loss_fn(const torch::Tensor& logits_in, const torch::Tensor& targe
     return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(2)}),
                                                 targets.reshape({-1}));
   return torch::nn::functional::cross_entropy(logits, targets);
+}
+
+LossWork loss_work(double tokens, double classes, double elem_bytes) {
+  const double n = tokens * classes;
+  LossWork work;
+  LayerWork& f = work.forward;
+  f.layer = "loss";
+  f.op = "elementwise";
+  if (elem_bytes != 4) add_kernel(f, 0, n * (elem_bytes + 4)); // to fp32
+  add_elementwise(f, n, 5, 1, 1, 4);                             // log-softmax
+  add_kernel(f, tokens, 16 * tokens);                            // the targets' entries
+  LayerWork& b = work.backward;
+  b.layer = "loss";
+  b.op = "elementwise";
+  add_elementwise(b, n, 0, 0, 1, 4);                             // zeros
+  add_kernel(b, tokens, 16 * tokens);                            // the targets' −1/N
+  add_elementwise(b, n, 3, 2, 1, 4);                             // log-softmax's backward
+  if (elem_bytes != 4) add_kernel(b, 0, n * (4 + elem_bytes));   // back to the logits' type
+  return work;
+}
+
+TrainingLoss::TrainingLoss(Communicator& comm, Group group, int index)
+    : comm_(&comm), group_(std::move(group)), index_(index) {}
+
+torch::Tensor TrainingLoss::operator()(const torch::Tensor& output,
+                                       const torch::Tensor& targets) const {
+  return comm_ ? vocab_parallel_cross_entropy(output, targets, *comm_, group_, index_)
+               : loss_fn(output, targets);
+}
+
+LossWork TrainingLoss::work(const torch::Tensor& output) const {
+  const double width = output.dim() > 0 ? static_cast<double>(output.size(-1)) : 1;
+  const double tokens = static_cast<double>(output.numel()) / std::max(width, 1.0);
+  const double eb = static_cast<double>(output.element_size());
+  return comm_ ? vocab_parallel_cross_entropy_work(tokens, width, eb)
+               : loss_work(tokens, width, eb);
 }
 
 double loss_value(const torch::Tensor& loss) {

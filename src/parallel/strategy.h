@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "mesh/rank_runner.h"
+#include "models/layers/flops.h"
 #include "models/models.h"
 #include "optim/optimizer.h"
 
@@ -154,6 +155,30 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name, RankContext& ct
 /// every strategy trains. 16-bit logits are cast to fp32 first, as Megatron's cross-entropy
 /// does, so the loss and its softmax are fp32 in every precision.
 torch::Tensor loss_fn(const torch::Tensor& logits, const torch::Tensor& targets);
+
+/// The kernels loss_fn runs on `tokens` rows of `classes` logits of `elem_bytes` bytes, each
+/// counted as one pass over its tensors: forward the cast to fp32, log-softmax (read, written)
+/// and the gather of the targets' log-probabilities; backward the gather's gradient (zeros
+/// written, the targets' entries scattered), log-softmax's (its gradient and output read, one
+/// written) and the cast back.
+LossWork loss_work(double tokens, double classes, double elem_bytes);
+
+/// The loss a strategy trains with: loss_fn on whole logits, or, where tensor parallelism's
+/// head leaves the logits split over the vocabulary (VocabParallelHead::parallel_output),
+/// vocab_parallel_cross_entropy over its group.
+class TrainingLoss {
+public:
+  TrainingLoss() = default; // loss_fn
+  TrainingLoss(Communicator& comm, Group group, int index);
+  torch::Tensor operator()(const torch::Tensor& output, const torch::Tensor& targets) const;
+  /// The kernels that loss runs on `output` (its per-token rows of the last dimension).
+  LossWork work(const torch::Tensor& output) const;
+
+private:
+  Communicator* comm_ = nullptr; // null: loss_fn
+  Group group_;
+  int index_ = 0;
+};
 
 /// The loss as a number; 0 on the meta device, where a plan has shapes and no values.
 double loss_value(const torch::Tensor& loss);

@@ -121,8 +121,8 @@ TrainResult train_pipeline(DeviceMesh& mesh, const Schedule& schedule, const Bat
         inputs = batches.inputs[k].chunk(micro_batches);
       if (s == stages - 1)
         targets = batches.targets[k].chunk(micro_batches);
-      const double loss = run_pipeline_step(ctx, stage, schedule[s], inputs, targets, loss_fn,
-                                            static_cast<int64_t>(k) + 1);
+      const double loss = run_pipeline_step(ctx, stage, schedule[s], inputs, targets,
+                                            TrainingLoss(), static_cast<int64_t>(k) + 1);
       opt.step();
       if (s == stages - 1)
         r.losses[k] = loss; // only the last stage writes
@@ -326,10 +326,11 @@ TEST(PipelineExecutor, RejectsActionsOfAnotherStageAndMissingInputs) {
     PipelineStage stage;
     stage.module = stage_module(build_model("cnn", {}), 1, 0);
     const auto schedule = gpipe_schedule(2, 2);
-    EXPECT_THROW(run_pipeline_step(ctx, stage, schedule[1], {}, {}, loss_fn, 1),
+    EXPECT_THROW(run_pipeline_step(ctx, stage, schedule[1], {}, {}, TrainingLoss(), 1),
                  std::invalid_argument);
     const auto one = gpipe_schedule(1, 2);
-    EXPECT_THROW(run_pipeline_step(ctx, stage, one[0], {}, {}, loss_fn, 1), std::invalid_argument);
+    EXPECT_THROW(run_pipeline_step(ctx, stage, one[0], {}, {}, TrainingLoss(), 1),
+                 std::invalid_argument);
 
     // Rank 0 of 2 holding chunks 0 and 2: chunk 4 is no chunk of it, and it needs both peers.
     PipelineStage chunked;
@@ -338,14 +339,15 @@ TEST(PipelineExecutor, RejectsActionsOfAnotherStageAndMissingInputs) {
                       stage_module(build_model("cnn", {}), 4, 2)};
     chunked.next_rank = 0;
     try {
-      run_pipeline_step(ctx, chunked, interleaved_one_f_one_b_schedule(2, 2, 2)[0], {}, {}, loss_fn,
-                        1);
+      run_pipeline_step(ctx, chunked, interleaved_one_f_one_b_schedule(2, 2, 2)[0], {}, {},
+                        TrainingLoss(), 1);
       FAIL() << "expected invalid_argument";
     } catch (const std::invalid_argument& e) {
       EXPECT_STREQ(e.what(), "pipeline stage 0 has no prev_rank"); // rank 0's chunk 2 receives
     }
     chunked.prev_rank = 0;
     const std::vector<Action> wrong{{4, ActionKind::Forward, 0}};
-    EXPECT_THROW(run_pipeline_step(ctx, chunked, wrong, {}, {}, loss_fn, 1), std::invalid_argument);
+    EXPECT_THROW(run_pipeline_step(ctx, chunked, wrong, {}, {}, TrainingLoss(), 1),
+                 std::invalid_argument);
   });
 }

@@ -320,6 +320,13 @@ std::vector<LayerWork> backward_work(const std::vector<LayerWork>& forward) {
   return backward;
 }
 
+std::vector<LayerWork> backward_work(const std::vector<LayerWork>& forward,
+                                     const LayerWork& loss) {
+  std::vector<LayerWork> backward{loss};
+  for (LayerWork& w : backward_work(forward)) backward.push_back(std::move(w));
+  return backward;
+}
+
 LayerWork optimizer_work(int64_t params, const std::string& optimizer, bool momentum,
                          int64_t tensors) {
   const double n = static_cast<double>(params);

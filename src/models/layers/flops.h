@@ -21,6 +21,8 @@
 //  - a mixture of experts (RoutedWork): the router, 2·N·H·E, and each routed expert's three
 //    GEMMs on the n_e tokens it ran, 6·n_e·H·F, with the weights of the experts that ran;
 //  - views (Flatten, Identity): nothing.
+//  - the loss: not a layer; the loss that ran counts its own kernels, forward and backward
+//    (LossWork; parallel/strategy.h's TrainingLoss).
 //  - elementwise kernels a composite runs outside its children (ElementwiseWork): a block's
 //    two residual adds (1 FLOP per element, two tensors read, one written), SwiGLU's SiLU (5,
 //    one read, one written) and product (1, two read, one written), the rotation of q and k
@@ -150,6 +152,17 @@ std::vector<LayerWork> count_forward(torch::nn::Sequential model, const torch::T
 /// The backward of `forward`: the layers last to first, with the factors above and each
 /// layer's recomputed forward work.
 std::vector<LayerWork> backward_work(const std::vector<LayerWork>& forward);
+
+/// A loss's kernels, forward and backward, counted by the loss itself (its backward is not
+/// backward_work's rule of twice the forward's bytes).
+struct LossWork {
+  LayerWork forward, backward;
+};
+
+/// A backward that starts from a loss: the loss's own backward kernels, then
+/// backward_work(forward).
+std::vector<LayerWork> backward_work(const std::vector<LayerWork>& forward,
+                                     const LayerWork& loss);
 
 /// One optimizer step over `params` parameters: Adam reads p, g, m, v and writes p, m, v
 /// (28 bytes, ~12 FLOPs per fp32 parameter); SGD reads p, g (and the momentum buffer) and

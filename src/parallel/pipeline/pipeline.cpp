@@ -105,6 +105,7 @@ struct MicroBatch {
   torch::Tensor output_grad;   // gradient of `output`, received from the next stage
   torch::Tensor input_grad;    // gradient of `input`, to send to the previous stage
   std::vector<LayerWork> work; // its forward's FLOPs and bytes, per layer (for the cost model)
+  LayerWork loss_backward;     // the last chunk's: its loss's backward kernels
 };
 
 void check_stage(const PipelineStage& stage, const std::vector<Action>& actions) {
@@ -174,8 +175,7 @@ torch::nn::Sequential children_module(const torch::nn::Sequential& model,
 double run_pipeline_step(
     RankContext& ctx, PipelineStage& stage, const std::vector<Action>& actions,
     const std::vector<torch::Tensor>& inputs, const std::vector<torch::Tensor>& targets,
-    const std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)>& loss_fn,
-    int64_t step) {
+    const TrainingLoss& loss, int64_t step, double loss_scale) {
   check_stage(stage, actions);
   const int V = stage.virtual_stages(), P = stage.stages, chunks = P * V;
   // This rank holds the model's first chunk (the inputs) or its last (the targets).
@@ -223,14 +223,18 @@ double run_pipeline_step(
                                  : 1.0);
       const auto t = ctx.mark();
       torch::Tensor out = forward_counting(module_of(k), first ? inputs[m] : mb.input, mb.work);
+      std::vector<LayerWork> work = mb.work;
       if (last) {
-        mb.loss = loss_fn(out, targets[m]);
+        mb.loss = loss(out, targets[m]);
         loss_sum += loss_value(mb.loss) * static_cast<double>(targets[m].size(0));
+        const LossWork counted = loss.work(out);
+        work.push_back(counted.forward);
+        mb.loss_backward = counted.backward;
       } else {
         mb.output = out;
       }
       ctx.record_compute("forward", step, t);
-      attach_work(ctx.recorder.compute.back(), mb.work);
+      attach_work(ctx.recorder.compute.back(), std::move(work));
       ctx.sample_memory(step, a.str());
       break;
     }
@@ -253,7 +257,7 @@ double run_pipeline_step(
         // of the local batch makes the summed gradients those of the local batch's mean.
         const double share =
             static_cast<double>(targets[m].size(0)) / static_cast<double>(local_batch);
-        (mb.loss * share).backward();
+        (mb.loss * (share * loss_scale)).backward();
       } else {
         if (!mb.output.defined() || !mb.output_grad.defined())
           throw std::invalid_argument("pipeline action " + a.str() +
@@ -268,7 +272,8 @@ double run_pipeline_step(
       // The graph was freed by backward; dropping these frees what it saved.
       mb.input = mb.output = mb.loss = mb.output_grad = torch::Tensor();
       ctx.record_compute("backward", step, t);
-      attach_work(ctx.recorder.compute.back(), backward_work(mb.work));
+      attach_work(ctx.recorder.compute.back(), last ? backward_work(mb.work, mb.loss_backward)
+                                                    : backward_work(mb.work));
       mb.work.clear();
       ctx.sample_memory(step, a.str());
       break;

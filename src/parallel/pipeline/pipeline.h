@@ -4,7 +4,6 @@
 // forward and their gradients backward with point-to-point send/recv.
 #pragma once
 
-#include <functional>
 #include <vector>
 
 #include <torch/torch.h>
@@ -12,6 +11,7 @@
 #include "mesh/rank_runner.h"
 #include "models/layers/dropout.h"
 #include "models/parallel_plan.h"
+#include "parallel/strategy.h"
 #include "parallel/pipeline/schedule.h"
 
 namespace meshsim {
@@ -82,9 +82,10 @@ int pipeline_grad_tag(int micro_batch, int chunk = 0, int virtual_stages = 1);
 /// pass empty vectors but must know the micro-batch count from the schedule. With virtual
 /// stages, each action runs the chunk of its virtual stage; the first virtual stage (on the
 /// first stage) takes the inputs and the last (on the last stage) the targets.
-/// The last stage computes loss_fn(output, target) for each micro-batch and backpropagates it
-/// scaled by (micro-batch size / local batch size), so the accumulated gradients equal those
-/// of the mean loss over the local batch. Gradients accumulate into the parameters' existing
+/// The last stage computes loss(output, target) for each micro-batch and backpropagates it
+/// scaled by (micro-batch size / local batch size) · loss_scale (fp16's, a power of two), so
+/// the accumulated gradients equal those of the mean loss over the local batch (times that
+/// scale); the loss's kernels are counted with the micro-batch's forward and backward. Gradients accumulate into the parameters' existing
 /// .grad. Returns, on the last stage, the mean loss over the local batch; 0 on other stages.
 /// Allocations are charged to `activations`; each micro-batch's saved graph is released right
 /// after its backward. Records every F and B with ctx.record_compute ("forward" /
@@ -94,7 +95,6 @@ int pipeline_grad_tag(int micro_batch, int chunk = 0, int virtual_stages = 1);
 double run_pipeline_step(
     RankContext& ctx, PipelineStage& stage, const std::vector<Action>& actions,
     const std::vector<torch::Tensor>& inputs, const std::vector<torch::Tensor>& targets,
-    const std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)>& loss_fn,
-    int64_t step);
+    const TrainingLoss& loss, int64_t step, double loss_scale = 1.0);
 
 } // namespace meshsim

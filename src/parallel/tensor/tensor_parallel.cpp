@@ -178,7 +178,7 @@ VocabParallelHeadImpl::VocabParallelHeadImpl(torch::Tensor w, Communicator& comm
 
 torch::Tensor VocabParallelHeadImpl::forward(const torch::Tensor& x) {
   const torch::Tensor mine = nn::functional::linear(copy_to_region(x, comm_, group_), weight);
-  return gather_from_region(mine, comm_, group_, index_);
+  return parallel_output ? mine : gather_from_region(mine, comm_, group_, index_);
 }
 
 namespace {

@@ -69,14 +69,17 @@ private:
 };
 TORCH_MODULE(RowParallelLinear);
 
-/// The LM head split over the vocabulary (Megatron's ColumnParallelLinear with gather_output):
-/// weight [V/n, h] is this member's rows; each member computes its V/n logits of the
-/// replicated input, and the logits are all-gathered whole, [..., V], for the loss.
+/// The LM head split over the vocabulary (Megatron's ColumnParallelLinear): weight [V/n, h] is
+/// this member's rows; each member computes its V/n logits of the replicated input. They are
+/// all-gathered whole, [..., V] (evaluation, any reader of the logits), or, with
+/// `parallel_output` (Megatron's, set while a strategy trains), left split for
+/// vocab_parallel_cross_entropy (parallel/tensor/cross_entropy.h).
 class VocabParallelHeadImpl : public torch::nn::Module {
 public:
   VocabParallelHeadImpl(torch::Tensor weight, Communicator& comm, Group group, int index);
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor weight;
+  bool parallel_output = false;
 
 private:
   Communicator& comm_;
