@@ -133,9 +133,10 @@ double accumulate_micro_batches(RankContext& ctx, const PipelineStage& pipe,
     const MoeLossScale aux(weight * scale); // what the micro-batch's loss reaches backward with
     auto t = ctx.mark();
     std::vector<LayerWork> work;
-    const torch::Tensor out = forward_counting(model, inputs[m], work);
-    torch::Tensor loss = loss_of(out, targets[m]) * weight;
+    torch::Tensor out = forward_counting(model, inputs[m], work);
     const LossWork counted = loss_of.work(out);
+    torch::Tensor loss = loss_of(out, targets[m]) * weight;
+    out = torch::Tensor(); // what backward needs of the logits, the loss's graph keeps
     ctx.record_compute("forward", step, t);
     std::vector<LayerWork> forward = work;
     forward.push_back(counted.forward);

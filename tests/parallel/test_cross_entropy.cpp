@@ -189,3 +189,21 @@ TEST(TrainingLossWork, AStepRecordsTheLossOverTheLogitsItHolds) {
     EXPECT_DOUBLE_EQ(backward->layers.front().bytes, expected.backward.bytes) << "tp " << tp;
   }
 }
+
+// The mesh engine lets go of the logits once the loss has them, as `single` does: what
+// backward needs of them, the loss's graph keeps. On one GPU with ZeRO 1 (the mesh engine) a
+// step's activation peak is single-device training's.
+TEST(TrainingLossWork, TheMeshEngineHoldsNoMoreActivationsThanOneDevice) {
+  const Dataset data = synthetic_text(64, 16, 16, 64, 3).train;
+  std::vector<int64_t> peaks;
+  for (int zero : {0, 1}) {
+    StrategyOptions o = tiny_gpt_sgd(torch::kFloat64);
+    o.zero = zero;
+    DeviceMesh mesh = mesh_of(1);
+    torch::manual_seed(5);
+    run_strategy(mesh, zero == 0 ? "single" : "ddp", o, data, 4, 1);
+    peaks.push_back(mesh.gpu(0).stats().peak_by_category[static_cast<size_t>(
+        MemoryCategory::Activations)]);
+  }
+  EXPECT_EQ(peaks[1], peaks[0]);
+}
