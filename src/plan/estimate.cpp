@@ -42,16 +42,26 @@ std::vector<StageFigures> per_stage(const std::vector<StageFigures>& stages) {
 // peak is the largest of its windows' (the phases between memory samples), and which phase
 // peaks can change with the size (a phase that grows faster overtakes at more blocks), so
 // where both plans have the same windows each window's peaks are carried on and the largest
-// taken.
+// taken. Within one window the moment of the peak can change too: a backward peaks at its
+// start, with every block's activations, once there are enough blocks, but in a small plan at
+// its end, where a constant transient (the embedding's gradient) outweighs them; a line
+// through two such small plans follows the end and misses the start. So a window's peak is
+// at least its activations' peak plus the model state (held all along), each carried on.
 PlanFigures extrapolate(const PlanFigures& a, const PlanFigures& b, double ta, double tb, double t) {
   PlanFigures f = a;
   std::vector<StageFigures> sa = a.stages, sb = b.stages;
   if (sa.size() != sb.size()) // tp ranks alike at one size and not the other
     sa = per_stage(sa), sb = per_stage(sb);
   f.stages = sa;
+  const auto activations = static_cast<size_t>(MemoryCategory::Activations);
   for (size_t i = 0; i < sa.size(); ++i) {
     StageFigures& s = f.stages[i];
     s.model_state_bytes = line_bytes(sa[i].model_state_bytes, sb[i].model_state_bytes, ta, tb, t);
+    // A peak carried on, but no less than the activations' with the model state beside them.
+    auto at_least_state = [&](int64_t peak, const CategoryBytes& x, const CategoryBytes& y) {
+      return std::max(peak, line_bytes(x[activations], y[activations], ta, tb, t) +
+                                s.model_state_bytes);
+    };
     const auto& wa = sa[i].windows;
     const auto& wb = sb[i].windows;
     const bool windows = !wa.empty() && wa.size() == wb.size() &&
@@ -60,7 +70,8 @@ PlanFigures extrapolate(const PlanFigures& a, const PlanFigures& b, double ta, d
                          });
     if (!windows) {
       s.windows.clear();
-      s.peak_bytes = line_bytes(sa[i].peak_bytes, sb[i].peak_bytes, ta, tb, t);
+      s.peak_bytes = at_least_state(line_bytes(sa[i].peak_bytes, sb[i].peak_bytes, ta, tb, t),
+                                    sa[i].peak_by_category, sb[i].peak_by_category);
       for (size_t c = 0; c < s.peak_by_category.size(); ++c)
         s.peak_by_category[c] =
             line_bytes(sa[i].peak_by_category[c], sb[i].peak_by_category[c], ta, tb, t);
@@ -70,7 +81,8 @@ PlanFigures extrapolate(const PlanFigures& a, const PlanFigures& b, double ta, d
     s.peak_by_category.fill(0);
     for (size_t w = 0; w < wa.size(); ++w) {
       PeakWindow& out = s.windows[w];
-      out.stats.peak = line_bytes(wa[w].stats.peak, wb[w].stats.peak, ta, tb, t);
+      out.stats.peak = at_least_state(line_bytes(wa[w].stats.peak, wb[w].stats.peak, ta, tb, t),
+                                      wa[w].stats.peak_by_category, wb[w].stats.peak_by_category);
       s.peak_bytes = std::max(s.peak_bytes, out.stats.peak);
       for (size_t c = 0; c < s.peak_by_category.size(); ++c) {
         out.stats.peak_by_category[c] = line_bytes(wa[w].stats.peak_by_category[c],
