@@ -231,23 +231,13 @@ FamilyOutcome search_family(const TrainConfig& base, const ClusterSpec& cluster,
         }
       }
       // The least sharding whose full recompute fits; none fitting at this size, none fits at
-      // a larger one (it holds more).
+      // a larger one (it holds more). Then the lightest recompute that fits at it, or, where
+      // none does, at the next shardings: sharding more adds communication, but recomputing
+      // less saves more (a third of the FLOPs), so the first sharding that fits a lighter
+      // recompute is weighed against full recompute with less sharding.
       std::optional<Layout> chosen;
-      for (const TrainConfig& least : valid) {
-        const int64_t floor = model_state_floor(least);
-        if (floor > memory) { // the model state alone: no plan needed
-          family.note(floor, least, true);
-          continue;
-        }
-        const bool gate = most_figures && &least == &valid.back();
-        if (!gate && overflows.holds(least))
-          continue;
-        const PlanFigures f = gate ? *most_figures : estimate(least);
-        if (!f.fits) {
-          overflows.add(least);
-          continue;
-        }
-        chosen = Layout{least, f, false};
+      // The lightest recompute of `least` (validated, its full recompute fits) that fits.
+      auto lightest = [&](const TrainConfig& least) -> std::optional<Layout> {
         for (const char* level : lighter) {
           TrainConfig c = least;
           c.recompute = level;
@@ -255,12 +245,35 @@ FamilyOutcome search_family(const TrainConfig& base, const ClusterSpec& cluster,
             continue;
           validate(c);
           const PlanFigures g = estimate(c);
-          if (g.fits) {
-            chosen = Layout{c, g, false};
-            break;
-          }
+          if (g.fits)
+            return Layout{c, g, false};
           overflows.add(c);
         }
+        return std::nullopt;
+      };
+      for (const TrainConfig& least : valid) {
+        const int64_t floor = model_state_floor(least);
+        if (floor > memory) { // the model state alone: no plan needed
+          family.note(floor, least, true);
+          continue;
+        }
+        const bool gate = most_figures && &least == &valid.back();
+        if (!chosen && !gate && overflows.holds(least))
+          continue;
+        if (!chosen) {
+          const PlanFigures f = gate ? *most_figures : estimate(least);
+          if (!f.fits) {
+            overflows.add(least);
+            continue;
+          }
+          chosen = Layout{least, f, false};
+        }
+        std::optional<Layout> light = lightest(least);
+        if (!light)
+          continue; // full recompute only, so far: try the next sharding lighter
+        if (chosen->config.recompute == std::string("full") ||
+            light->figures.tokens_per_s_per_gpu > chosen->figures.tokens_per_s_per_gpu)
+          chosen = std::move(light);
         break;
       }
       most_figures.reset();

@@ -2,12 +2,16 @@
 // 2 micro-batches, held against the full plan; and the search's ranking and rejections.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "cost/hardware.h"
 #include "memory/category.h"
 #include "plan/plan.h"
+#include "plan/estimate.h"
 #include "plan/search.h"
+#include "plan/search_space.h"
 
 using namespace meshsim;
 
@@ -171,4 +175,43 @@ TEST(SearchEstimateBound, ABackwardWhosePeakMovesWithTheBlocksIsNotCarriedLow) {
             << " B planned\n";
   EXPECT_GE(estimate.stages[0].peak_bytes, f.peak_bytes - elsewhere);
   EXPECT_EQ(estimate.stages[0].model_state_bytes, f.model_state_bytes);
+}
+
+// Within a family and micro-batch size the search takes the least sharding whose full
+// recompute fits, then the lightest recompute that fits there, and, where none does, at more
+// sharding: Llama 3 8B on 8 H100s (tp 2 with sequence parallelism, micro-batches of 2
+// sequences of 4,096) fits full recompute at ZeRO 0 but no recompute only at ZeRO 1, which is
+// faster (recomputing the forward costs more than sharding the optimizer state).
+TEST(SearchChoice, ALighterRecomputeWithMoreShardingIsWeighedAgainstFullRecompute) {
+  TrainConfig base;
+  base.model = "llama";
+  base.data = "synthetic";
+  base.preset = "llama3-8b";
+  ModelFlagsGiven given;
+  given.preset = true;
+  apply_preset(base, given);
+  base.shape.seq_len = 4096;
+  base.precision = "bf16";
+  base.gpus = 8;
+  base.global_batch_size = 32;
+  base.progress = false;
+  const ClusterSpec cluster = parse_cluster_spec("8xh100");
+  SearchOptions options;
+  options.top = 1000;
+  options.confirm = 0;
+  const SearchResult result = search_layouts(base, cluster, options);
+  const auto found = std::find_if(result.best.begin(), result.best.end(), [](const Layout& l) {
+    return l.config.tp == 2 && l.config.pp == 1 && l.config.cp == 1 &&
+           l.config.sequence_parallel && micro_batch_size_of(l.config) == 2;
+  });
+  ASSERT_NE(found, result.best.end());
+  TrainConfig light = found->config;
+  light.zero = 1;
+  light.dp_shard = 0;
+  light.recompute = "none";
+  validate(light);
+  const PlanFigures figures = estimate_layout(light, cluster);
+  ASSERT_TRUE(figures.fits) << search::describe(light);
+  EXPECT_GE(found->figures.tokens_per_s_per_gpu, figures.tokens_per_s_per_gpu)
+      << "chose " << search::describe(found->config) << " over " << search::describe(light);
 }
