@@ -85,8 +85,9 @@ int pipeline_grad_tag(int micro_batch, int chunk = 0, int virtual_stages = 1);
 /// The last stage computes loss(output, target) for each micro-batch and backpropagates it
 /// scaled by (micro-batch size / local batch size) · loss_scale (fp16's, a power of two), so
 /// the accumulated gradients equal those of the mean loss over the local batch (times that
-/// scale); the loss's kernels are counted with the micro-batch's forward and backward. Gradients accumulate into the parameters' existing
-/// .grad. Returns, on the last stage, the mean loss over the local batch; 0 on other stages.
+/// scale); the loss's kernels are counted with the micro-batch's forward and backward.
+/// Gradients accumulate into the parameters' existing .grad. Returns, on the last stage, the
+/// mean loss over the local batch; 0 on other stages.
 /// Allocations are charged to `activations`; each micro-batch's saved graph is released right
 /// after its backward. Records every F and B with ctx.record_compute ("forward" /
 /// "backward") and calls ctx.sample_memory(step, "2F0"-style action text) after each F and B.
