@@ -17,6 +17,7 @@
 #        distributed_common.py JOBS.json  (a list of SPECs, each with "api": ddp | fsdp | tp |
 #                                         pipelining, run one after another in this process,
 #                                         so that PyTorch is imported once)
+import gc
 import json
 import os
 import sys
@@ -178,6 +179,12 @@ def tracked_step(spec, layout_fn, rank, world, batch):
         optimizer.zero_grad()
         layout.step(*batch)
         optimizer.step()
+        # The state after the step, once every rank is past it and Python has let go of the
+        # step's temporaries: read at once, a loaded machine once caught a 128-byte
+        # temporary of the step still alive and filed as optimizer state (tp with sequence
+        # parallelism, PyTorch 2.11).
+        dist.barrier()
+        gc.collect()
         after = _current(tracker)
     return {"after_step": after, "peaks": peaks.peaks}
 
