@@ -23,9 +23,10 @@
 // the gradients of the parameters that saw part of the sequence are then summed over the tp
 // group too (Megatron's all-reduce of the layernorm gradients). Layout: mesh/parallel_dims.h.
 //
-// The class holds the rank's parts and drives a step; the pieces of work (wiring the
-// pipeline, splitting the batch, one stage's micro-batches, evaluation through the chunks,
-// dealing the stages' parameters back into model order) are functions of their own below.
+// The class holds the rank's parts and drives a step; the pieces of work are functions of
+// their own: a step's micro-batches (splitting the batch, running them, their dropout draws)
+// in parallel/micro_batches.h; wiring the pipeline, evaluation through the chunks and
+// dealing the stages' parameters back into model order below.
 #include <algorithm>
 #include <numeric>
 
@@ -41,6 +42,7 @@
 #include "parallel/context/context_parallel.h"
 #include "parallel/expert/expert_parallel.h"
 #include "parallel/fp8_state.h"
+#include "parallel/micro_batches.h"
 #include "parallel/pipeline/pipeline.h"
 #include "parallel/replica.h"
 #include "parallel/pipeline/schedule.h"
@@ -97,123 +99,6 @@ std::vector<Action> stage_actions(const StrategyOptions& options, const Parallel
     throw std::logic_error(fmt::format("{} schedule: {}", options.schedule, check.error));
   return schedule[static_cast<size_t>(stage)];
 }
-
-/// Exactly M micro-batches of the replica's batch (sizes differ by one at most; the trainer
-/// drops a last batch smaller than M), each weighted by its size in the loss. Opens the step's
-/// record: the cost model's step window starts at a rank's first compute region, which must
-/// come before a later stage's first recv.
-void split_micro_batches(RankContext& ctx, const Batch& batch, torch::Dtype dtype, int M,
-                         int64_t step, std::vector<torch::Tensor>& inputs,
-                         std::vector<torch::Tensor>& targets) {
-  const auto t = ctx.mark();
-  if (batch.size() > 0) {
-    inputs = model_inputs(batch.inputs, dtype).tensor_split(M);
-    targets = batch.targets.tensor_split(M);
-  }
-  ctx.record_compute("micro-batches", step, t);
-  LayerWork views;  // tensor_split() makes views: no work on a target
-  views.layer = "split";
-  views.op = "elementwise";
-  attach_work(ctx.recorder.compute.back(), {views});
-}
-
-/// One pipeline stage: forward and backward of each micro-batch in turn, gradients summed;
-/// every backward starts from the loss times `scale` (fp16). Returns the local mean loss.
-double accumulate_micro_batches(RankContext& ctx, const PipelineStage& pipe,
-                                const TrainingLoss& loss_of,
-                                const std::vector<torch::Tensor>& inputs,
-                                const std::vector<torch::Tensor>& targets, int64_t local_batch,
-                                int64_t step, double scale) {
-  torch::nn::Sequential model = pipe.module;
-  model->train();
-  double loss_sum = 0;
-  for (size_t m = 0; m < inputs.size(); ++m) {
-    const DropoutScope dropout(m < pipe.dropout.size() ? pipe.dropout[m] : nullptr);
-    const double weight = static_cast<double>(inputs[m].size(0)) / static_cast<double>(local_batch);
-    const MoeLossScale aux(weight * scale); // what the micro-batch's loss reaches backward with
-    auto t = ctx.mark();
-    std::vector<LayerWork> work;
-    torch::Tensor out = forward_counting(model, inputs[m], work);
-    const LossWork counted = loss_of.work(out);
-    torch::Tensor loss = loss_of(out, targets[m]) * weight;
-    out = torch::Tensor(); // what backward needs of the logits, the loss's graph keeps
-    ctx.record_compute("forward", step, t);
-    std::vector<LayerWork> forward = work;
-    forward.push_back(counted.forward);
-    attach_work(ctx.recorder.compute.back(), std::move(forward));
-    ctx.sample_memory(step, fmt::format("F{}", m));
-    t = ctx.mark();
-    if (scale != 1.0) (loss * scale).backward();
-    else loss.backward();
-    ctx.record_compute("backward", step, t);
-    attach_work(ctx.recorder.compute.back(), backward_work(work, counted.backward));
-    loss_sum += loss_value(loss);
-    loss = torch::Tensor();
-    ctx.sample_memory(step, fmt::format("B{}", m));
-  }
-  return loss_sum;
-}
-
-/// The step's forwards and backwards: the pipeline schedule's actions, or with one stage the
-/// micro-batches in turn. fp16: every backward starts from the loss times `scale` (a power of
-/// two, so the loss reported is divided back exactly). Returns the local mean loss.
-double forward_backward(RankContext& ctx, PipelineStage& pipe, const std::vector<Action>& actions,
-                        const TrainingLoss& loss, const std::vector<torch::Tensor>& inputs,
-                        const std::vector<torch::Tensor>& targets, int64_t local_batch,
-                        int64_t step, double scale) {
-  if (pipe.stages == 1)
-    return accumulate_micro_batches(ctx, pipe, loss, inputs, targets, local_batch, step, scale);
-  return run_pipeline_step(ctx, pipe, actions, inputs, targets, loss, step, scale);
-}
-
-/// The step's dropout draw of each of the M micro-batches (models/layers/dropout.h): their
-/// rows' indices in the global batch, and the whole-sequence positions of the tokens this
-/// rank's residual stream holds: under context parallelism its two chunks (cp_positions),
-/// under sequence parallelism tp member i's part of those, [i·T'/t, (i+1)·T'/t) of the T'
-/// the rank holds.
-std::vector<std::shared_ptr<const DropoutDraw>> micro_batch_draws(
-    const StrategyOptions& options, const ParallelDims& dims, const ParallelCoord& coord,
-    const Batch& batch, const std::vector<torch::Tensor>& inputs, int M, int64_t step) {
-  if (!(options.shape.dropout > 0)) return {};
-  GpuGuard host(nullptr);  // indices, read by kernels as arguments
-  const std::vector<torch::Tensor> samples = batch_samples(batch, coord.dp).tensor_split(M);
-  std::vector<std::shared_ptr<const DropoutDraw>> draws;
-  for (int m = 0; m < M; ++m) {
-    auto draw = std::make_shared<DropoutDraw>();
-    draw->seed = options.seed;
-    draw->step = step;
-    draw->samples = samples[static_cast<size_t>(m)];
-    const bool sequence_split = options.sequence_parallel && dims.tp > 1;
-    if (dims.cp > 1 || sequence_split) { // else undefined: the tokens 0..T-1
-      const int64_t T = static_cast<size_t>(m) < inputs.size()
-                            ? inputs[static_cast<size_t>(m)].size(1)
-                            : options.shape.seq_len / dims.cp;
-      draw->positions = dims.cp > 1 ? cp_positions(T * dims.cp, dims.cp, coord.cp, torch::kLong)
-                                    : torch::arange(T, torch::kLong);
-      if (sequence_split)
-        draw->positions = draw->positions.narrow(0, coord.tp * (T / dims.tp), T / dims.tp);
-    }
-    draws.push_back(std::move(draw));
-  }
-  return draws;
-}
-
-/// While a step trains: a head split over the vocabulary leaves its logits split
-/// (VocabParallelHead::parallel_output), for the vocab-parallel loss; whole again after.
-class SplitLogits {
-public:
-  explicit SplitLogits(VocabParallelHeadImpl* head) : head_(head) {
-    if (head_) head_->parallel_output = true;
-  }
-  ~SplitLogits() {
-    if (head_) head_->parallel_output = false;
-  }
-  SplitLogits(const SplitLogits&) = delete;
-  SplitLogits& operator=(const SplitLogits&) = delete;
-
-private:
-  VocabParallelHeadImpl* head_;
-};
 
 /// The optimizer step on this rank's part, recorded as one compute region with its counted
 /// work (the ZeRO all-gathers fall inside it).

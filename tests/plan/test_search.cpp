@@ -137,6 +137,21 @@ INSTANTIATE_TEST_SUITE_P(
                       SearchCase{"tp2_pp2_sp_fused", 8, 2, 2, 1, 1, 6, "none", true, "bf16"}),
     [](const auto& info) { return std::string(info.param.name); });
 
+// A bf16 Llama of `preset` on synthetic data at `seq_len` tokens, its layout still to set.
+static TrainConfig llama_preset(const char* preset, int64_t seq_len) {
+  TrainConfig c;
+  c.model = "llama";
+  c.data = "synthetic";
+  c.preset = preset;
+  ModelFlagsGiven given;
+  given.preset = true;
+  apply_preset(c, given);
+  c.shape.seq_len = seq_len;
+  c.precision = "bf16";
+  c.progress = false;
+  return c;
+}
+
 // A backward whose peak moves: Llama 3 70B's blocks at 32K tokens, tp 2 × cp 8 (ring) with
 // sequence parallelism and ZeRO 2. With 1 or 2 blocks a stage's backward peaks at its end,
 // where the replicated embedding's gradient (128,256 × 8,192) outweighs the blocks'
@@ -145,16 +160,8 @@ INSTANTIATE_TEST_SUITE_P(
 // with the model state beside them (estimate.cpp), which is the full plan's peak but for
 // what the other categories (communication, other) hold at that moment.
 TEST(SearchEstimateBound, ABackwardWhosePeakMovesWithTheBlocksIsNotCarriedLow) {
-  TrainConfig c;
-  c.model = "llama";
-  c.data = "synthetic";
-  c.preset = "llama3-70b";
-  ModelFlagsGiven given;
-  given.preset = true;
-  apply_preset(c, given);
+  TrainConfig c = llama_preset("llama3-70b", 32768);
   c.shape.layers = 8;
-  c.shape.seq_len = 32768;
-  c.precision = "bf16";
   c.gpus = 32;
   c.tp = 2;
   c.cp = 8;
@@ -163,7 +170,6 @@ TEST(SearchEstimateBound, ABackwardWhosePeakMovesWithTheBlocksIsNotCarriedLow) {
   c.sequence_parallel = true;
   c.micro_batch_size = 1;
   c.global_batch_size = 2;
-  c.progress = false;
   validate(c);
   const ClusterSpec cluster = parse_cluster_spec("4x8xh100");
   const PlanFigures full = plan_on(c, cluster), estimate = estimate_layout(c, cluster);
@@ -183,18 +189,9 @@ TEST(SearchEstimateBound, ABackwardWhosePeakMovesWithTheBlocksIsNotCarriedLow) {
 // sequences of 4,096) fits full recompute at ZeRO 0 but no recompute only at ZeRO 1, which is
 // faster (recomputing the forward costs more than sharding the optimizer state).
 TEST(SearchChoice, ALighterRecomputeWithMoreShardingIsWeighedAgainstFullRecompute) {
-  TrainConfig base;
-  base.model = "llama";
-  base.data = "synthetic";
-  base.preset = "llama3-8b";
-  ModelFlagsGiven given;
-  given.preset = true;
-  apply_preset(base, given);
-  base.shape.seq_len = 4096;
-  base.precision = "bf16";
+  TrainConfig base = llama_preset("llama3-8b", 4096);
   base.gpus = 8;
   base.global_batch_size = 32;
-  base.progress = false;
   const ClusterSpec cluster = parse_cluster_spec("8xh100");
   SearchOptions options;
   options.top = 1000;
