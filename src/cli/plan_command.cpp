@@ -76,7 +76,7 @@ void write_plan_picture(const std::filesystem::path& png, const Plan& plan, cons
 // The table: `doc` (what --json prints) for a person.
 void print_plan(const nlohmann::json& doc, const TrainConfig& c) {
   auto bytes = [](const nlohmann::json& v) { return format_bytes(v.get<int64_t>()); };
-  fmt::print("meshsim plan: {} ({} parameters) on {}: {}{}, zero {}, {}, global batch {} ({} "
+  fmt::print("meshsim plan: {} ({} parameters) on {}: {}{}, zero {}{}, {}, global batch {} ({} "
              "micro-batch{} of {} per replica), recompute {}{}\n",
              c.preset.empty() ? c.model : c.preset, short_count(doc["parameters"].get<int64_t>()),
              doc["cluster"].get<std::string>(),
@@ -84,7 +84,7 @@ void print_plan(const nlohmann::json& doc, const TrainConfig& c) {
              std::string(c.sequence_parallel ? " with sequence parallel" : "") +
                  (c.tp_comm_overlap ? ", tp communication overlapped" : "") +
                  (c.cp > 1 ? " (cp by " + c.cp_comm + ")" : ""),
-             c.zero, c.precision,
+             c.zero, c.distributed_optimizer ? " (distributed optimizer)" : "", c.precision,
              doc["global_batch_size"].get<int64_t>(), c.micro_batches, c.micro_batches == 1 ? "" : "es",
              doc["layout"]["micro_batch_size"].get<int64_t>(), c.recompute,
              model_family(c.model).transformer
@@ -191,6 +191,7 @@ nlohmann::json layout_json(const TrainConfig& c) {
           {"zero", c.zero},
           {"dp_shard", c.dp_shard > 0 ? c.dp_shard : c.gpus / (c.tp * c.pp * c.cp)},
           {"reshard_after_forward", c.reshard_after_forward},
+          {"distributed_optimizer", c.distributed_optimizer},
           {"sequence_parallel", c.sequence_parallel},
           {"micro_batches", c.micro_batches},
           {"micro_batch_size", micro_batch_size_of(c)},

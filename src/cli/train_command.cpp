@@ -218,6 +218,8 @@ nlohmann::json announce(const TrainRun& r) {
                         config.sequence_parallel ? " with sequence parallel" : "",
                         dims.cp > 1 ? " (cp by " + config.cp_comm + ")" : "", config.zero,
                         (config.reshard_after_forward ? "" : " (no reshard after forward)") +
+                            std::string(config.distributed_optimizer ? " (distributed optimizer)"
+                                                                     : "") +
                             std::string(dims.pp > 1
                             ? ", " + config.schedule + " schedule" +
                                   (config.virtual_stages > 1
@@ -247,6 +249,7 @@ nlohmann::json announce(const TrainRun& r) {
           {"layout", {{"dp", dims.dp}, {"tp", dims.tp}, {"pp", dims.pp},
                       {"zero", config.zero}, {"dp_shard", dims.dp_shard},
                       {"reshard_after_forward", config.reshard_after_forward},
+                      {"distributed_optimizer", config.distributed_optimizer},
                       {"schedule", config.schedule},
                       {"virtual_stages", config.virtual_stages},
                       {"stage_layers", stage_layer_counts(config)},

@@ -49,6 +49,11 @@ void add_model_layout_flags(CLI::App& app, TrainConfig& c) {
   app.add_flag("!--no-reshard-after-forward", c.reshard_after_forward,
                "zero 3: keep each block's gathered parameters from its forward to its backward "
                "(one all-gather less per block, more memory)");
+  app.add_flag("--distributed-optimizer", c.distributed_optimizer,
+               "zero 1 as Megatron-LM's distributed optimizer: the gradients reduce-scattered "
+               "(not all-reduced), the updated parameters all-gathered block by block as the next "
+               "forward reaches them, the next block's beside this one's compute "
+               "(--overlap-grad-reduce, --overlap-param-gather)");
   app.add_option("--schedule", c.schedule, "pipeline schedule: naive | gpipe | 1f1b")
       ->capture_default_str();
   add_integer_flag(app, "--virtual-stages", c.virtual_stages,

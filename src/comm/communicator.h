@@ -154,6 +154,15 @@ public:
     return std::make_unique<CompletedWork>();
   }
 
+  /// Starts all_gather of `input` (contiguous) into `output` ([group.size(), *input.sizes()],
+  /// contiguous): member i's input at index i. `input` may be this member's own slot of
+  /// `output` (in place, as NCCL allows). The default runs it now.
+  virtual std::unique_ptr<Work> all_gather_async(const torch::Tensor& input, torch::Tensor output,
+                                                 const Group& group) {
+    output.copy_(all_gather(input, group));
+    return std::make_unique<CompletedWork>();
+  }
+
   /// Starts a send of `tensor`: the message is the backend's copy, so the tensor is the
   /// caller's again at once; wait() returns once it is queued for (or delivered to) `dst`.
   /// Recorded as send. The default sends now.

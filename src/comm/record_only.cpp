@@ -63,6 +63,20 @@ std::unique_ptr<Work> RecordOnlyCommunicator::reduce_scatter_async(const torch::
   return std::make_unique<RecordedWork>(*this, records_.size() - 1);
 }
 
+std::unique_ptr<Work> RecordOnlyCommunicator::all_gather_async(const torch::Tensor& input,
+                                                               torch::Tensor output,
+                                                               const Group& group) {
+  if (output.numel() != input.numel() * group.size())
+    throw std::invalid_argument(
+        fmt::format("all_gather: an output of {} elements for {} over {} ranks", output.numel(),
+                    input.numel(), group.size()));
+  if (!input.is_meta()) // a copy first: the input may be a slot of the output
+    output.view({group.size(), -1})
+        .copy_(input.reshape({1, -1}).clone().expand({group.size(), -1}));
+  record("all_gather", group, input);
+  return std::make_unique<RecordedWork>(*this, records_.size() - 1);
+}
+
 CollectiveRecord RecordOnlyCommunicator::p2p_record(size_t index, int peer) const {
   CollectiveRecord rec = p2p_->records()[index];
   if (rec.peer != peer) {

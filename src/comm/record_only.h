@@ -46,6 +46,9 @@ public:
                                          const Group& group) override;
   std::unique_ptr<Work> reduce_scatter_async(const torch::Tensor& input, torch::Tensor output,
                                              ReduceOp op, const Group& group) override;
+  /// Recorded now, the output left as it is (a plan's members are alike; meta has no values).
+  std::unique_ptr<Work> all_gather_async(const torch::Tensor& input, torch::Tensor output,
+                                         const Group& group) override;
   /// The output's shape from the splits, uninitialized; the record keeps the bytes per peer.
   torch::Tensor all_to_all(const torch::Tensor& input,
                            const std::vector<int64_t>& output_split_sizes,

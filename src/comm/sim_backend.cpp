@@ -79,7 +79,8 @@ void copy_to_all(const SimWorld::Slot& s, void* src, const std::vector<void*>& o
   const int64_t item = c10::elementSize(s.dtype);
   if (!s.on_card) {
     for (void* out : outputs)
-      std::memcpy(at_offset(out, lo * item), at_offset(src, lo * item), (hi - lo) * item);
+      if (out != src) // an in-place all-gather: a member's own slot is its input
+        std::memcpy(at_offset(out, lo * item), at_offset(src, lo * item), (hi - lo) * item);
     return;
   }
 #if MESHSIM_CUDA
@@ -129,17 +130,16 @@ void SimCommunicator::broadcast(torch::Tensor& tensor, int root, const Group& gr
 torch::Tensor SimCommunicator::all_gather(const torch::Tensor& input, const Group& group) {
   torch::Tensor in = input.contiguous();
   torch::Tensor out = all_gather_output(in, group.size());
-  const int n = group.size();
-  collective("all_gather", group, in, in.data_ptr(), out.data_ptr(), -1, {in, out}, false,
-             [n](SimWorld::Slot& s, int index) {
-               const int64_t bytes = s.numel * c10::elementSize(s.dtype);
-               std::vector<void*> outs;
-               for (int j = 0; j < n; ++j)
-                 outs.push_back(at_offset(s.out[j], index * bytes));
-               copy_to_all(s, s.in[index], outs, 0, s.numel);
-             })
-      ->wait();
+  all_gather_async(in, out, group, false)->wait();
   return out;
+}
+
+std::unique_ptr<Work> SimCommunicator::all_gather_async(const torch::Tensor& input,
+                                                        torch::Tensor output,
+                                                        const Group& group) {
+  check_contiguous(input, "all_gather_async");
+  check_contiguous(output, "all_gather_async");
+  return all_gather_async(input, output, group, true);
 }
 
 torch::Tensor SimCommunicator::reduce_scatter(const torch::Tensor& input, ReduceOp op,
@@ -266,6 +266,24 @@ std::unique_ptr<Work> SimCommunicator::reduce_scatter_async(const torch::Tensor&
                       for (int j = 0; j < n; ++j)
                         in_ptrs[j] = at_offset(s.in[j], index * chunk * item);
                       combine(s, in_ptrs, {s.out[index]}, 0, chunk, op, n);
+                    });
+}
+
+std::unique_ptr<Work> SimCommunicator::all_gather_async(const torch::Tensor& in,
+                                                        const torch::Tensor& out,
+                                                        const Group& group, bool async) {
+  if (out.numel() != in.numel() * group.size())
+    throw std::invalid_argument(
+        fmt::format("all_gather: an output of {} elements for {} over {} ranks", out.numel(),
+                    in.numel(), group.size()));
+  const int n = group.size();
+  return collective("all_gather", group, in, in.data_ptr(), out.data_ptr(), -1, {in, out}, async,
+                    [n](SimWorld::Slot& s, int index) {
+                      const int64_t bytes = s.numel * c10::elementSize(s.dtype);
+                      std::vector<void*> outs;
+                      for (int j = 0; j < n; ++j)
+                        outs.push_back(at_offset(s.out[j], index * bytes));
+                      copy_to_all(s, s.in[index], outs, 0, s.numel);
                     });
 }
 

@@ -57,6 +57,8 @@ public:
                                const Group& group) override;
   std::unique_ptr<Work> reduce_scatter_async(const torch::Tensor& input, torch::Tensor output,
                                              ReduceOp op, const Group& group) override;
+  std::unique_ptr<Work> all_gather_async(const torch::Tensor& input, torch::Tensor output,
+                                         const Group& group) override;
   void reduce(torch::Tensor& tensor, int root, ReduceOp op, const Group& group) override;
   torch::Tensor all_to_all(const torch::Tensor& input,
                            const std::vector<int64_t>& output_split_sizes,
@@ -77,6 +79,8 @@ private:
                                          const Group& group, bool async);
   std::unique_ptr<Work> reduce_scatter_async(const torch::Tensor& in, const torch::Tensor& out,
                                              ReduceOp op, const Group& group, bool async);
+  std::unique_ptr<Work> all_gather_async(const torch::Tensor& in, const torch::Tensor& out,
+                                         const Group& group, bool async);
   // A message to `dst`, or one from `src` into `*into` (allocated at wait() when undefined).
   std::unique_ptr<Work> post_send(const torch::Tensor& tensor, int dst, int tag, bool async);
   std::unique_ptr<Work> post_recv(int src, int tag, bool async,

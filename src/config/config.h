@@ -42,6 +42,7 @@ struct TrainConfig {
   int zero = 0;
   int dp_shard = 0;             // --dp-shard N: HSDP, ZeRO shards within N dp ranks; 0: all of dp
   bool reshard_after_forward = true;  // --no-reshard-after-forward: ZeRO 3 keeps blocks gathered
+  bool distributed_optimizer = false; // --distributed-optimizer: ZeRO 1 as Megatron's (zero.h)
   std::string schedule = "1f1b";
   int virtual_stages = 1;       // model chunks per pipeline stage: interleaved 1F1B when > 1
   int first_stage_layers = 0;   // transformer blocks on the first / last pipeline stage; 0: even

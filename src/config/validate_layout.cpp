@@ -73,6 +73,15 @@ void validate_layout(TrainConfig& c) {
                       dims.dp));
   require(c.reshard_after_forward || c.zero == 3,
           "--no-reshard-after-forward keeps ZeRO-3's gathered parameters: it needs --zero 3");
+  require(!c.distributed_optimizer || c.zero == 1,
+          fmt::format("--distributed-optimizer is ZeRO 1 as Megatron-LM runs it: it needs --zero 1 "
+                      "(got --zero {})",
+                      c.zero));
+  // The two copies of a tied embedding (first and last stage) sum their whole gradients after
+  // the data-parallel reduction, which the distributed optimizer leaves in each shard only.
+  require(!c.distributed_optimizer || c.pp == 1 || !c.shape.tie_head,
+          "--distributed-optimizer with --pp needs an untied head (--no-tie-head): the tied "
+          "embedding's two copies sum whole gradients, which it reduces shard by shard");
   require(listed(schedule_names(), c.schedule),
           fmt::format("unknown schedule '{}' (choose naive, gpipe or 1f1b)", c.schedule));
   resolve_micro_batches(c, dims);

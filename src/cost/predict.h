@@ -14,7 +14,10 @@
 //    wait only for the fraction of backward, by modelled time, that produces the bucket's last
 //    gradient;
 //  - a collective recorded inside a compute region's span (a tensor-parallel all-reduce)
-//    splits the region, in proportion to the measured time on either side;
+//    splits the region, in proportion to the measured time on either side; an all-gather
+//    started with *_async ahead of its wait there (the distributed optimizer's) runs on the
+//    data-parallel stream from its start: it waits only for the compute that ended last
+//    before it was started, and what follows its wait waits for it;
 //  - compute on the target: the roofline of each counted layer (models/layers/flops.h), with
 //    the attention scores' traffic its core recorded (the eager core's; a fused core records
 //    none and its recomputed scores instead); a region with

@@ -239,6 +239,7 @@ gradient_buckets(const ComputeRecord& c, const std::vector<double>& cumulative,
 class RankBuilder {
 public:
   static constexpr size_t kNone = static_cast<size_t>(-1);
+  static constexpr size_t kNothing = kNone - 1; // `after` for a task that waits for none
 
   RankBuilder(int rank, std::vector<Task>& out) : rank_(rank), out_(out) {}
 
@@ -251,7 +252,8 @@ public:
     return last_ = out_.size() - 1;
   }
 
-  // `after`: the task it waits for (kNone: the last blocking task). Returns its index.
+  // `after`: the task it waits for (kNone: the last blocking task; kNothing: none). Returns
+  // its index.
   // `overlapped`: the compute that follows runs beside it, and the compute after that waits
   // for it (tensor parallelism's communication overlapped with its GEMMs).
   size_t comm(const CollectiveRecord& c, const std::string& key, size_t after = kNone,
@@ -268,7 +270,10 @@ public:
     if (c.op == "recv")
       group = {c.peer, rank_};
     out_.push_back(Task::comm(next_id(c.op), parse_collective_op(c.op), std::move(group), bytes,
-                              deps(after == kNone ? last_ : after), key));
+                              deps(after == kNone      ? last_
+                                   : after == kNothing ? kNone
+                                                       : after),
+                              key));
     for (int64_t b : c.peer_bytes) // all_to_all: each member's share
       out_.back().peer_bytes.push_back(static_cast<double>(b));
     out_.back().stream = stream;
@@ -372,6 +377,9 @@ Program build_step_program(const std::vector<Recorder>& ranks, int64_t step, con
     });
 
     RankBuilder b(r, program.ranks[r]);
+    // The rank's compute tasks so far, each with where it ends on the recorded clock: an
+    // all-gather started ahead of its wait runs after the last that ended before its start.
+    std::vector<std::pair<double, size_t>> history;
     size_t ci = 0;
     for (size_t k = 0; k < regions.size(); ++k) {
       const ComputeRecord& c = *regions[k];
@@ -402,10 +410,23 @@ Program build_step_program(const std::vector<Recorder>& ranks, int64_t step, con
           const size_t piece = b.compute(c.name, measured ? segments[i] : target * share);
           done_share += share;
           pieces_done.emplace_back(done_share, piece);
-          if (i == inside.size())
+          if (i == inside.size()) {
+            history.emplace_back(c.end_s, piece);
             break;
+          }
           const CollectiveRecord& x = *inside[i];
           placed.emplace_back(place_s(x), piece);
+          history.emplace_back(place_s(x), piece);
+          // An all-gather started ahead of its wait (the distributed optimizer's next block,
+          // zero.h) runs on the data-parallel stream from where it was started, beside the
+          // compute up to its wait; what follows its wait waits for it.
+          if (x.waited_s >= 0 && x.op == "all_gather") {
+            size_t started_after = RankBuilder::kNothing; // started before the step's tasks
+            for (const auto& [at, id] : history)
+              if (at <= x.start_s) started_after = id;
+            placed.emplace_back(place_s(x), b.comm(x, key(inside[i]), started_after, false, 1));
+            continue;
+          }
           // A message started with isend/irecv (the ring of context parallelism) runs from
           // where it was started, beside the compute up to its wait: it waits for the task
           // that ended last before its start, and what follows its wait waits for it, so only
@@ -441,7 +462,7 @@ Program build_step_program(const std::vector<Recorder>& ranks, int64_t step, con
 
       const auto buckets = gradient_buckets(c, cumulative, colls, ci, next_start, o);
       if (buckets.empty()) {
-        b.compute(c.name, target);
+        history.emplace_back(c.end_s, b.compute(c.name, target));
         continue;
       }
       std::vector<size_t> ready_piece;
@@ -453,7 +474,8 @@ Program build_step_program(const std::vector<Recorder>& ranks, int64_t step, con
         ready_piece.push_back(piece);
       }
       if (done < 1)
-        b.compute(c.name, target * (1 - done));
+        piece = b.compute(c.name, target * (1 - done));
+      history.emplace_back(c.end_s, piece);
       for (size_t i = 0; i < buckets.size(); ++i)
         b.comm(*buckets[i].first, key(buckets[i].first), ready_piece[i]);
       ci += buckets.size();

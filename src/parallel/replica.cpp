@@ -7,6 +7,7 @@
 #include "memory/allocator.h"
 #include "models/gpt.h"
 #include "models/models.h"
+#include "parallel/data/zero.h"
 #include "parallel/tensor/tensor_parallel.h"
 
 namespace meshsim {
@@ -73,7 +74,8 @@ torch::Tensor forward_counting(torch::nn::Sequential& model, torch::Tensor x,
   size_t i = 0;
   for (auto& child : *model) {
     torch::Tensor y = child.forward<torch::Tensor>(x);
-    const torch::nn::Module& module = *children[i].value();
+    const torch::nn::Module& module = unwrapped(*children[i].value()); // the layer, not ZeRO's
+
     // Activations move at the width they are computed in (token ids are not activations).
     const double elem_bytes = y.is_floating_point() ? static_cast<double>(y.element_size()) : 4;
     layers.push_back(count_layer(children[i].key(), module, x.sizes(), y.sizes(), elem_bytes,

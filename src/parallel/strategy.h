@@ -54,6 +54,7 @@ struct StrategyOptions {
   int zero = 0;                 // ZeRO stage on the data-parallel dimension
   int dp_shard = 0;             // HSDP: ZeRO shards within groups of this many dp ranks (0: all)
   bool reshard_after_forward = true; // ZeRO 3: free a block's gathered weights after forward
+  bool distributed_optimizer = false; // ZeRO 1 as Megatron's (ZeroOptions::distributed_optimizer)
   std::string schedule = "1f1b";
   int virtual_stages = 1;       // model chunks per pipeline stage (interleaved 1F1B when > 1)
   /// Units (transformer blocks) of each model chunk, pp × virtual_stages of them in virtual

@@ -23,7 +23,7 @@ const char* unit_name(Unit unit) {
 struct Layout {
   int gpus = 8;
   int tp = 1, pp = 1, virtual_stages = 1, cp = 1, ep = 1;
-  int zero = 1; // Megatron's distributed optimizer is ZeRO 1, FSDP is ZeRO 3
+  int zero = 1; // Megatron's distributed optimizer is ZeRO 1 (planned as it runs), FSDP is ZeRO 3
   int64_t global_batch = 0, micro_batch = 1;
   std::string stage_layers; // an uneven split: every chunk's blocks (config.h)
 };
@@ -65,6 +65,9 @@ TrainConfig lay_out(TrainConfig c, const Layout& l, const char* precision, const
   c.cp_comm = "ring"; // Megatron's default (--cp-comm-type p2p)
   c.ep = l.ep;
   c.zero = l.zero;
+  // Every ZeRO 1 row here is Megatron-Core's (Megatron-LM, NeMo, Megatron-Bridge): its
+  // distributed optimizer with --overlap-grad-reduce and --overlap-param-gather.
+  c.distributed_optimizer = l.zero == 1;
   c.sequence_parallel = l.tp > 1;
   c.stage_layers = l.stage_layers;
   c.global_batch_size = l.global_batch;

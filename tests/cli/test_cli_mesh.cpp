@@ -68,6 +68,16 @@ TEST(CliMesh, DpShardAndReshardAfterForwardRules) {
                      "--zero 3");
 }
 
+TEST(CliMesh, DistributedOptimizerRules) {
+  expect_usage_error("--gpus 4 --zero 2 --distributed-optimizer",
+                     "--distributed-optimizer is ZeRO 1 as Megatron-LM runs it: it needs --zero 1 "
+                     "(got --zero 2)");
+  expect_usage_error("--gpus 4 --pp 2 --zero 1 --distributed-optimizer --tie-head",
+                     "--distributed-optimizer with --pp needs an untied head (--no-tie-head): the "
+                     "tied embedding's two copies sum whole gradients, which it reduces shard by "
+                     "shard");
+}
+
 TEST(CliMesh, SequenceParallelNeedsTensorParallelAndASequenceThatSplits) {
   expect_usage_error("--gpus 2 --sequence-parallel",
                      "--sequence-parallel needs --tp 2 or more: it splits the sequence over the "

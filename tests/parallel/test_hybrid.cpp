@@ -169,6 +169,25 @@ StrategyOptions shaped(StrategyOptions o, bool tie_head, int64_t layers,
 
 } // namespace
 
+// Megatron's distributed optimizer (ZeRO 1 reducing-scattering the gradients, the parameters
+// gathered block by block in the next forward) on tp, sequence parallelism, pp (untied: see
+// validate_layout) and interleaving.
+TEST(MeshEquivalence, DistributedOptimizer) {
+  const auto distributed = [](StrategyOptions o) {
+    o.distributed_optimizer = true;
+    return o;
+  };
+  expect_mesh_matches_single(4, distributed(mesh_with(1, 1, 1, "1f1b", 2)), "dp4 zero1 distributed");
+  StrategyOptions sp = distributed(mesh_with(2, 1, 1));
+  sp.sequence_parallel = true;
+  expect_mesh_matches_single(4, sp, "dp2 tp2 zero1 distributed sequence parallel");
+  const HarnessRun& untied = shape_reference(false, 4);
+  expect_mesh_matches_single(8, distributed(shaped(mesh_with(2, 2, 1, "1f1b", 2), false, 4)),
+                             "dp2 tp2 pp2 zero1 distributed", &untied);
+  expect_mesh_matches_single(8, distributed(shaped(mesh_with(2, 2, 1, "1f1b", 2), false, 4, {}, 2)),
+                             "dp2 tp2 pp2 V2 zero1 distributed", &untied);
+}
+
 // A tied head across stages, as Megatron shares the word embedding: the first stage holds the
 // embedding, the last a copy for the head, and the embedding group sums the copies' gradients.
 // Single-device training of the tied model sums the two uses' gradients into one weight: the

@@ -29,6 +29,8 @@ constexpr int64_t kGlobalBatch = 32;
 struct RunResult {
   std::vector<double> losses;            // per step, the mean over the whole global batch
   std::vector<torch::Tensor> parameters; // final, full
+  torch::Tensor evaluated;               // the final model's output on the first 8 samples
+  std::vector<CollectiveRecord> records; // rank 0's
 };
 
 OptimizerOptions sgd() {
@@ -78,12 +80,15 @@ RunResult run_single(const OptimizerOptions& opt, int steps) {
   }
   for (const auto& p : params)
     out.parameters.push_back(p.detach().clone());
+  torch::NoGradGuard no_grad;
+  out.evaluated = model->forward(gather_batch(data(), indices(0, 0, 8)).first);
   return out;
 }
 
 /// dp members each take their contiguous 1/dp of the global batch, in `micro` micro-batches
 /// (one backward each, the loss scaled by 1/micro as gradient accumulation does).
-RunResult run_zero(int stage, int dp, const OptimizerOptions& opt, int steps, int micro = 1) {
+RunResult run_zero(int stage, int dp, const OptimizerOptions& opt, int steps, int micro = 1,
+                   bool distributed_optimizer = false) {
   RunResult out;
   DeviceMesh mesh(meshsim::testing::mesh_options(dp, int64_t{1} << 30));
   run_ranks(mesh, [&](RankContext& ctx) {
@@ -96,7 +101,9 @@ RunResult run_zero(int stage, int dp, const OptimizerOptions& opt, int steps, in
                                               {}, torch::kFloat64});
     }
     const Group group = Group::world(dp);
-    ZeroDataParallel zero(ctx, model, group, ZeroOptions{stage, /*bucket_mb=*/0.5, opt});
+    ZeroOptions options{stage, /*bucket_mb=*/0.5, opt};
+    options.distributed_optimizer = distributed_optimizer;
+    ZeroDataParallel zero(ctx, model, group, options);
     const int64_t local = kGlobalBatch / dp;
     const int64_t per_micro = local / micro;
     for (int k = 0; k < steps; ++k) {
@@ -117,10 +124,21 @@ RunResult run_zero(int stage, int dp, const OptimizerOptions& opt, int steps, in
       if (ctx.rank == 0)
         out.losses.push_back(mean.item<double>());
     }
+    // The forward of the trained model: the distributed optimizer's gathers the last step's
+    // update here, before any full_parameters().
+    torch::Tensor evaluated;
+    {
+      CategoryScope scope(MemoryCategory::Activations);
+      torch::NoGradGuard no_grad;
+      evaluated = zero.module()->forward(gather_batch(data(), indices(0, 0, 8)).first);
+    }
     GpuGuard host(nullptr);
     auto full = zero.full_parameters();
-    if (ctx.rank == 0)
+    if (ctx.rank == 0) {
       out.parameters = full;
+      out.evaluated = evaluated.clone();
+      out.records = ctx.comm.records();
+    }
   });
   return out;
 }
@@ -130,10 +148,12 @@ double zero_relative_error(const torch::Tensor& a, const torch::Tensor& b) {
   return (a - b).norm().item<double>() / (denom > 0 ? denom : 1.0);
 }
 
-void expect_matches_single(int stage, int dp, const OptimizerOptions& opt, int micro = 1) {
+void expect_matches_single(int stage, int dp, const OptimizerOptions& opt, int micro = 1,
+                           bool distributed_optimizer = false) {
   constexpr int kSteps = 10;
   const auto ref = run_single(opt, kSteps);
-  const auto got = run_zero(stage, dp, opt, kSteps, micro);
+  const auto got = run_zero(stage, dp, opt, kSteps, micro, distributed_optimizer);
+  EXPECT_LT(zero_relative_error(got.evaluated, ref.evaluated), kTolerance) << "stage " << stage;
   ASSERT_EQ(got.losses.size(), ref.losses.size());
   for (int k = 0; k < kSteps; ++k)
     EXPECT_NEAR(got.losses[k], ref.losses[k], kTolerance * std::abs(ref.losses[k]))
@@ -178,6 +198,50 @@ TEST(Zero, TwoMicroBatchesMatchSingleEveryStage) {
     expect_matches_single(stage, 2, sgd(), /*micro=*/2);
 }
 
+// Megatron's distributed optimizer: stage 1's state, the gradients reduce-scattered and the
+// updated parameters gathered by the next forward. The same training as single-device, and
+// bit for bit stage 1's (a reduce-scatter adds each element over the members as the
+// all-reduce does); the model's own forward after the last step sees the update.
+TEST(Zero, DistributedOptimizerMatchesSingle) {
+  expect_matches_single(1, 4, sgd(), 1, /*distributed_optimizer=*/true);
+  expect_matches_single(1, 4, adam(), 1, true);
+  expect_matches_single(1, 2, sgd(), /*micro=*/2, true);
+}
+
+TEST(Zero, DistributedOptimizerEqualsStage1BitForBit) {
+  const RunResult stage1 = run_zero(1, 4, adam(), 4);
+  const RunResult distributed = run_zero(1, 4, adam(), 4, 1, true);
+  ASSERT_EQ(stage1.parameters.size(), distributed.parameters.size());
+  for (size_t i = 0; i < stage1.parameters.size(); ++i)
+    EXPECT_TRUE(torch::equal(stage1.parameters[i], distributed.parameters[i])) << "parameter " << i;
+  EXPECT_TRUE(torch::equal(stage1.evaluated, distributed.evaluated));
+}
+
+// What each step sends: per unit one reduce-scatter of its gradients and one all-gather of its
+// parameters, started ahead of its wait (async) in the next forward; no all-reduce of
+// gradients, and nothing gathered right after the optimizer.
+TEST(Zero, DistributedOptimizerReduceScattersAndGathersInTheNextForward) {
+  constexpr int kSteps = 3;
+  const RunResult stage1 = run_zero(1, 2, sgd(), kSteps);
+  const RunResult distributed = run_zero(1, 2, sgd(), kSteps, 1, true);
+  const auto count = [](const std::vector<CollectiveRecord>& records, const std::string& op,
+                        bool async) {
+    int64_t n = 0;
+    for (const auto& r : records)
+      n += r.op == op && (r.waited_s >= 0) == async && r.group.size() == 2 ? 1 : 0;
+    return n;
+  };
+  // Stage 1's units: its gradient all-reduces per step (the loss's too: one a step).
+  const int64_t units = count(stage1.records, "all_reduce", false) / kSteps - 1;
+  ASSERT_GT(units, 1);
+  EXPECT_EQ(count(distributed.records, "reduce_scatter", false), units * kSteps);
+  EXPECT_EQ(count(distributed.records, "all_reduce", false), kSteps); // the losses
+  // Every step's forward gathers every unit, and the evaluation after the last step once more.
+  EXPECT_EQ(count(distributed.records, "all_gather", true), units * (kSteps + 1));
+  EXPECT_EQ(count(distributed.records, "all_gather", false), 0);
+  EXPECT_EQ(count(stage1.records, "all_gather", false), units * kSteps);
+}
+
 TEST(Zero, RejectsBadStageAndForeignRank) {
   DeviceMesh mesh(meshsim::testing::mesh_options(1, int64_t{1} << 30));
   run_ranks(mesh, [&](RankContext& ctx) {
@@ -186,5 +250,8 @@ TEST(Zero, RejectsBadStageAndForeignRank) {
     EXPECT_THROW(ZeroDataParallel(ctx, model, Group::world(1), ZeroOptions{4, 25, {}}),
                  std::invalid_argument);
     EXPECT_THROW(ZeroDataParallel(ctx, model, Group{{1}}, ZeroOptions{1, 25, {}}), std::invalid_argument);
+    ZeroOptions distributed{2, 25, {}};
+    distributed.distributed_optimizer = true; // stage 1 only
+    EXPECT_THROW(ZeroDataParallel(ctx, model, Group::world(1), distributed), std::invalid_argument);
   });
 }

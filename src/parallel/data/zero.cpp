@@ -11,6 +11,8 @@
 //            fills (one in flight); only the shard's gradient is kept
 //   stage 3  as 2, and the parameters themselves are gathered per block before its forward
 //            and its backward and freed after (zero_stage3.cpp)
+// Stage 1 as Megatron's distributed optimizer reduce-scatters the gradients instead, and the
+// next forward gathers the updated parameters block by block (zero_param_gather.cpp).
 #include "parallel/data/zero.h"
 
 #include <algorithm>
@@ -122,6 +124,9 @@ ZeroDataParallel::ZeroDataParallel(RankContext& ctx, torch::nn::Sequential model
   if (!(options.bucket_mb > 0))
     throw std::invalid_argument(
         fmt::format("zero: bucket size must be positive (got {} MiB)", options.bucket_mb));
+  if (options.distributed_optimizer && options.stage != 1)
+    throw std::invalid_argument(fmt::format(
+        "zero: the distributed optimizer is stage 1 (got stage {})", options.stage));
   s.options = options;
   s.model = model;
   s.params = model->parameters();
@@ -139,7 +144,12 @@ ZeroDataParallel::ZeroDataParallel(RankContext& ctx, torch::nn::Sequential model
   s.optimizer = std::make_unique<Optimizer>(shards_to_update, options.optimizer);
   if (options.stage >= 2)
     s.install_gradient_hooks();
-  s.wrapped = options.stage == 3 ? s.wrap_blocks() : model;
+  if (options.distributed_optimizer) // every forward gathers what the step before updated
+    for (auto& unit : s.units)
+      s.stale.insert(unit.get());
+  s.wrapped = options.stage == 3                ? s.wrap_blocks()
+              : options.distributed_optimizer ? s.wrap_for_param_gathers()
+                                                : model;
 }
 
 void ZeroDataParallel::State::build_units(const std::vector<std::vector<size_t>>& blocks,
@@ -338,6 +348,7 @@ torch::nn::Sequential ZeroDataParallel::module() {
 void ZeroDataParallel::zero_grad() {
   torch::NoGradGuard no_grad;
   state_->wait_in_flight();
+  state_->start_param_gathers(); // the distributed optimizer's: waited for by each block
   for (auto& unit : state_->units) {
     unit->shard_grad.zero_();
     if (unit->grad.defined())
@@ -349,6 +360,15 @@ void ZeroDataParallel::finish_gradients(int64_t step) {
   State& s = *state_;
   torch::NoGradGuard no_grad;
   s.step = step;
+  if (s.options.distributed_optimizer) {
+    for (auto& unit : s.units) {
+      torch::Tensor part = s.ctx.comm.reduce_scatter(unit->grad, ReduceOp::Avg, unit->group);
+      s.average_over_replicas(*unit, part);
+      unit->shard_grad.copy_(part);
+    }
+    s.ctx.sample_memory(step, "reduce_scatter");
+    return;
+  }
   if (s.options.stage <= 1) {
     for (auto& unit : s.units) {
       s.ctx.comm.all_reduce(unit->grad, ReduceOp::Avg, unit->group);
@@ -371,9 +391,14 @@ void ZeroDataParallel::step(int64_t step, bool grads_finite) {
   // The caller (the mesh engine) records the step's compute region around this call, with
   // the update's counted work; the all-gathers below fall inside it.
   s.wait_in_flight(); // finish_gradients has waited already, unless the caller skipped it
+  s.finish_param_gathers(); // none is left by a whole forward; the step writes the shards
   const bool stepped = s.optimizer->step(grads_finite);
   s.ctx.sample_memory(step, "optimizer");
-  if (stepped && (s.options.stage == 1 || s.options.stage == 2)) {
+  if (stepped && s.options.distributed_optimizer) // gathered by the next forward
+    for (auto& unit : s.units)
+      s.stale.insert(unit.get());
+  if (stepped && !s.options.distributed_optimizer &&
+      (s.options.stage == 1 || s.options.stage == 2)) {
     for (auto& unit : s.units)
       all_gather_into_full(*unit, s.ctx.comm, unit->group);
     s.ctx.sample_memory(step, "all_gather");
@@ -398,6 +423,7 @@ void ZeroDataParallel::save(torch::serialize::OutputArchive& archive) const {
 
 void ZeroDataParallel::load(torch::serialize::InputArchive& archive) {
   State& s = *state_;
+  s.finish_param_gathers(); // none may be in flight while the shards are overwritten
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < s.units.size(); ++i) {
     torch::Tensor t;  // fresh each time: read() into a defined tensor re-points it (set_)
@@ -412,6 +438,7 @@ void ZeroDataParallel::load(torch::serialize::InputArchive& archive) {
   if (s.options.stage == 1 || s.options.stage == 2)  // the full parameters from the shards
     for (auto& unit : s.units)
       all_gather_into_full(*unit, s.ctx.comm, unit->group);
+  s.stale.clear();
 }
 
 int64_t ZeroDataParallel::flat_bytes() const {

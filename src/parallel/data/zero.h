@@ -26,6 +26,17 @@ struct ZeroOptions {
   double bucket_mb = 25; // stages 0-2: blocks are grouped into flat buckets of about this size
   OptimizerOptions optimizer;
   bool overlap = true;   // stage 2: a unit's reduce-scatter runs while backward fills the next
+  /// Stage 1 as Megatron-LM's distributed optimizer (--use-distributed-optimizer with
+  /// --overlap-grad-reduce and --overlap-param-gather): after backward each unit's gradients
+  /// are reduce-scattered, not all-reduced (only this member's shard of .grad is averaged;
+  /// the rest keeps its local sum), and the parameters the optimizer step updated are
+  /// all-gathered in place by the next step: zero_grad() starts every unit's gather (as
+  /// Megatron's --align-param-gather starts a chunk's at the schedule's start) and each
+  /// block's forward waits for its own; a forward outside a step starts its block's and the
+  /// next block's. The first step gathers too (the values are the same on every member), so
+  /// that every step runs alike; reading the full parameters (full_parameters,
+  /// with_full_parameters) finishes the gathers first.
+  bool distributed_optimizer = false;
   /// Stage 3, FSDP2's reshard_after_forward: free a block's gathered parameters after its
   /// forward (true), or keep them until its backward has reduce-scattered its gradients
   /// (false: one all-gather less per block and micro-batch, the gathered blocks held from
@@ -59,6 +70,26 @@ ParamGroup all_parameters(const torch::nn::Sequential& model, Group group,
 
 struct FlatUnit;
 
+/// A child of the model ZeRO wrapped (stage 3's gathers around forward and backward, the
+/// distributed optimizer's before forward): the module it runs. Counting a layer's work reads
+/// the module itself, not the wrapper.
+class ZeroWrapper : public torch::nn::Module {
+public:
+  const torch::nn::Module& inner() const { return *inner_.ptr(); }
+
+protected:
+  explicit ZeroWrapper(torch::nn::AnyModule inner) : inner_(std::move(inner)) {
+    register_module("block", inner_.ptr());
+  }
+  torch::nn::AnyModule inner_;
+};
+
+/// `m`, or the module a ZeroWrapper `m` runs.
+inline const torch::nn::Module& unwrapped(const torch::nn::Module& m) {
+  const auto* wrapper = dynamic_cast<const ZeroWrapper*>(&m);
+  return wrapper ? wrapper->inner() : m;
+}
+
 /// Data parallelism over `dp` for this rank's part of the model, with ZeRO stage 0 (plain DDP:
 /// full params, grads, optimizer state; bucketed all-reduce average), 1 (optimizer state
 /// sharded), 2 (gradients sharded too: reduce-scatter during backward), 3 (parameters sharded
@@ -90,10 +121,11 @@ public:
   void zero_grad();
   /// After all of the step's backward passes (there may be several: micro-batches): the
   /// gradients end averaged over their group (full on every member for stages 0 and 1, this
-  /// member's shard for 2 and 3).
+  /// member's shard for 2 and 3, and for the distributed optimizer the part of .grad in
+  /// this member's shard).
   void finish_gradients(int64_t step);
   /// Optimizer step (on the shard for stages >= 1; then updated parameters all-gathered for
-  /// stages 1 and 2). `grads_finite` false (fp16 overflow, agreed by every member) skips it:
+  /// stages 1 and 2, or by the next forward for the distributed optimizer). `grads_finite` false (fp16 overflow, agreed by every member) skips it:
   /// nothing changes and nothing is gathered.
   void step(int64_t step, bool grads_finite = true);
   /// Collective over the groups: the full parameters in module().parameters() order of the

@@ -14,6 +14,7 @@ namespace meshsim {
 
 std::vector<torch::Tensor> ZeroDataParallel::full_parameters() {
   State& s = *state_;
+  s.finish_param_gathers(); // the distributed optimizer's updated parameters
   torch::NoGradGuard no_grad;
   std::unordered_map<const void*, torch::Tensor> copies;
   for (auto& unit : s.units) {
@@ -32,6 +33,7 @@ std::vector<torch::Tensor> ZeroDataParallel::full_parameters() {
 
 void ZeroDataParallel::with_full_parameters(const std::function<void()>& read) {
   State& s = *state_;
+  s.finish_param_gathers(); // the distributed optimizer's updated parameters
   std::vector<FlatUnit*> gathered;
   for (auto& unit : s.units)
     if (!unit->materialized) {

@@ -25,14 +25,12 @@
 namespace meshsim {
 namespace {
 
-class ZeroBlockImpl : public torch::nn::Module {
+class ZeroBlockImpl : public ZeroWrapper {
 public:
   ZeroBlockImpl(torch::nn::AnyModule inner, std::function<void()> gather,
                 std::function<void()> release, bool reshard_after_forward)
-      : inner_(std::move(inner)), gather_(std::move(gather)), release_(std::move(release)),
-        reshard_(reshard_after_forward) {
-    register_module("block", inner_.ptr());
-  }
+      : ZeroWrapper(std::move(inner)), gather_(std::move(gather)), release_(std::move(release)),
+        reshard_(reshard_after_forward) {}
 
   torch::Tensor forward(torch::Tensor x) {
     gather_();
@@ -47,7 +45,6 @@ public:
   }
 
 private:
-  torch::nn::AnyModule inner_;
   std::function<void()> gather_;
   std::function<void()> release_;
   bool reshard_;

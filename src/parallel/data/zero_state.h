@@ -3,6 +3,8 @@
 #pragma once
 
 #include <memory>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <torch/torch.h>
@@ -67,6 +69,23 @@ struct ZeroDataParallel::State {
   /// Stage 3: a copy of `model` whose blocks gather their parameters around forward and
   /// backward.
   torch::nn::Sequential wrap_blocks();
+
+  /// The distributed optimizer (zero_param_gather.cpp): the units whose full parameters are
+  /// behind their shard, and the all-gathers started for them (in place, into `full`).
+  std::unordered_set<const FlatUnit*> stale;
+  std::unordered_map<const FlatUnit*, std::unique_ptr<Work>> param_gathers;
+  /// Starts the all-gather of a stale unit's shards (no-op when it is not stale or started).
+  void start_param_gather(FlatUnit& unit);
+  /// Waits for the unit's all-gather (starting it first if need be) and writes its full
+  /// parameters; no-op when it is not stale.
+  void finish_param_gather(FlatUnit& unit);
+  /// Finishes every stale unit's, in forward order.
+  void finish_param_gathers();
+  /// Starts every stale unit's, in forward order (a step's start).
+  void start_param_gathers();
+  /// A copy of `model` whose children with parameters finish their units' gathers before
+  /// their forward and start the next such child's.
+  torch::nn::Sequential wrap_for_param_gathers();
 };
 
 } // namespace meshsim
