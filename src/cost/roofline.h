@@ -20,7 +20,7 @@ const char* to_string(OpClass op);
 
 /// Fraction of peak each op class achieves, and the costs around kernels. Defaults and
 /// where each comes from: docs/cost-model.md.
-///  matmul 0.66: what a large GEMM achieves of the dense tensor-core peak, fitted on the three
+///  matmul 0.68: what a large GEMM achieves of the dense tensor-core peak, fitted on the three
 ///    calibration rows of Narayanan et al. Table 1 in `meshsim validate` (docs/cost-model.md).
 ///  gemm_half_s 10 us: the time at peak of a GEMM that reaches half of that: one wave of
 ///    128x256 output tiles with k = 512 on each of an A100's 108 SMs (3.6 GFLOP, 11.6 us at
@@ -32,13 +32,13 @@ const char* to_string(OpClass op);
 ///  launch_s 5 us: one kernel's launch and the framework's dispatch, the floor of any kernel.
 ///  overlap_slowdown 0.1: compute runs this much slower while a collective runs beside it
 ///    (NCCL's kernels take 8-16 of the GPU's 108-132 SMs and a share of its memory bandwidth).
-///  fp8_matmul 0.71: the same for FP8 GEMMs (Transformer Engine's, torchao's float8) of the FP8
+///  fp8_matmul 0.75: the same for FP8 GEMMs (Transformer Engine's, torchao's float8) of the FP8
 ///    peak, fitted on one row: Megatron-Bridge's Llama 3 70B FP8 on 64 H100 (container 26.04.01).
 ///    The GEMM efficiencies are each fitted on one GPU generation's rows (matmul on A100,
 ///    fp8_matmul on H100) and used for every GPU (docs/cost-model.md).
 struct Efficiency {
-  double matmul = 0.66;
-  double fp8_matmul = 0.71;
+  double matmul = 0.68;
+  double fp8_matmul = 0.75;
   double gemm_half_s = 10e-6;
   double attention = 0.50;
   double normalization = 0.50;

@@ -44,7 +44,27 @@ torch::Tensor GptEmbeddingImpl::forward(const torch::Tensor& tokens,
                                 "], got " + c10::str(positions.sizes()));
   const torch::Tensor given = resolve_positions(positions, tokens.size(1)); // or the scope's
   const torch::Tensor at = given.defined() ? given : sequence_positions(tokens.size(1), wpe);
-  return nn::functional::embedding(tokens, wte) + wpe.index_select(0, at);
+  const torch::Tensor words =
+      sum_ ? sum_(lookup_vocab_range(tokens, wte, first_)) : nn::functional::embedding(tokens, wte);
+  return words + wpe.index_select(0, at);
+}
+
+void keep_vocabulary_rows(torch::Tensor& table, int64_t first, int64_t rows) {
+  if (first < 0 || rows < 1 || first + rows > table.size(0))
+    throw std::invalid_argument("vocabulary rows [" + std::to_string(first) + ", " +
+                                std::to_string(first + rows) + ") are not in a table of " +
+                                std::to_string(table.size(0)));
+  torch::NoGradGuard no_grad;
+  // set_data keeps the parameter (what the module and autograd hold); the rows are a copy
+  // charged to the caller's GPU, and the whole table's memory goes.
+  table.set_data(table.narrow(0, first, rows).clone(at::MemoryFormat::Contiguous));
+}
+
+void GptEmbeddingImpl::split_vocabulary(int64_t first, int64_t rows,
+                                        std::function<torch::Tensor(const torch::Tensor&)> sum) {
+  keep_vocabulary_rows(wte, first, rows);
+  first_ = first;
+  sum_ = std::move(sum);
 }
 
 GptBlockImpl::GptBlockImpl(const TransformerShape& o, int64_t layer, const torch::TensorOptions& t)

@@ -18,6 +18,7 @@
 #include "models/layers/block.h"
 #include "models/layers/mlp.h"
 #include "models/layers/recompute.h"
+#include "models/layers/slots.h"
 #include "models/models.h"
 #include "models/parallel_plan.h"
 
@@ -28,18 +29,30 @@ namespace meshsim {
 constexpr double kInitStd = 0.02;
 
 /// Token embedding wte [vocab, hidden] plus learned position embedding wpe [seq_len, hidden].
-class GptEmbeddingImpl : public torch::nn::Module {
+class GptEmbeddingImpl : public torch::nn::Module, public VocabSlots {
 public:
   GptEmbeddingImpl(int64_t vocab, int64_t hidden, int64_t seq_len,
                    const torch::TensorOptions& tensors = {});
   /// tokens: int64 [B,T] with T <= seq_len -> [B,T,hidden]; `positions` (int64 [T], each
-  /// below seq_len) pick the rows of wpe; undefined: 0..T-1.
+  /// below seq_len) pick the rows of wpe; undefined: 0..T-1. Split over the vocabulary, the
+  /// members' word lookups are summed before wpe (whole on every member) is added.
   torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& positions = {});
+  void split_vocabulary(int64_t first, int64_t rows,
+                        std::function<torch::Tensor(const torch::Tensor&)> sum) override;
+  bool vocabulary_split() const override { return static_cast<bool>(sum_); }
+  torch::Tensor word_table() const override { return wte; }
   torch::Tensor wte, wpe;
 
 protected:
   FORWARD_HAS_DEFAULT_ARGS({1, torch::nn::AnyValue(torch::Tensor())})
+
+private:
+  int64_t first_ = 0;
+  std::function<torch::Tensor(const torch::Tensor&)> sum_;
 };
+
+/// `table`'s rows [first, first + rows) in its place (the same parameter, now those rows).
+void keep_vocabulary_rows(torch::Tensor& table, int64_t first, int64_t rows);
 TORCH_MODULE(GptEmbedding);
 
 /// The GPT block: LayerNorm ln1, attention attn (q, k, v, out with biases, the eager causal
@@ -58,7 +71,7 @@ std::shared_ptr<FeedForward> gpt_feed_forward(const TransformerShape& options, i
 
 /// The head of a tied model: logits = x @ wte^T with the embedding's own wte. The weight is
 /// not registered here, so parameters() lists it once (at embed.wte, as PyTorch does).
-class TiedHeadImpl : public torch::nn::Module {
+class TiedHeadImpl : public torch::nn::Module, public MatmulLeaf {
 public:
   explicit TiedHeadImpl(GptEmbedding embed)
       : embed_(torch::nn::AnyModule(embed)), wte_(&embed->wte) {}
@@ -70,6 +83,7 @@ public:
   const torch::nn::AnyModule& embedding() const { return embed_; }
   /// The word embedding it reads (the embedding's wte): what a pipeline copies to its last stage.
   const torch::Tensor& weight() const { return *wte_; }
+  torch::Tensor matmul_weight() const override { return *wte_; }
 
 private:
   // Shared with the model's "embed" child, deliberately not a child here; wte_ points at its

@@ -19,6 +19,8 @@ ParallelPlan gpt_parallel_plan(const TransformerShape& o) {
     plan.attention.push_back(block + ".attn");
   }
   plan.vocab_head = "head"; // whole when tied: it shares the embedding's wte
+  if (!o.tie_head) // Megatron's VocabParallelEmbedding; a tied head reads the whole table
+    plan.vocab_embedding = "embed";
   plan.sequence_after = "embed";
   plan.sequence_before = "head";
   return plan;

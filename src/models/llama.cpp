@@ -36,7 +36,14 @@ torch::Tensor LlamaEmbeddingImpl::forward(const torch::Tensor& tokens) {
   if (tokens.dim() != 2 || tokens.size(1) > seq_len_)
     throw std::invalid_argument("llama: expected tokens [B,T] with T <= " +
                                 std::to_string(seq_len_) + ", got " + c10::str(tokens.sizes()));
-  return nn::functional::embedding(tokens, wte);
+  return sum_ ? sum_(lookup_vocab_range(tokens, wte, first_)) : nn::functional::embedding(tokens, wte);
+}
+
+void LlamaEmbeddingImpl::split_vocabulary(int64_t first, int64_t rows,
+                                          std::function<torch::Tensor(const torch::Tensor&)> sum) {
+  keep_vocabulary_rows(wte, first, rows);
+  first_ = first;
+  sum_ = std::move(sum);
 }
 
 LlamaBlockImpl::LlamaBlockImpl(const TransformerShape& o, const torch::TensorOptions& t,

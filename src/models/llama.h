@@ -20,16 +20,23 @@
 namespace meshsim {
 
 /// Token embedding wte [vocab, hidden]; positions come from the rotary embedding instead.
-class LlamaEmbeddingImpl : public torch::nn::Module {
+class LlamaEmbeddingImpl : public torch::nn::Module, public VocabSlots {
 public:
   LlamaEmbeddingImpl(int64_t vocab, int64_t hidden, int64_t seq_len,
                      const torch::TensorOptions& tensors = {});
-  /// tokens: int64 [B,T] with T <= seq_len -> [B,T,hidden].
+  /// tokens: int64 [B,T] with T <= seq_len -> [B,T,hidden] (split over the vocabulary: the
+  /// members' lookups summed).
   torch::Tensor forward(const torch::Tensor& tokens);
+  void split_vocabulary(int64_t first, int64_t rows,
+                        std::function<torch::Tensor(const torch::Tensor&)> sum) override;
+  bool vocabulary_split() const override { return static_cast<bool>(sum_); }
+  torch::Tensor word_table() const override { return wte; }
   torch::Tensor wte;
 
 private:
   int64_t seq_len_;
+  int64_t first_ = 0;
+  std::function<torch::Tensor(const torch::Tensor&)> sum_;
 };
 TORCH_MODULE(LlamaEmbedding);
 

@@ -35,6 +35,8 @@ ParallelPlan llama_parallel_plan(const TransformerShape& o) {
     plan.attention.push_back(block + ".attn");
   }
   plan.vocab_head = "head";
+  if (!o.tie_head) // torchtitan's row-wise embedding; a tied head reads the whole table
+    plan.vocab_embedding = "embed";
   plan.sequence_after = "embed";
   plan.sequence_before = "head";
   return plan;

@@ -24,6 +24,10 @@ struct ParallelPlan {
   /// The child of the model that is the LM head, split over the vocabulary by tensor
   /// parallelism when it is a Linear of its own (not tied to the embedding); empty: none.
   std::string vocab_head = "head";
+  /// The child of the model that is the token embedding, split over the vocabulary by tensor
+  /// parallelism when it implements VocabSlots (models/layers/slots.h); empty: kept whole (a
+  /// tied model, whose head reads the whole table).
+  std::string vocab_embedding{};
   /// Sequence parallelism: the children of the model after which the sequence is split over
   /// the group and before which it is gathered whole again.
   std::string sequence_after = "embed", sequence_before = "head";

@@ -93,6 +93,43 @@ TEST(CommCollectives, BroadcastAllGatherReduceScatterReduceExact) {
   });
 }
 
+// all_gather_async: started, the rank computes, then waits; into a separate output and in place
+// (the input a view of the member's own slot of the output, as ZeRO's distributed optimizer
+// gathers its parameters), and over a partial group. Exact: every slot is the member's values.
+TEST(CommCollectives, AllGatherAsyncExactAlsoInPlace) {
+  const int world = 4;
+  DeviceMesh mesh(options(world));
+  run_ranks(mesh, [&](RankContext& ctx) {
+    for (int64_t n : kSizes) {
+      const Group all = Group::world(world);
+      torch::Tensor out = torch::empty({world, n}, torch::kFloat64);
+      auto work = ctx.comm.all_gather_async(
+          torch::full({n}, double(ctx.rank + 1), torch::kFloat64), out, all);
+      const torch::Tensor busy = torch::ones({8, 8}).matmul(torch::ones({8, 8})); // meanwhile
+      work->wait();
+      for (int r = 0; r < world; ++r)
+        ASSERT_TRUE(torch::equal(out[r], torch::full({n}, double(r + 1), torch::kFloat64))) << n;
+      torch::Tensor flat = torch::zeros({world * n}, torch::kFloat64);
+      flat.narrow(0, ctx.rank * n, n).fill_(double(10 * ctx.rank + 3));
+      ctx.comm.all_gather_async(flat.narrow(0, ctx.rank * n, n), flat.view({world, n}), all)->wait();
+      for (int r = 0; r < world; ++r)
+        ASSERT_TRUE(torch::equal(flat.narrow(0, r * n, n),
+                                 torch::full({n}, double(10 * r + 3), torch::kFloat64)));
+      const Group pair{{ctx.rank % 2, ctx.rank % 2 + 2}};
+      torch::Tensor two = torch::empty({2, n}, torch::kFloat32);
+      ctx.comm.all_gather_async(torch::full({n}, float(ctx.rank)), two, pair)->wait();
+      ASSERT_TRUE(torch::equal(two[0], torch::full({n}, float(ctx.rank % 2))));
+      ASSERT_TRUE(torch::equal(two[1], torch::full({n}, float(ctx.rank % 2 + 2))));
+      // A wrong size or dtype is refused before anything is sent.
+      EXPECT_THROW(ctx.comm.all_gather_async(torch::ones({n}), torch::empty({world, n + 1}), all),
+                   std::invalid_argument);
+      EXPECT_THROW(ctx.comm.all_gather_async(torch::ones({n}),
+                                             torch::empty({world, n}, torch::kFloat64), all),
+                   std::invalid_argument);
+    }
+  });
+}
+
 TEST(CommCollectives, PartialGroupsRunIndependently) {
   // Ranks {0,2} and {1,3} reduce at the same time; {1,2,3} then reduces in a different order.
   DeviceMesh mesh(options(4));

@@ -184,9 +184,9 @@ TEST(MetaModels, TensorParallelSlicesAMetaGpt) {
   });
   // Each member holds half of every sharded tensor and all of the rest. Sharded per block:
   // the weights (q, k, v, out: 4H^2; fc, proj: 8H^2) and the column biases (q, k, v, fc: 7H);
-  // replicated: the row biases and the LayerNorms. The untied head [V, H] is split over the
-  // vocabulary.
-  const int64_t h = o.hidden, sharded = o.layers * (12 * h * h + 7 * h) + o.vocab * h;
+  // replicated: the row biases and the LayerNorms. The untied head [V, H] and the word
+  // embedding [V, H] are split over the vocabulary.
+  const int64_t h = o.hidden, sharded = o.layers * (12 * h * h + 7 * h) + 2 * o.vocab * h;
   EXPECT_EQ(counts[0], gpt_parameter_count(o) - sharded / 2);
   EXPECT_EQ(counts[1], counts[0]);
 }

@@ -159,7 +159,8 @@ TEST(FsdpMesh, TiedHeadWithZero3) {
 namespace {
 
 // The parameters of each ZeRO unit of pipeline stage `stage` (of `pp`) on one tp rank of the
-// GPT, in closed form (docs/zero.md): the embedding V·H + S·H (replicated by tp); a block
+// GPT, in closed form (docs/zero.md): the embedding V·H/T + S·H (the word table split over the
+// vocabulary when the head is untied and T divides V, else whole; positions replicated); a block
 // (4H² + 2HF + 3H + F)/T + 6H (q, k, v and fc split with their biases, out and proj split
 // with whole biases, two LayerNorms); the final norm 2H; an untied head V·H/T (split over the
 // vocabulary when T divides V). Stage 0 has the embedding, the last the norm and the head.
@@ -167,7 +168,7 @@ std::vector<int64_t> fsdp_gpt_units(const TransformerShape& g, int tp, int pp, i
   const int64_t H = g.hidden, F = gpt_ffn_hidden(g), V = g.vocab, S = g.seq_len, T = tp;
   std::vector<int64_t> units;
   if (stage == 0)
-    units.push_back(V * H + S * H);
+    units.push_back((!g.tie_head && V % T == 0 ? V * H / T : V * H) + S * H);
   for (int64_t l = 0; l < g.layers / pp; ++l)
     units.push_back((4 * H * H + 2 * H * F + 3 * H + F) / T + 6 * H);
   if (stage == pp - 1) {
@@ -283,10 +284,11 @@ StrategyOptions fsdp_adam_layout(int tp, int pp, int zero, const std::string& pr
 // Model state per GPU (parameters, gradients, optimizer state) between steps, exactly.
 TEST(FsdpMemory, ModelStatePerGpuMatchesTheFormulas) {
   // The tiny GPT: H 32, F 128, V 64, S 16, 4 layers; tp 2: a block is 6,448 parameters, the
-  // embedding 2,560, the final norm 64, the head 1,024.
+  // embedding 1,536 (its word table's 32 rows and the 16 positions), the final norm 64, the
+  // head 1,024.
   const auto z3 = fsdp_check_model_state(8, fsdp_adam_layout(2, 2, 3), "zero3 tp2 pp2 dp2 fp32");
-  // Stage 0 holds (2,560 + 2·6,448)/2 = 7,728 parameters' shards: 16 bytes each.
-  EXPECT_EQ(z3.at(0).total(), 16 * 7728);
+  // Stage 0 holds (1,536 + 2·6,448)/2 = 7,216 parameters' shards: 16 bytes each.
+  EXPECT_EQ(z3.at(0).total(), 16 * 7216);
   StrategyOptions sp = fsdp_adam_layout(2, 2, 2);
   sp.sequence_parallel = true;
   fsdp_check_model_state(8, sp, "zero2 tp2 pp2 dp2 fp32 sequence parallel");

@@ -104,10 +104,10 @@ TEST(MeshMemory, ZeroStagesHoldExactlyTheirShareOfModelState) {
 TEST(MeshMemory, TensorParallelHalvesTheBlocks) {
   // Per block: q, k, v, mlp.fc split by rows (weights and biases); attn.out and mlp.proj
   // split by columns (weights; their biases are added after the all-reduce, replicated);
-  // ln1 and ln2 replicated. The embedding and ln_f stay whole; the head (untied here) is split
-  // by rows, over the vocabulary.
+  // ln1 and ln2 replicated. The position embedding and ln_f stay whole; the word embedding
+  // and the head (untied here) are split by rows, over the vocabulary.
   const int64_t h = 32, replicated = 2 * (2 * h) + 2 * h;  // ln1, ln2; out and proj biases
-  const int64_t block = 12704, outside = 2560 + 64, head = 2048;
+  const int64_t block = 12704, outside = 512 + 64, wte = 2048, head = 2048;
   for (int tp : {1, 2}) {
     StrategyOptions o = gpt_adam();
     o.tp = tp;
@@ -118,7 +118,7 @@ TEST(MeshMemory, TensorParallelHalvesTheBlocks) {
     DeviceMesh mesh(m);
     const auto data = synthetic_text(64, 8, 16, 64, 1).train;
     const int64_t expected =
-        4 * (outside + head / tp + 2 * ((block - replicated) / tp + replicated));
+        4 * (outside + wte / tp + head / tp + 2 * ((block - replicated) / tp + replicated));
     run_strategy(mesh, "ddp", o, data, 8, 1, [&](RankContext& ctx, Strategy&, int) {
       EXPECT_EQ(bytes(ctx.gpu.stats(), MemoryCategory::Parameters), expected)
           << "tp " << tp << " gpu" << ctx.rank;

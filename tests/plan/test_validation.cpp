@@ -128,16 +128,23 @@ TEST(Validation, EveryRowIsInAFamilyAndEachFamilyIsSummarised) {
   EXPECT_DOUBLE_EQ(s.families[0].held_out_mean_abs, s.held_out_mean_abs);
 }
 
-// The FP8 GEMM efficiency was fitted on one row: the fit reproduces it.
-TEST(Validation, TheFp8RowReproducesItsFit) {
-  const std::vector<PublishedRow> rows = published_rows({"megatron-bridge"}, {}, {"fp8"});
-  const auto fitted = std::find_if(rows.begin(), rows.end(),
-                                   [](const PublishedRow& r) { return r.calibration(); });
-  ASSERT_NE(fitted, rows.end());
-  EXPECT_EQ(fitted->fitted, "FP8 GEMM efficiency");
-  EXPECT_NE(fitted->name.find("Llama 3 70B fp8 on 64 h100"), std::string::npos) << fitted->name;
-  const double predicted = fitted->predict();
-  EXPECT_LT(std::abs(published_error(predicted, fitted->low, fitted->high)), 0.005) << predicted;
+// The FP8 GEMM efficiency was fitted on one row: the default is the value of the documented
+// grid (0.70 to 0.75, docs/cost-model.md) whose prediction of that row misses it least.
+TEST(Validation, TheFp8EfficiencyIsTheGridsBestOnItsRow) {
+  const auto error_at = [](double efficiency) {
+    Efficiency e;
+    e.fp8_matmul = efficiency;
+    const std::vector<PublishedRow> rows = published_rows({"megatron-bridge"}, e, {"fp8"});
+    const auto fitted = std::find_if(rows.begin(), rows.end(),
+                                     [](const PublishedRow& r) { return r.calibration(); });
+    EXPECT_NE(fitted, rows.end());
+    EXPECT_EQ(fitted->fitted, "FP8 GEMM efficiency");
+    EXPECT_NE(fitted->name.find("Llama 3 70B fp8 on 64 h100"), std::string::npos) << fitted->name;
+    return std::abs(published_error(fitted->predict(), fitted->low, fitted->high));
+  };
+  const double chosen = error_at(Efficiency{}.fp8_matmul);
+  for (const double grid : {0.70, 0.71, 0.72, 0.73, 0.74, 0.75})
+    EXPECT_LE(chosen, error_at(grid) + 1e-12) << "fp8_matmul " << grid;
 }
 
 TEST(CliValidate, PrintsEveryRowWithItsErrorAndRefusesBadFlagsInOneLine) {

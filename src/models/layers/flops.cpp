@@ -178,6 +178,17 @@ LayerWork count_layer(const std::string& name, const torch::nn::Module& m, at::I
     add_gemm(w, 2 * rows * k * n + (lin->bias.defined() ? rows * n : 0), (n_in + n_out) * eb + pb);
     return w;
   }
+  if (const auto* leaf = dynamic_cast<const MatmulLeaf*>(&m)) { // a tied or vocab-parallel head
+    const torch::Tensor weight = leaf->matmul_weight();
+    const double k = static_cast<double>(weight.size(1));
+    const double n = static_cast<double>(weight.size(0));
+    const double rows = n_in / k;
+    LayerWork w = work(name, "matmul", 0, 0, pbytes, 0);
+    add_gemm(w, 2 * rows * k * n,
+             (n_in + rows * n) * eb +
+                 static_cast<double>(weight.numel() * static_cast<int64_t>(weight.element_size())));
+    return w;
+  }
   if (const auto* conv = m.as<torch::nn::Conv2d>()) {
     const auto& o = conv->options;
     const double per_output = static_cast<double>(o.in_channels() / o.groups()) *

@@ -253,6 +253,9 @@ std::vector<torch::Tensor> gather_full(nn::Sequential& model, Communicator& comm
       split_dim[row->weight.unsafeGetTensorImpl()] = 1;
     } else if (auto* head = m->as<VocabParallelHeadImpl>()) {
       split_dim[head->weight.unsafeGetTensorImpl()] = 0;
+    } else if (const auto* embedding = dynamic_cast<const VocabSlots*>(m.get());
+               embedding && embedding->vocabulary_split()) {
+      split_dim[embedding->word_table().unsafeGetTensorImpl()] = 0;
     }
   }
   std::vector<torch::Tensor> out;
@@ -330,6 +333,25 @@ nn::Sequential with_vocab_parallel_head(const nn::Sequential& model, const std::
   return out;
 }
 
+// The child `name`, when it implements VocabSlots and its vocabulary divides by the group,
+// keeps this member's rows of the word table; the members' lookups are summed over the group
+// (Megatron's VocabParallelEmbedding: all-reduce forward, identity backward).
+void split_vocab_embedding(nn::Sequential& model, const std::string& name, Communicator& comm,
+                           const Group& group, int index) {
+  if (name.empty())
+    return;
+  const auto children = model->named_children();
+  const auto* child = children.find(name);
+  auto* embedding = child ? dynamic_cast<VocabSlots*>(child->get()) : nullptr;
+  const int n = group.size();
+  if (!embedding || embedding->word_table().size(0) % n != 0)
+    return;
+  const int64_t rows = embedding->word_table().size(0) / n;
+  embedding->split_vocabulary(index * rows, rows, [&comm, group](const torch::Tensor& partial) {
+    return reduce_from_region(partial, comm, group);
+  });
+}
+
 } // namespace
 
 void parallelize_tensor(nn::Sequential& model, const ParallelPlan& plan, Communicator& comm,
@@ -388,8 +410,10 @@ void parallelize_tensor(nn::Sequential& model, const ParallelPlan& plan, Communi
             return copy_to_region(x, comm, group);
           });
       }
-  if (n > 1)
+  if (n > 1) {
     model = with_vocab_parallel_head(model, plan.vocab_head, comm, group, index);
+    split_vocab_embedding(model, plan.vocab_embedding, comm, group, index);
+  }
   if (sequence_parallel)
     model = with_sequence_region(model, plan, comm, group);
 }

@@ -13,6 +13,7 @@
 #include <torch/torch.h>
 
 #include "comm/communicator.h"
+#include "models/layers/slots.h"
 #include "models/parallel_plan.h"
 
 namespace meshsim {
@@ -74,10 +75,11 @@ TORCH_MODULE(RowParallelLinear);
 /// all-gathered whole, [..., V] (evaluation, any reader of the logits), or, with
 /// `parallel_output` (Megatron's, set while a strategy trains), left split for
 /// vocab_parallel_cross_entropy (parallel/tensor/cross_entropy.h).
-class VocabParallelHeadImpl : public torch::nn::Module {
+class VocabParallelHeadImpl : public torch::nn::Module, public MatmulLeaf {
 public:
   VocabParallelHeadImpl(torch::Tensor weight, Communicator& comm, Group group, int index);
   torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor matmul_weight() const override { return weight; }
   torch::Tensor weight;
   bool parallel_output = false;
 
