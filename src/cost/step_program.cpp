@@ -417,9 +417,9 @@ Program build_step_program(const std::vector<Recorder>& ranks, int64_t step, con
           const CollectiveRecord& x = *inside[i];
           placed.emplace_back(place_s(x), piece);
           history.emplace_back(place_s(x), piece);
-          // An all-gather started ahead of its wait (the distributed optimizer's next block,
-          // zero.h) runs on the data-parallel stream from where it was started, beside the
-          // compute up to its wait; what follows its wait waits for it.
+          // An all-gather started ahead of its wait (the distributed optimizer's, started by
+          // zero_grad: parallel/data/zero.h) runs on the data-parallel stream from where it
+          // was started, beside the compute up to its wait; what follows its wait waits for it.
           if (x.waited_s >= 0 && x.op == "all_gather") {
             size_t started_after = RankBuilder::kNothing; // started before the step's tasks
             for (const auto& [at, id] : history)

@@ -12,7 +12,8 @@
 //   stage 3  as 2, and the parameters themselves are gathered per block before its forward
 //            and its backward and freed after (zero_stage3.cpp)
 // Stage 1 as Megatron's distributed optimizer reduce-scatters the gradients instead, and the
-// next forward gathers the updated parameters block by block (zero_param_gather.cpp).
+// next step gathers the updated parameters: zero_grad() starts every unit's gather, each
+// block's forward waits for its own (zero_param_gather.cpp).
 #include "parallel/data/zero.h"
 
 #include <algorithm>
