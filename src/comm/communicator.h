@@ -48,6 +48,9 @@ struct Group {
 /// all_gather's output for `input` over `members` ranks, [members, *input.sizes()], charged
 /// to the caller's GPU as communication: what every backend allocates.
 torch::Tensor all_gather_output(const torch::Tensor& input, int members);
+/// std::invalid_argument in one line unless `output` can take all_gather of `input` over
+/// `members` ranks (members × its elements, its dtype): what every all_gather_async checks.
+void check_all_gather_output(const torch::Tensor& input, const torch::Tensor& output, int members);
 /// reduce_scatter's output for `input` over `members` ranks, [numel / members], charged as
 /// communication; throws std::invalid_argument when the input does not split evenly.
 torch::Tensor reduce_scatter_output(const torch::Tensor& input, int members);

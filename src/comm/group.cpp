@@ -30,6 +30,15 @@ torch::Tensor all_gather_output(const torch::Tensor& input, int members) {
   return torch::empty(sizes, input.options());
 }
 
+void check_all_gather_output(const torch::Tensor& input, const torch::Tensor& output,
+                             int members) {
+  if (output.numel() != input.numel() * members || output.scalar_type() != input.scalar_type())
+    throw std::invalid_argument(
+        fmt::format("all_gather: an output of {} {} elements for {} {} over {} ranks",
+                    output.numel(), c10::toString(output.scalar_type()), input.numel(),
+                    c10::toString(input.scalar_type()), members));
+}
+
 torch::Tensor reduce_scatter_output(const torch::Tensor& input, int members) {
   if (members < 1 || input.numel() % members != 0)
     throw std::invalid_argument(

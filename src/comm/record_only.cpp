@@ -66,12 +66,7 @@ std::unique_ptr<Work> RecordOnlyCommunicator::reduce_scatter_async(const torch::
 std::unique_ptr<Work> RecordOnlyCommunicator::all_gather_async(const torch::Tensor& input,
                                                                torch::Tensor output,
                                                                const Group& group) {
-  if (output.numel() != input.numel() * group.size() ||
-      output.scalar_type() != input.scalar_type())
-    throw std::invalid_argument(
-        fmt::format("all_gather: an output of {} {} elements for {} {} over {} ranks",
-                    output.numel(), c10::toString(output.scalar_type()), input.numel(),
-                    c10::toString(input.scalar_type()), group.size()));
+  check_all_gather_output(input, output, group.size());
   if (!input.is_meta()) // a copy first: the input may be a slot of the output
     output.view({group.size(), -1})
         .copy_(input.reshape({1, -1}).clone().expand({group.size(), -1}));

@@ -272,11 +272,7 @@ std::unique_ptr<Work> SimCommunicator::reduce_scatter_async(const torch::Tensor&
 std::unique_ptr<Work> SimCommunicator::all_gather_async(const torch::Tensor& in,
                                                         const torch::Tensor& out,
                                                         const Group& group, bool async) {
-  if (out.numel() != in.numel() * group.size() || out.scalar_type() != in.scalar_type())
-    throw std::invalid_argument(
-        fmt::format("all_gather: an output of {} {} elements for {} {} over {} ranks",
-                    out.numel(), c10::toString(out.scalar_type()), in.numel(),
-                    c10::toString(in.scalar_type()), group.size()));
+  check_all_gather_output(in, out, group.size());
   const int n = group.size();
   return collective("all_gather", group, in, in.data_ptr(), out.data_ptr(), -1, {in, out}, async,
                     [n](SimWorld::Slot& s, int index) {

@@ -146,8 +146,7 @@ ZeroDataParallel::ZeroDataParallel(RankContext& ctx, torch::nn::Sequential model
   if (options.stage >= 2)
     s.install_gradient_hooks();
   if (options.distributed_optimizer) // every forward gathers what the step before updated
-    for (auto& unit : s.units)
-      s.stale.insert(unit.get());
+    s.mark_parameters_stale();
   s.wrapped = options.stage == 3                ? s.wrap_blocks()
               : options.distributed_optimizer ? s.wrap_for_param_gathers()
                                                 : model;
@@ -395,11 +394,9 @@ void ZeroDataParallel::step(int64_t step, bool grads_finite) {
   s.finish_param_gathers(); // none is left by a whole forward; the step writes the shards
   const bool stepped = s.optimizer->step(grads_finite);
   s.ctx.sample_memory(step, "optimizer");
-  if (stepped && s.options.distributed_optimizer) // gathered by the next forward
-    for (auto& unit : s.units)
-      s.stale.insert(unit.get());
-  if (stepped && !s.options.distributed_optimizer &&
-      (s.options.stage == 1 || s.options.stage == 2)) {
+  if (stepped && s.options.distributed_optimizer) { // gathered by the next step
+    s.mark_parameters_stale();
+  } else if (stepped && (s.options.stage == 1 || s.options.stage == 2)) {
     for (auto& unit : s.units)
       all_gather_into_full(*unit, s.ctx.comm, unit->group);
     s.ctx.sample_memory(step, "all_gather");

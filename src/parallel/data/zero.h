@@ -125,8 +125,8 @@ public:
   /// this member's shard).
   void finish_gradients(int64_t step);
   /// Optimizer step (on the shard for stages >= 1; then updated parameters all-gathered for
-  /// stages 1 and 2, or by the next forward for the distributed optimizer). `grads_finite` false (fp16 overflow, agreed by every member) skips it:
-  /// nothing changes and nothing is gathered.
+  /// stages 1 and 2, or by the next step for the distributed optimizer). `grads_finite` false
+  /// (fp16 overflow, agreed by every member) skips it: nothing changes and nothing is gathered.
   void step(int64_t step, bool grads_finite = true);
   /// Collective over the groups: the full parameters in module().parameters() order of the
   /// unwrapped model (stage 3 gathers them); allocated under the caller's current GPU/category.

@@ -56,8 +56,15 @@ void ZeroDataParallel::State::finish_param_gather(FlatUnit& unit) {
 }
 
 void ZeroDataParallel::State::finish_param_gathers() {
+  if (stale.empty()) // every step and every read of the full parameters comes here
+    return;
   for (auto it = units.rbegin(); it != units.rend(); ++it) // forward order
     finish_param_gather(**it);
+}
+
+void ZeroDataParallel::State::mark_parameters_stale() {
+  for (auto& unit : units)
+    stale.insert(unit.get());
 }
 
 void ZeroDataParallel::State::start_param_gathers() {

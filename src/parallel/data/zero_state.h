@@ -83,6 +83,8 @@ struct ZeroDataParallel::State {
   void finish_param_gathers();
   /// Starts every stale unit's, in forward order (a step's start).
   void start_param_gathers();
+  /// Every unit's full parameters are behind its shard (built, or the optimizer stepped).
+  void mark_parameters_stale();
   /// A copy of `model` whose children with parameters finish their units' gathers before
   /// their forward and start the next such child's.
   torch::nn::Sequential wrap_for_param_gathers();
