@@ -417,10 +417,12 @@ Program build_step_program(const std::vector<Recorder>& ranks, int64_t step, con
           const CollectiveRecord& x = *inside[i];
           placed.emplace_back(place_s(x), piece);
           history.emplace_back(place_s(x), piece);
-          // An all-gather started ahead of its wait (the distributed optimizer's, started by
-          // zero_grad: parallel/data/zero.h) runs on the data-parallel stream from where it
-          // was started, beside the compute up to its wait; what follows its wait waits for it.
-          if (x.waited_s >= 0 && x.op == "all_gather") {
+          // An all-gather or reduce-scatter started ahead of its wait (the distributed
+          // optimizer's gathers started by zero_grad, ZeRO 3's prefetched gathers, ZeRO 2's and
+          // 3's reduce-scatters: parallel/data/zero.h) runs on the data-parallel stream from
+          // where it was started, beside the compute up to its wait; what follows its wait
+          // waits for it.
+          if (x.waited_s >= 0 && (x.op == "all_gather" || x.op == "reduce_scatter")) {
             size_t started_after = RankBuilder::kNothing; // started before the step's tasks
             for (const auto& [at, id] : history)
               if (at <= x.start_s) started_after = id;

@@ -280,47 +280,56 @@ TEST(CostPredict, ARingExchangeHidesUnderTheComputeBeforeItsWait) {
   }
 }
 
-// The distributed optimizer's gathers (zero.h): an all-gather started at 1.5 ms inside the
-// forward (the block before's) and waited for at 4 ms (this block's start) runs on the
-// data-parallel stream beside the 2.5 ms of compute between, so what follows its wait starts
-// at 1.5 ms + max(2.5 ms, the gather); a second one, started at 0.5 ms inside the embedding
-// before anything else ended, waits for nothing and hides under both regions.
-TEST(CostPredict, AnAllGatherStartedAheadHidesUnderTheComputeBeforeItsWait) {
+// The distributed optimizer's and ZeRO 3's gathers and ZeRO 2's and 3's reduce-scatters
+// (zero.h): a collective started at 1.5 ms inside the forward (the block before's) and waited
+// for at 4 ms (this block's start) runs on the data-parallel stream beside the 2.5 ms of
+// compute between, so what follows its wait starts at 1.5 ms + max(2.5 ms, the collective); a
+// second one, started at 0.5 ms inside the embedding before anything else ended, waits for
+// nothing and hides under both regions.
+TEST(CostPredict, ACollectiveStartedAheadHidesUnderTheComputeBeforeItsWait) {
   const ClusterSpec cluster = parse_cluster_spec("2xa100-80");
-  for (const double bytes : {1e6, 1e10}) {
-    std::vector<Recorder> ranks(2);
-    for (int r = 0; r < 2; ++r) {
-      ranks[r].compute.push_back(region("embed", 1, 0, 1));
-      ranks[r].compute.push_back(region("forward", 1, 1, 6));
-      CollectiveRecord early = coll("all_gather", {0, 1}, 1000, 0, 0.5, 0.51);
-      early.waited_s = 1.5 * kMs;
-      CollectiveRecord ahead = coll("all_gather", {0, 1}, static_cast<int64_t>(bytes), 1, 1.5, 1.51);
-      ahead.waited_s = 4 * kMs;
-      ranks[r].collectives.push_back(early);
-      ranks[r].collectives.push_back(ahead);
+  for (const char* op : {"all_gather", "reduce_scatter"})
+    for (const double bytes : {1e6, 1e10}) {
+      std::vector<Recorder> ranks(2);
+      for (int r = 0; r < 2; ++r) {
+        ranks[r].compute.push_back(region("embed", 1, 0, 1));
+        ranks[r].compute.push_back(region("forward", 1, 1, 6));
+        CollectiveRecord early = coll(op, {0, 1}, 1000, 0, 0.5, 0.51);
+        early.waited_s = 1.5 * kMs;
+        CollectiveRecord ahead = coll(op, {0, 1}, static_cast<int64_t>(bytes), 1, 1.5, 1.51);
+        ahead.waited_s = 4 * kMs;
+        ranks[r].collectives.push_back(early);
+        ranks[r].collectives.push_back(ahead);
+      }
+      PredictOptions options;
+      options.measured_compute = true;
+      const Prediction p = predict(ranks, 8, cluster, options);
+      // What the replay costs it at: an all-gather by its output (twice its input here).
+      const auto time = [&](double b) {
+        return std::string(op) == "all_gather"
+                   ? collective_cost(CollectiveOp::AllGather, 2 * b, GroupShape::within_node(2),
+                                     cluster)
+                         .time_s
+                   : collective_cost(CollectiveOp::ReduceScatter, b, GroupShape::within_node(2),
+                                     cluster)
+                         .time_s;
+      };
+      // embed, the forward up to the first wait, the collective, the forward to the second
+      // wait, the collective, the forward after.
+      const auto& tasks = p.program.ranks[0];
+      ASSERT_EQ(tasks.size(), 6u) << op << " " << bytes;
+      EXPECT_EQ(tasks[2].stream, 1) << op;
+      EXPECT_TRUE(tasks[2].deps.empty()) << op << ": started before any task of the step ended";
+      EXPECT_NEAR(p.replay.task(tasks[2].id).start_s, 0, 1e-12) << op;
+      ASSERT_LT(time(1000), 1.5 * kMs) << op;
+      const TaskTiming& after_wait = p.replay.task(tasks[5].id);
+      EXPECT_NEAR(after_wait.start_s, 1.5 * kMs + std::max(2.5 * kMs, time(bytes)), 1e-12)
+          << op << " " << bytes;
+      if (bytes < 1e7)
+        EXPECT_LT(time(bytes), 2.5 * kMs) << op << ": the small one must fit under the compute";
+      else
+        EXPECT_GT(time(bytes), 2.5 * kMs) << op << ": the large one must outlast the compute";
     }
-    PredictOptions options;
-    options.measured_compute = true;
-    const Prediction p = predict(ranks, 8, cluster, options);
-    const auto gather = [&](double b) {
-      return collective_cost(CollectiveOp::AllGather, 2 * b, GroupShape::within_node(2), cluster)
-          .time_s;
-    };
-    // embed, the forward up to the first wait, the gather, the forward to the second wait,
-    // the gather, the forward after.
-    const auto& tasks = p.program.ranks[0];
-    ASSERT_EQ(tasks.size(), 6u) << bytes;
-    EXPECT_EQ(tasks[2].stream, 1);
-    EXPECT_TRUE(tasks[2].deps.empty()) << "started before any task of the step ended";
-    EXPECT_NEAR(p.replay.task(tasks[2].id).start_s, 0, 1e-12);
-    ASSERT_LT(gather(1000), 1.5 * kMs);
-    const TaskTiming& after_wait = p.replay.task(tasks[5].id);
-    EXPECT_NEAR(after_wait.start_s, 1.5 * kMs + std::max(2.5 * kMs, gather(bytes)), 1e-12) << bytes;
-    if (bytes < 1e7)
-      EXPECT_LT(gather(bytes), 2.5 * kMs) << "the small gather must fit under the compute";
-    else
-      EXPECT_GT(gather(bytes), 2.5 * kMs) << "the large gather must outlast the compute";
-  }
 }
 
 TEST(CostPredict, RecordsRoundTripThroughJson) {

@@ -242,6 +242,35 @@ TEST(Zero, DistributedOptimizerReduceScattersAndGathersInTheNextForward) {
   EXPECT_EQ(count(stage1.records, "all_gather", false), units * kSteps);
 }
 
+// FSDP's prefetch: stage 3 gathers every unit with all_gather_async (the next block's started
+// before the block computes, its wait where that block begins) and reduce-scatters beside
+// backward, one in flight, as stage 2 does; nothing blocks. Stage 2 equals it bit for bit.
+TEST(Zero, Stage3GathersAheadAndReduceScattersBesideBackward) {
+  constexpr int kSteps = 3;
+  const RunResult stage2 = run_zero(2, 2, adam(), kSteps);
+  const RunResult stage3 = run_zero(3, 2, adam(), kSteps);
+  const auto count = [](const std::vector<CollectiveRecord>& records, const std::string& op,
+                        bool async) {
+    int64_t n = 0;
+    for (const auto& r : records)
+      n += r.op == op && (r.waited_s >= 0) == async && r.group.size() == 2 ? 1 : 0;
+    return n;
+  };
+  // Stage 3's units are its blocks' (stage 2 buckets them): one reduce-scatter each a step.
+  const int64_t units = count(stage3.records, "reduce_scatter", true) / kSteps;
+  ASSERT_GT(units, 1);
+  EXPECT_EQ(count(stage3.records, "reduce_scatter", true), units * kSteps);
+  EXPECT_EQ(count(stage3.records, "reduce_scatter", false), 0);
+  EXPECT_EQ(count(stage2.records, "reduce_scatter", false), 0);
+  // Each unit in every forward and every backward, and in the evaluation after the last step;
+  // blocking only where the test reads the full parameters at the end (full_parameters).
+  EXPECT_EQ(count(stage3.records, "all_gather", true), units * (2 * kSteps + 1));
+  EXPECT_EQ(count(stage3.records, "all_gather", false), units);
+  ASSERT_EQ(stage2.parameters.size(), stage3.parameters.size());
+  for (size_t i = 0; i < stage2.parameters.size(); ++i)
+    EXPECT_TRUE(torch::equal(stage2.parameters[i], stage3.parameters[i])) << i;
+}
+
 TEST(Zero, RejectsBadStageAndForeignRank) {
   DeviceMesh mesh(meshsim::testing::mesh_options(1, int64_t{1} << 30));
   run_ranks(mesh, [&](RankContext& ctx) {

@@ -10,7 +10,8 @@
 //            soon as the unit is complete, during backward, and runs while the next bucket
 //            fills (one in flight); only the shard's gradient is kept
 //   stage 3  as 2, and the parameters themselves are gathered per block before its forward
-//            and its backward and freed after (zero_stage3.cpp)
+//            and its backward and freed after, the next block's gather started before a
+//            block computes, as FSDP prefetches (zero_stage3.cpp)
 // Stage 1 as Megatron's distributed optimizer reduce-scatters the gradients instead, and the
 // next step gathers the updated parameters: zero_grad() starts every unit's gather, each
 // block's forward waits for its own (zero_param_gather.cpp).
@@ -291,7 +292,9 @@ void ZeroDataParallel::State::on_gradient(FlatUnit& unit, size_t i) {
 
 void ZeroDataParallel::State::reduce_scatter(FlatUnit& unit) {
   torch::NoGradGuard no_grad;
-  if (options.stage == 2 && options.overlap) {
+  if (options.stage >= 2 && options.overlap) {
+    if (options.stage == 3) // the reduce-scatter reads the bucket, not the parameters
+      release(unit);
     wait_in_flight();
     in_flight.part = reduce_scatter_output(unit.bucket, unit.group.size());
     // Avg: each backward pass adds its group average, so micro-batches sum, then average.
@@ -309,7 +312,7 @@ void ZeroDataParallel::State::reduce_scatter(FlatUnit& unit) {
   unit.bucket = torch::Tensor();
   unit.pending = 0;
   if (options.stage == 3)
-    release_full(unit);
+    release(unit);
 }
 
 void ZeroDataParallel::State::wait_in_flight() {
@@ -335,10 +338,29 @@ void ZeroDataParallel::State::average_over_replicas(FlatUnit& unit, torch::Tenso
 }
 
 void ZeroDataParallel::State::gather(FlatUnit& unit) {
+  prefetch(unit);
+  const auto it = param_gathers.find(&unit);
+  if (it == param_gathers.end()) // gathered already
+    return;
+  const std::unique_ptr<Work> work = std::move(it->second);
+  param_gathers.erase(it);
+  work->wait();
+  ctx.sample_memory(step, "all_gather");
+}
+
+void ZeroDataParallel::State::prefetch(FlatUnit& unit) {
   if (unit.materialized)
     return;
-  gather_full(unit, ctx.comm, unit.group);
-  ctx.sample_memory(step, "all_gather");
+  torch::NoGradGuard no_grad;
+  allocate_full(unit);
+  torch::Tensor into = unit.full.view({unit.group.size(), -1});
+  param_gathers.emplace(&unit, ctx.comm.all_gather_async(unit.shard, into, unit.group));
+}
+
+void ZeroDataParallel::State::release(FlatUnit& unit) {
+  if (param_gathers.count(&unit))
+    gather(unit); // the communication thread may still be writing into `full`
+  release_full(unit);
 }
 
 torch::nn::Sequential ZeroDataParallel::module() {

@@ -25,7 +25,7 @@ struct ZeroOptions {
   int stage = 0;         // 0, 1, 2 or 3
   double bucket_mb = 25; // stages 0-2: blocks are grouped into flat buckets of about this size
   OptimizerOptions optimizer;
-  bool overlap = true;   // stage 2: a unit's reduce-scatter runs while backward fills the next
+  bool overlap = true;   // stages 2, 3: a unit's reduce-scatter runs while backward fills the next
   /// Stage 1 as Megatron-LM's distributed optimizer (--use-distributed-optimizer with
   /// --overlap-grad-reduce and --overlap-param-gather): after backward each unit's gradients
   /// are reduce-scattered, not all-reduced (only this member's shard of .grad is averaged;

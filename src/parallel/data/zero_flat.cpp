@@ -56,21 +56,25 @@ void release_full(FlatUnit& unit) {
   unit.materialized = false;
 }
 
+void allocate_full(FlatUnit& unit) {
+  if (unit.materialized)
+    return;
+  const auto nbytes = static_cast<size_t>(unit.bytes());
+  c10::StorageImpl* storage = unit.full.storage().unsafeGetStorageImpl();
+  CategoryScope scope(MemoryCategory::Parameters);
+  c10::Allocator* allocator = storage->allocator();
+  if (allocator == nullptr)
+    allocator = c10::GetCPUAllocator();
+  storage->set_data_ptr_noswap(allocator->allocate(nbytes));
+  storage->set_nbytes(nbytes);
+  unit.materialized = true;
+}
+
 void gather_full(FlatUnit& unit, Communicator& comm, const Group& group) {
   if (unit.materialized)
     return;
   torch::NoGradGuard no_grad;
-  const auto nbytes = static_cast<size_t>(unit.bytes());
-  c10::StorageImpl* storage = unit.full.storage().unsafeGetStorageImpl();
-  {
-    CategoryScope scope(MemoryCategory::Parameters);
-    c10::Allocator* allocator = storage->allocator();
-    if (allocator == nullptr)
-      allocator = c10::GetCPUAllocator();
-    storage->set_data_ptr_noswap(allocator->allocate(nbytes));
-    storage->set_nbytes(nbytes);
-  }
-  unit.materialized = true;
+  allocate_full(unit);
   torch::Tensor gathered = comm.all_gather(unit.shard, group); // [n, S] under communication
   unit.full.copy_(gathered.view({-1}));
 }

@@ -50,6 +50,10 @@ torch::Tensor shard_of(const FlatUnit& unit, const torch::Tensor& t, int index);
 /// with storage().resize_(0). The bytes are returned to the virtual GPU at once.
 void release_full(FlatUnit& unit);
 
+/// Gives `full` storage again, charged to `parameters`, unfilled (an all-gather fills it).
+/// A no-op when it is already materialized.
+void allocate_full(FlatUnit& unit);
+
 /// Gives `full` storage again (charged to `parameters`) and fills it by all-gathering every
 /// member's `shard` over `group`. A no-op when it is already materialized.
 void gather_full(FlatUnit& unit, Communicator& comm, const Group& group);

@@ -56,10 +56,14 @@ void ZeroDataParallel::State::finish_param_gather(FlatUnit& unit) {
 }
 
 void ZeroDataParallel::State::finish_param_gathers() {
-  if (stale.empty()) // every step and every read of the full parameters comes here
+  // Every step and every read of the full parameters comes here.
+  if (stale.empty() && param_gathers.empty())
     return;
-  for (auto it = units.rbegin(); it != units.rend(); ++it) // forward order
+  for (auto it = units.rbegin(); it != units.rend(); ++it) { // forward order
     finish_param_gather(**it);
+    if (options.stage == 3 && param_gathers.count(it->get())) // a prefetch nothing waited for
+      gather(**it);
+  }
 }
 
 void ZeroDataParallel::State::mark_parameters_stale() {

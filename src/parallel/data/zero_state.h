@@ -33,9 +33,9 @@ struct ZeroDataParallel::State {
   std::unique_ptr<Optimizer> optimizer;
   int64_t step = 1; // the step the current backward belongs to (memory samples)
 
-  /// Stage 2: the unit whose reduce-scatter runs while backward fills the next bucket. At most
-  /// one is in flight, as DeepSpeed's double-buffered gradient buckets (overlap_comm): a
-  /// second completed unit first waits for it.
+  /// Stages 2 and 3: the unit whose reduce-scatter runs while backward fills the next bucket.
+  /// At most one is in flight, as DeepSpeed's double-buffered gradient buckets (overlap_comm):
+  /// a second completed unit first waits for it.
   struct InFlight {
     FlatUnit* unit = nullptr;
     std::unique_ptr<Work> work;
@@ -55,23 +55,31 @@ struct ZeroDataParallel::State {
   /// Post-AccumulateGrad hook body: parameter `i` of `unit` has its gradient.
   void on_gradient(FlatUnit& unit, size_t i);
   /// Reduce-scatters (average) the unit's bucket into its shard gradient; frees the bucket,
-  /// and for stage 3 the gathered parameters. Stage 2 only starts it (after waiting for the
-  /// one in flight); wait_in_flight() finishes it.
+  /// and for stage 3 the gathered parameters. With ZeroOptions::overlap, stages 2 and 3 only
+  /// start it (after waiting for the one in flight); wait_in_flight() finishes it.
   void reduce_scatter(FlatUnit& unit);
-  /// Stage 2: waits for the reduce-scatter in flight, if any, adds its part into the shard
+  /// Stages 2 and 3: waits for the reduce-scatter in flight, if any, adds its part into the shard
   /// gradient and frees its bucket.
   void wait_in_flight();
   /// HSDP: averages `t` (a unit's gradient, or its reduce-scattered shard) over the unit's
   /// replicas; nothing without replication.
   void average_over_replicas(FlatUnit& unit, torch::Tensor& t);
-  /// Stage 3: materializes the unit's full parameters (all-gather) if they are not.
+  /// Stage 3: materializes the unit's full parameters if they are not: waits for the gather
+  /// prefetch() started, or gathers them now.
   void gather(FlatUnit& unit);
+  /// Stage 3, FSDP's prefetch: gives the unit's `full` storage and starts its all-gather into
+  /// it (`param_gathers`), unless it is materialized already or on its way.
+  void prefetch(FlatUnit& unit);
+  /// Stage 3: frees the unit's full parameters, after the gather in flight into them if any.
+  void release(FlatUnit& unit);
   /// Stage 3: a copy of `model` whose blocks gather their parameters around forward and
-  /// backward.
+  /// backward, each starting the next block's gather (forward order in forward, backward
+  /// order in backward) before it computes.
   torch::nn::Sequential wrap_blocks();
 
   /// The distributed optimizer (zero_param_gather.cpp): the units whose full parameters are
-  /// behind their shard, and the all-gathers started for them (in place, into `full`).
+  /// behind their shard. `param_gathers`: the all-gathers in flight into units' `full` (the
+  /// distributed optimizer's, in place; stage 3's prefetches).
   std::unordered_set<const FlatUnit*> stale;
   std::unordered_map<const FlatUnit*, std::unique_ptr<Work>> param_gathers;
   /// Starts the all-gather of a stale unit's shards (no-op when it is not stale or started).
@@ -79,7 +87,7 @@ struct ZeroDataParallel::State {
   /// Waits for the unit's all-gather (starting it first if need be) and writes its full
   /// parameters; no-op when it is not stale.
   void finish_param_gather(FlatUnit& unit);
-  /// Finishes every stale unit's, in forward order.
+  /// Finishes every stale unit's, in forward order, and every gather stage 3 prefetched.
   void finish_param_gathers();
   /// Starts every stale unit's, in forward order (a step's start).
   void start_param_gathers();
