@@ -136,6 +136,7 @@ struct ValidateArgs {
   std::vector<std::string> family; // --family dense,fp8
   bool json = false;
   double matmul_efficiency = 0;    // > 0: try this large-GEMM efficiency
+  double hopper_efficiency = 0;    // > 0: try this large-GEMM efficiency on Hopper
   double fp8_efficiency = 0;       // > 0: try this FP8 large-GEMM efficiency
   double gemm_half_us = -1;        // >= 0: and this GEMM half-efficiency time
   bool progress = true;

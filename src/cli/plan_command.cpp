@@ -140,7 +140,8 @@ nlohmann::json link_json(const LinkSpec& link) {
 
 // What the prediction took as given: the numbers a person would question first.
 nlohmann::json assumptions_json(const TrainConfig& c, const ClusterSpec& cluster) {
-  const Efficiency eff = PredictOptions{}.efficiency; // what plan_on predicts with
+  // What plan_on predicts with: on Hopper, Hopper's GEMM efficiency.
+  const Efficiency eff = PredictOptions{}.efficiency.on(cluster.gpu);
   const bool fp8 = c.precision == "fp8";
   nlohmann::json efficiencies{{"matmul", eff.matmul},
                               {"attention", eff.attention},

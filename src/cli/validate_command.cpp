@@ -24,7 +24,12 @@ void add_validate_flags(CLI::App& app, ValidateArgs& a) {
       ->check(CLI::IsMember({"dense", "fp8", "moe", "long", "a100", "collectives"}));
   app.add_flag("--json", a.json, "print the rows and the summary as JSON");
   app.add_option("--matmul-efficiency", a.matmul_efficiency,
-                 "try this large-GEMM efficiency instead of the calibrated one (0 < E <= 1)")
+                 "try this large-GEMM efficiency (every GPU but Hopper) instead of the calibrated "
+                 "one (0 < E <= 1)")
+      ->check(CLI::Range(1e-9, 1.0));
+  app.add_option("--hopper-efficiency", a.hopper_efficiency,
+                 "try this large-GEMM efficiency on Hopper GPUs (H100, H200, H800) instead of the "
+                 "calibrated one (0 < E <= 1)")
       ->check(CLI::Range(1e-9, 1.0));
   app.add_option("--fp8-efficiency", a.fp8_efficiency,
                  "try this large FP8 GEMM efficiency instead of the calibrated one (0 < E <= 1)")
@@ -48,6 +53,8 @@ int run_validate(const ValidateArgs& a) {
   Efficiency efficiency;
   if (a.matmul_efficiency > 0)
     efficiency.matmul = a.matmul_efficiency;
+  if (a.hopper_efficiency > 0)
+    efficiency.hopper_matmul = a.hopper_efficiency;
   if (a.fp8_efficiency > 0)
     efficiency.fp8_matmul = a.fp8_efficiency;
   if (a.gemm_half_us >= 0)

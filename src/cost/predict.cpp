@@ -93,7 +93,9 @@ template <typename T> T field(const json& j, const char* name) {
 } // namespace
 
 Prediction predict(const std::vector<Recorder>& ranks, int64_t samples_per_step,
-                   const ClusterSpec& cluster, const PredictOptions& options) {
+                   const ClusterSpec& cluster, const PredictOptions& given) {
+  PredictOptions options = given;
+  options.efficiency = given.efficiency.on(cluster.gpu); // Hopper's GEMM efficiency on Hopper
   Prediction p;
   p.cluster = cluster.to_string();
   p.world_size = static_cast<int>(ranks.size());

@@ -62,6 +62,13 @@ double Efficiency::of(OpClass op) const {
   return matmul;
 }
 
+Efficiency Efficiency::on(const GpuSpec& gpu) const {
+  Efficiency out = *this;
+  if (gpu.arch == GpuArch::Hopper)
+    out.matmul = hopper_matmul;
+  return out;
+}
+
 double op_peak_flops(const GpuSpec& gpu, OpClass op, Dtype dtype) {
   // Only GEMM-shaped work (matmul, conv, attention) runs on tensor cores.
   const bool tensor_core = op == OpClass::Matmul || op == OpClass::Attention;

@@ -20,8 +20,9 @@ const char* to_string(OpClass op);
 
 /// Fraction of peak each op class achieves, and the costs around kernels. Defaults and
 /// where each comes from: docs/cost-model.md.
-///  matmul 0.68: what a large GEMM achieves of the dense tensor-core peak, fitted on the three
-///    calibration rows of Narayanan et al. Table 1 in `meshsim validate` (docs/cost-model.md).
+///  matmul 0.68: what a large GEMM achieves of the dense tensor-core peak (every GPU but
+///    Hopper), fitted on the three calibration rows of Narayanan et al. Table 1 in `meshsim
+///    validate` (docs/cost-model.md).
 ///  gemm_half_s 10 us: the time at peak of a GEMM that reaches half of that: one wave of
 ///    128x256 output tiles with k = 512 on each of an A100's 108 SMs (3.6 GFLOP, 11.6 us at
 ///    312 TFLOP/s). Derived, not fitted: Table 1's GEMMs are all far larger.
@@ -32,12 +33,18 @@ const char* to_string(OpClass op);
 ///  launch_s 5 us: one kernel's launch and the framework's dispatch, the floor of any kernel.
 ///  overlap_slowdown 0.1: compute runs this much slower while a collective runs beside it
 ///    (NCCL's kernels take 8-16 of the GPU's 108-132 SMs and a share of its memory bandwidth).
+///  hopper_matmul 0.61: `matmul` on Hopper GPUs (h100, h100-96, h200, h800), fitted on the one
+///    row declared for it before any H100 row was predicted: the Megatron-LM README's GPT 16B
+///    on 192 H100. A Hopper GEMM reaches less of its datasheet peak than an Ampere one: the
+///    peak is at the boost clock, which a 700 W H100 does not hold under GEMM load.
 ///  fp8_matmul 0.75: the same for FP8 GEMMs (Transformer Engine's, torchao's float8) of the FP8
 ///    peak, fitted on one row: Megatron-Bridge's Llama 3 70B FP8 on 64 H100 (container 26.04.01).
-///    The GEMM efficiencies are each fitted on one GPU generation's rows (matmul on A100,
-///    fp8_matmul on H100) and used for every GPU (docs/cost-model.md).
+///    Each GEMM efficiency is fitted on one GPU generation's rows (matmul on A100, hopper_matmul
+///    and fp8_matmul on H100); matmul serves every GPU but Hopper, fp8_matmul every GPU with
+///    FP8 tensor cores (docs/cost-model.md).
 struct Efficiency {
   double matmul = 0.68;
+  double hopper_matmul = 0.61;
   double fp8_matmul = 0.75;
   double gemm_half_s = 10e-6;
   double attention = 0.50;
@@ -51,6 +58,8 @@ struct Efficiency {
   double of(OpClass op) const;
   /// The large-GEMM efficiency of `dtype`'s GEMMs: fp8_matmul for FP8, else matmul.
   double matmul_for(Dtype dtype) const { return dtype == Dtype::FP8 ? fp8_matmul : matmul; }
+  /// These efficiencies on `gpu`: matmul is hopper_matmul on a Hopper GPU.
+  Efficiency on(const GpuSpec& gpu) const;
 };
 
 /// What a GEMM of `flops` achieves of the peak `peak_flops`: matmul x t / (t + gemm_half_s),

@@ -49,9 +49,11 @@ constexpr const char* kAutoModel = "NeMo AutoModel performance summary (DGX-H100
 constexpr const char* kTorchtitan = "torchtitan H100 benchmarks";
 constexpr const char* kNemoLong = "NeMo long-sequence performance (DGX-H100)";
 
-// The one dense bf16 row the Hopper GEMM efficiency would be fitted on and the one FP8 row the
-// FP8 efficiency is fitted on, chosen before any H100 row was predicted (docs/cost-model.md).
+// The one dense bf16 row the Hopper GEMM efficiency is fitted on (the README's 16B) and the one
+// FP8 row the FP8 efficiency is fitted on, chosen before any H100 row was predicted
+// (docs/cost-model.md).
 constexpr const char* kFp8Fit = "FP8 GEMM efficiency";
+constexpr const char* kHopperFit = "Hopper GEMM efficiency";
 
 // `c` laid out as `l` at `precision` with `recompute`, tensor parallelism with sequence
 // parallelism (as Megatron and torchtitan run it), and validated.
@@ -190,7 +192,8 @@ void add_readme_rows(std::vector<TrainingRun>& runs) {
     runs.push_back({kMegatronLm, kFamilyDense,
                     fmt::format("GPT {} on {} H100: {}", r.label, l.gpus, layout_text(l)),
                     "NVIDIA/Megatron-LM README (Megatron-Core r0.8.0)", "h100",
-                    Unit::MegatronTflops, r.tflops, "", [r, l] {
+                    Unit::MegatronTflops, r.tflops,
+                    std::string(r.label) == "16B" ? kHopperFit : "", [r, l] {
                       return lay_out(readme_gpt(r.heads, r.hidden, r.layers), l, "bf16", "none");
                     },
                     /*whole=*/true});

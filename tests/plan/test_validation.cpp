@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include "../cli/cli_harness.h"
+#include "cost/hardware.h"
+#include "cost/roofline.h"
 #include "plan/validation.h"
 
 namespace meshsim {
@@ -46,7 +48,7 @@ TEST(Validation, EveryRowTheIssueNamesIsThereAndSplitIntoCalibrationAndHeldOut) 
   EXPECT_EQ(nccl, 9);       // A100 x2, 3 nodes with 4 NICs, H100 ring, NVLS on 5-8, alltoall
   EXPECT_EQ(narayanan, 10); // every row of Table 1
   EXPECT_EQ(ddp, 4);        // ResNet-50 alone, and DDP on 1, 8 and 16 V100s
-  EXPECT_EQ(calibration, 6); // the five of 2021, and FP8's one
+  EXPECT_EQ(calibration, 7); // the five of 2021, Hopper's GEMM efficiency and FP8's
   EXPECT_EQ(published_rows({"nccl"}).size(), 9u);
   EXPECT_EQ(published_rows({"deepep"}).size(), 8u);       // EP 8-64, dispatch and combine
   EXPECT_EQ(published_rows({"megatron-lm"}).size(), 9u);  // its README's H100 table
@@ -147,6 +149,36 @@ TEST(Validation, TheFp8EfficiencyIsTheGridsBestOnItsRow) {
     EXPECT_LE(chosen, error_at(grid) + 1e-12) << "fp8_matmul " << grid;
 }
 
+// The Hopper bf16 GEMM efficiency: the grid's best on the one row declared for it before any
+// H100 row was predicted, the Megatron-LM README's GPT 16B on 192 H100.
+TEST(Validation, TheHopperEfficiencyIsTheGridsBestOnItsRow) {
+  const auto error_at = [](double efficiency) {
+    Efficiency e;
+    e.hopper_matmul = efficiency;
+    const std::vector<PublishedRow> rows = published_rows({"megatron-lm"}, e, {"dense"});
+    const auto fitted = std::find_if(rows.begin(), rows.end(),
+                                     [](const PublishedRow& r) { return r.calibration(); });
+    EXPECT_NE(fitted, rows.end());
+    EXPECT_EQ(fitted->fitted, "Hopper GEMM efficiency");
+    EXPECT_NE(fitted->name.find("GPT 16B on 192 H100"), std::string::npos) << fitted->name;
+    return std::abs(published_error(fitted->predict(), fitted->low, fitted->high));
+  };
+  const double chosen = error_at(Efficiency{}.hopper_matmul);
+  for (const double grid : {0.58, 0.59, 0.60, 0.62, 0.63, 0.64})
+    EXPECT_LE(chosen, error_at(grid) + 1e-12) << "hopper_matmul " << grid;
+}
+
+// The Hopper efficiency serves Hopper GPUs only: an A100 plan keeps the Ampere-fitted one.
+TEST(Validation, OnlyHopperGpusTakeTheHopperEfficiency) {
+  Efficiency e;
+  e.matmul = 0.5;
+  e.hopper_matmul = 0.25;
+  for (const char* hopper : {"h100", "h100-96", "h200", "h800"})
+    EXPECT_EQ(e.on(parse_cluster_spec(hopper).gpu).matmul, 0.25) << hopper;
+  for (const char* other : {"a100-80", "v100-32", "b200", "4090"})
+    EXPECT_EQ(e.on(parse_cluster_spec(other).gpu).matmul, 0.5) << other;
+}
+
 TEST(CliValidate, PrintsEveryRowWithItsErrorAndRefusesBadFlagsInOneLine) {
   const auto r = testing::run_meshsim_exactly("validate --only nccl --no-progress");
   ASSERT_EQ(r.code, 0) << r.output;
@@ -159,6 +191,7 @@ TEST(CliValidate, PrintsEveryRowWithItsErrorAndRefusesBadFlagsInOneLine) {
   EXPECT_EQ(nlohmann::json::parse(json.output)["families"][0]["family"], kFamilyCollectives);
   for (const char* bad : {"validate --only nothing", "validate --family nothing",
                           "validate --fp8-efficiency 0", "validate --matmul-efficiency 2",
+                          "validate --hopper-efficiency 0",
                           "validate --gemm-half-us -3"}) {
     const auto e = testing::run_meshsim_exactly(bad);
     EXPECT_EQ(e.code, 2) << bad << ": " << e.output;
