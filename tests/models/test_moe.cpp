@@ -197,6 +197,30 @@ TEST(MoeLayer, MatchesATokenByTokenLoop) {
   }
 }
 
+// The routed experts are counted as the frameworks run them: each projection (gate, up, down)
+// of every expert that ran is one grouped GEMM, 2·N·H·F FLOPs over the N assignments, reading
+// the N rows, writing theirs and reading the weights of the experts that ran; the router is a
+// GEMM of its own. 4 tokens of 6 features, top 2 of 4 experts of width 5, float64.
+TEST(MoeLayer, ItsRoutedExpertsAreOneGroupedGemmAProjection) {
+  torch::manual_seed(5);
+  const MoeOptions o = small_moe();
+  Moe moe(o, torch::TensorOptions().dtype(torch::kFloat64));
+  randomize(*moe);
+  moe->forward(torch::randn({2, 2, o.hidden}, torch::kFloat64));
+  LayerWork w;
+  moe->add_routed_work(w, 8);
+  const torch::Tensor load = moe->tokens_per_expert();
+  const double n = static_cast<double>(load.sum().item<int64_t>()); // 8 assignments
+  const double ran = static_cast<double>((load > 0).sum().item<int64_t>());
+  const double h = 6, f = 5, e = 4, tokens = 4;
+  EXPECT_EQ(n, 8);
+  EXPECT_EQ(w.gemms, 4);   // the router and the three projections, whatever the experts
+  EXPECT_EQ(w.kernels, 4);
+  EXPECT_DOUBLE_EQ(w.gemm_flops, 2 * tokens * h * e + 3 * 2 * n * h * f);
+  EXPECT_DOUBLE_EQ(w.gemm_bytes,
+                   (tokens * h + tokens * e + e * h) * 8 + 3 * (n * h + n * f + ran * h * f) * 8);
+}
+
 // The balancing loss reaches the router through the layer's output: its gradients equal those
 // of the output plus the loss computed by hand (per sequence, Switch's α·E·Σ f·P, averaged),
 // and a loss scale multiplies the loss's part as it multiplies the rest.

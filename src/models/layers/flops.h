@@ -18,8 +18,9 @@
 //    (the forward's rerun_flops), with no bytes (q and k are read once for both).
 //  - LayerNorm/BatchNorm/GroupNorm: 5 FLOPs per element; ReLU 1, GELU 8, dropout 2,
 //    softmax 5, pooling kh·kw per output element; bytes = input + output (+ parameters).
-//  - a mixture of experts (RoutedWork): the router, 2·N·H·E, and each routed expert's three
-//    GEMMs on the n_e tokens it ran, 6·n_e·H·F, with the weights of the experts that ran;
+//  - a mixture of experts (RoutedWork): the router, 2·N·H·E, and the routed experts' three
+//    projections, each one grouped GEMM over the experts that ran (as Megatron's grouped GEMM
+//    and torch._grouped_mm run them), 2·Σn_e·H·F, with the weights of the experts that ran;
 //  - views (Flatten, Identity): nothing.
 //  - the loss: not a layer; the loss that ran counts its own kernels, forward and backward
 //    (LossWork; parallel/strategy.h's TrainingLoss).

@@ -318,15 +318,21 @@ void MoeImpl::add_routed_work(LayerWork& total, double eb) const {
   add_gemm(total, 2 * tokens * h * e, (tokens * h + tokens * e + e * h) * eb); // the router
   if (!expert_load_.defined())
     return;
+  // The experts that ran and their tokens: each projection of them all is one grouped GEMM, as
+  // the frameworks run them (Megatron's --moe-grouped-gemm, Transformer Engine's
+  // GroupedLinear, torch._grouped_mm), each expert's GEMM a tile of the same kernel.
   const auto* counts = expert_load_.data_ptr<int64_t>();
+  double n = 0, ran = 0;
   for (int64_t expert = 0; expert < expert_load_.numel(); ++expert) {
-    const double n = static_cast<double>(counts[expert]);
-    if (n == 0)
-      continue;
-    // gate and up (H -> F each), then down (F -> H), each reading the expert's weights.
-    for (int gemm = 0; gemm < 3; ++gemm)
-      add_gemm(total, 2 * n * h * f, (n * h + n * f + h * f) * eb);
+    n += static_cast<double>(counts[expert]);
+    ran += counts[expert] > 0 ? 1 : 0;
   }
+  if (n == 0)
+    return;
+  // gate and up (H -> F each), then down (F -> H), each reading the weights of the experts that
+  // ran.
+  for (int gemm = 0; gemm < 3; ++gemm)
+    add_gemm(total, 2 * n * h * f, (n * h + n * f + ran * h * f) * eb);
 }
 
 int64_t moe_parameter_count(const MoeOptions& o) {
