@@ -87,6 +87,15 @@ RunResult run_single(const OptimizerOptions& opt, int steps) {
 
 /// dp members each take their contiguous 1/dp of the global batch, in `micro` micro-batches
 /// (one backward each, the loss scaled by 1/micro as gradient accumulation does).
+// The calls of `op` over the 2 members among `records`: started with *_async (waited for
+// later) or blocking.
+int64_t count(const std::vector<CollectiveRecord>& records, const std::string& op, bool async) {
+  int64_t n = 0;
+  for (const auto& r : records)
+    n += r.op == op && (r.waited_s >= 0) == async && r.group.size() == 2 ? 1 : 0;
+  return n;
+}
+
 RunResult run_zero(int stage, int dp, const OptimizerOptions& opt, int steps, int micro = 1,
                    bool distributed_optimizer = false) {
   RunResult out;
@@ -224,13 +233,6 @@ TEST(Zero, DistributedOptimizerReduceScattersAndGathersInTheNextForward) {
   constexpr int kSteps = 3;
   const RunResult stage1 = run_zero(1, 2, sgd(), kSteps);
   const RunResult distributed = run_zero(1, 2, sgd(), kSteps, 1, true);
-  const auto count = [](const std::vector<CollectiveRecord>& records, const std::string& op,
-                        bool async) {
-    int64_t n = 0;
-    for (const auto& r : records)
-      n += r.op == op && (r.waited_s >= 0) == async && r.group.size() == 2 ? 1 : 0;
-    return n;
-  };
   // Stage 1's units: its gradient all-reduces per step (the loss's too: one a step).
   const int64_t units = count(stage1.records, "all_reduce", false) / kSteps - 1;
   ASSERT_GT(units, 1);
@@ -249,13 +251,6 @@ TEST(Zero, Stage3GathersAheadAndReduceScattersBesideBackward) {
   constexpr int kSteps = 3;
   const RunResult stage2 = run_zero(2, 2, adam(), kSteps);
   const RunResult stage3 = run_zero(3, 2, adam(), kSteps);
-  const auto count = [](const std::vector<CollectiveRecord>& records, const std::string& op,
-                        bool async) {
-    int64_t n = 0;
-    for (const auto& r : records)
-      n += r.op == op && (r.waited_s >= 0) == async && r.group.size() == 2 ? 1 : 0;
-    return n;
-  };
   // Stage 3's units are its blocks' (stage 2 buckets them): one reduce-scatter each a step.
   const int64_t units = count(stage3.records, "reduce_scatter", true) / kSteps;
   ASSERT_GT(units, 1);

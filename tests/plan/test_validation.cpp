@@ -130,19 +130,31 @@ TEST(Validation, EveryRowIsInAFamilyAndEachFamilyIsSummarised) {
   EXPECT_DOUBLE_EQ(s.families[0].held_out_mean_abs, s.held_out_mean_abs);
 }
 
+// |error| on the one calibration row of `source`'s `family` rows, predicted with `efficiency`;
+// the row fits `constant` and is named `row`.
+double calibration_error(const std::string& source, const std::string& family,
+                         const Efficiency& efficiency, const std::string& constant,
+                         const std::string& row) {
+  const std::vector<PublishedRow> rows = published_rows({source}, efficiency, {family});
+  const auto fitted = std::find_if(rows.begin(), rows.end(),
+                                   [](const PublishedRow& r) { return r.calibration(); });
+  if (fitted == rows.end()) {
+    ADD_FAILURE() << "no calibration row among " << source << "'s " << family << " rows";
+    return 0;
+  }
+  EXPECT_EQ(fitted->fitted, constant);
+  EXPECT_NE(fitted->name.find(row), std::string::npos) << fitted->name;
+  return std::abs(published_error(fitted->predict(), fitted->low, fitted->high));
+}
+
 // The FP8 GEMM efficiency was fitted on one row: the default is the value of the documented
 // grid (0.70 to 0.75, docs/cost-model.md) whose prediction of that row misses it least.
 TEST(Validation, TheFp8EfficiencyIsTheGridsBestOnItsRow) {
-  const auto error_at = [](double efficiency) {
+  const auto error_at = [](double value) {
     Efficiency e;
-    e.fp8_matmul = efficiency;
-    const std::vector<PublishedRow> rows = published_rows({"megatron-bridge"}, e, {"fp8"});
-    const auto fitted = std::find_if(rows.begin(), rows.end(),
-                                     [](const PublishedRow& r) { return r.calibration(); });
-    EXPECT_NE(fitted, rows.end());
-    EXPECT_EQ(fitted->fitted, "FP8 GEMM efficiency");
-    EXPECT_NE(fitted->name.find("Llama 3 70B fp8 on 64 h100"), std::string::npos) << fitted->name;
-    return std::abs(published_error(fitted->predict(), fitted->low, fitted->high));
+    e.fp8_matmul = value;
+    return calibration_error("megatron-bridge", "fp8", e, "FP8 GEMM efficiency",
+                             "Llama 3 70B fp8 on 64 h100");
   };
   const double chosen = error_at(Efficiency{}.fp8_matmul);
   for (const double grid : {0.70, 0.71, 0.72, 0.73, 0.74, 0.75})
@@ -152,16 +164,11 @@ TEST(Validation, TheFp8EfficiencyIsTheGridsBestOnItsRow) {
 // The Hopper bf16 GEMM efficiency: the grid's best on the one row declared for it before any
 // H100 row was predicted, the Megatron-LM README's GPT 16B on 192 H100.
 TEST(Validation, TheHopperEfficiencyIsTheGridsBestOnItsRow) {
-  const auto error_at = [](double efficiency) {
+  const auto error_at = [](double value) {
     Efficiency e;
-    e.hopper_matmul = efficiency;
-    const std::vector<PublishedRow> rows = published_rows({"megatron-lm"}, e, {"dense"});
-    const auto fitted = std::find_if(rows.begin(), rows.end(),
-                                     [](const PublishedRow& r) { return r.calibration(); });
-    EXPECT_NE(fitted, rows.end());
-    EXPECT_EQ(fitted->fitted, "Hopper GEMM efficiency");
-    EXPECT_NE(fitted->name.find("GPT 16B on 192 H100"), std::string::npos) << fitted->name;
-    return std::abs(published_error(fitted->predict(), fitted->low, fitted->high));
+    e.hopper_matmul = value;
+    return calibration_error("megatron-lm", "dense", e, "Hopper GEMM efficiency",
+                             "GPT 16B on 192 H100");
   };
   const double chosen = error_at(Efficiency{}.hopper_matmul);
   for (const double grid : {0.58, 0.59, 0.60, 0.62, 0.63, 0.64})

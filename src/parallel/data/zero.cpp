@@ -337,32 +337,6 @@ void ZeroDataParallel::State::average_over_replicas(FlatUnit& unit, torch::Tenso
     t.mul_(unit.gradient_scale);
 }
 
-void ZeroDataParallel::State::gather(FlatUnit& unit) {
-  prefetch(unit);
-  const auto it = param_gathers.find(&unit);
-  if (it == param_gathers.end()) // gathered already
-    return;
-  const std::unique_ptr<Work> work = std::move(it->second);
-  param_gathers.erase(it);
-  work->wait();
-  ctx.sample_memory(step, "all_gather");
-}
-
-void ZeroDataParallel::State::prefetch(FlatUnit& unit) {
-  if (unit.materialized)
-    return;
-  torch::NoGradGuard no_grad;
-  allocate_full(unit);
-  torch::Tensor into = unit.full.view({unit.group.size(), -1});
-  param_gathers.emplace(&unit, ctx.comm.all_gather_async(unit.shard, into, unit.group));
-}
-
-void ZeroDataParallel::State::release(FlatUnit& unit) {
-  if (param_gathers.count(&unit))
-    gather(unit); // the communication thread may still be writing into `full`
-  release_full(unit);
-}
-
 torch::nn::Sequential ZeroDataParallel::module() {
   return state_->wrapped;
 }

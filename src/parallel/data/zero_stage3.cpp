@@ -6,7 +6,7 @@
 // parameters are there starts the gather of the next block's (forward order in forward,
 // backward order in backward) before it computes: that gather runs beside its compute, and
 // the next block waits only for what is left of it. Two blocks' parameters are then gathered
-// at once.
+// at once in forward, up to three in backward (State::gather, prefetch and release, below).
 //
 // Freeing swaps the storage's DataPtr for an empty one (zero_flat.cpp), so the parameter
 // tensors, and the references autograd saved to them (weights for the input gradient),
@@ -64,6 +64,32 @@ private:
 TORCH_MODULE(ZeroBlock);
 
 } // namespace
+
+void ZeroDataParallel::State::gather(FlatUnit& unit) {
+  prefetch(unit);
+  const auto it = param_gathers.find(&unit);
+  if (it == param_gathers.end()) // gathered already
+    return;
+  const std::unique_ptr<Work> work = std::move(it->second);
+  param_gathers.erase(it);
+  work->wait();
+  ctx.sample_memory(step, "all_gather");
+}
+
+void ZeroDataParallel::State::prefetch(FlatUnit& unit) {
+  if (unit.materialized)
+    return;
+  torch::NoGradGuard no_grad;
+  allocate_full(unit);
+  torch::Tensor into = unit.full.view({unit.group.size(), -1});
+  param_gathers.emplace(&unit, ctx.comm.all_gather_async(unit.shard, into, unit.group));
+}
+
+void ZeroDataParallel::State::release(FlatUnit& unit) {
+  if (param_gathers.count(&unit))
+    gather(unit); // the communication thread may still be writing into `full`
+  release_full(unit);
+}
 
 torch::nn::Sequential ZeroDataParallel::State::wrap_blocks() {
   torch::nn::Sequential wrapped;
