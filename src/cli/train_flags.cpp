@@ -179,8 +179,8 @@ void add_run_flags(CLI::App& app, TrainConfig& c) {
                  "torchrun, mpirun or srun")
       ->capture_default_str();
   app.add_flag("!--no-overlap", c.overlap,
-               "ddp: all-reduce the gradient buckets after backward, not during it; zero 2: wait "
-               "for each reduce-scatter before backward goes on");
+               "ddp: all-reduce the gradient buckets after backward, not during it; zero 2 and "
+               "3: wait for each reduce-scatter before backward goes on");
   app.add_flag("--tp-comm-overlap", c.tp_comm_overlap,
                "plans: tensor parallelism's collectives run beside the GEMMs around them, as "
                "Megatron's --tp-comm-overlap and torchtitan's async TP run them");
