@@ -1,6 +1,7 @@
 #include "config/strategy_options.h"
 
 #include "config/stage_layers.h"
+#include "cost/hardware.h"
 
 namespace meshsim {
 
@@ -18,6 +19,8 @@ StrategyOptions strategy_options(const TrainConfig& config) {
   options.cp = config.cp;
   options.cp_comm = config.cp_comm;
   options.ep = config.ep;
+  if (!config.cluster.empty()) // expert parallelism's exchange crosses nodes as they are
+    options.node_size = parse_cluster_spec(config.cluster, config.intra, config.inter).gpus_per_node;
   options.sequence_parallel = config.sequence_parallel;
   options.zero = config.zero;
   options.dp_shard = config.dp_shard;

@@ -175,6 +175,8 @@ Plan make_plan(const TrainConfig& config, int64_t capacity_bytes, int64_t steps,
 
   StrategyOptions options = strategy_options(config);
   options.device = torch::kMeta;
+  if (run.node_size > 0)
+    options.node_size = run.node_size;
   const std::vector<int> ranks = executed_ranks(plan.dims, images);
   std::vector<int64_t> state(static_cast<size_t>(config.gpus), 0);
   std::vector<Recorder> recorders = run_ranks(
@@ -278,6 +280,7 @@ PlanFigures plan_on(const TrainConfig& config, const ClusterSpec& cluster, Predi
   try {
     PlanRunOptions run;
     run.timeline = plan_out != nullptr; // only a plan handed back shows its memory over time
+    run.node_size = cluster.gpus_per_node;
     plan = make_plan(config, kPlanCapacity, kPlanSteps, run);
   } catch (const OutOfMemory& e) {
     // No GPU holds kPlanCapacity: say what did not fit, not the sentinel it was held against.

@@ -81,6 +81,9 @@ struct PlanRunOptions {
   /// Keep the memory timeline (Plan::timeline: the plan's memory.csv and memory.png), one
   /// column per pipeline stage: a search's thousands of plans keep none.
   bool timeline = true;
+  /// GPUs a node of the cluster planned for: expert parallelism exchanges tokens across its
+  /// nodes (StrategyOptions::node_size). 0: config.cluster's, or one node.
+  int node_size = 0;
 };
 
 /// Runs `config` (validated) on the meta device with `capacity_bytes` per GPU. Throws

@@ -161,6 +161,66 @@ TEST(MoeCapacity, EachExpertKeepsItsFirstAssignmentsInTokenOrder) {
 
 // The layer against the loop: outputs and the gradients of x and of every parameter, dropless
 // and with capacity factor 0.5 (each expert takes at most 1 of the 8 assignments of 4 tokens).
+// planned_reach against counting: every way of choosing equally likely (all pairs of groups,
+// then all sets of k experts among the kept groups' experts), the fraction that choose any of
+// the experts held.
+double counted_reach(int64_t experts, int64_t k, int64_t groups, int64_t top_groups,
+                     int64_t first, int64_t count) {
+  const int64_t size = experts / groups;
+  double reached = 0, ways = 0;
+  for (int64_t kept = 0; kept < (int64_t{1} << groups); ++kept) {
+    if (__builtin_popcountll(static_cast<unsigned long long>(kept)) != top_groups)
+      continue;
+    std::vector<int64_t> pool;
+    for (int64_t e = 0; e < experts; ++e)
+      if (kept >> (e / size) & 1)
+        pool.push_back(e);
+    const int64_t n = static_cast<int64_t>(pool.size());
+    for (int64_t chosen = 0; chosen < (int64_t{1} << n); ++chosen) {
+      if (__builtin_popcountll(static_cast<unsigned long long>(chosen)) != k)
+        continue;
+      bool hit = false;
+      for (int64_t i = 0; i < n; ++i)
+        hit = hit || (chosen >> i & 1 && pool[static_cast<size_t>(i)] >= first &&
+                      pool[static_cast<size_t>(i)] < first + count);
+      // Each kept set of groups is equally likely, then each choice within it.
+      double per_set = 1;
+      for (int64_t i = 0; i < k; ++i)
+        per_set = per_set * static_cast<double>(i + 1) / static_cast<double>(n - i);
+      ways += per_set;
+      reached += hit ? per_set : 0;
+    }
+  }
+  return reached / ways;
+}
+
+TEST(MoePlannedReach, IsTheShareOfChoicesThatReachTheExpertsCounted) {
+  MoeOptions o;
+  o.hidden = 4;
+  o.expert_ffn = 4;
+  // Without groups: 8 experts, top 3; one, two and four experts held.
+  o.experts = 8;
+  o.top_k = 3;
+  for (int64_t count : {1, 2, 4})
+    EXPECT_NEAR(planned_reach(o, 0, count), counted_reach(8, 3, 1, 1, 0, count), 1e-12) << count;
+  // Group-limited: 12 experts in 4 groups of 3, the best 2 kept, top 3: within one group,
+  // and whole groups.
+  o.router = MoeRouter::Sigmoid;
+  o.experts = 12;
+  o.groups = 4;
+  o.top_groups = 2;
+  for (auto [first, count] : {std::pair{0, 1}, {3, 3}, {4, 2}, {0, 6}, {6, 6}})
+    EXPECT_NEAR(planned_reach(o, first, count), counted_reach(12, 3, 4, 2, first, count), 1e-12)
+        << first << " " << count;
+  // Qwen3-30B-A3B over ep 8: a token reaches 5.339 of the 8 ranks (8 · (1 − C(112,8)/C(128,8))).
+  MoeOptions qwen;
+  qwen.hidden = qwen.expert_ffn = 4;
+  qwen.experts = 128;
+  qwen.top_k = 8;
+  EXPECT_NEAR(8 * planned_reach(qwen, 0, 16), 5.3394, 1e-4);
+  EXPECT_THROW(planned_reach(qwen, 120, 16), std::invalid_argument);
+}
+
 TEST(MoeLayer, MatchesATokenByTokenLoop) {
   for (double capacity : {0.0, 0.5}) {
     torch::manual_seed(3);

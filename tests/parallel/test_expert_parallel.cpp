@@ -5,7 +5,8 @@
 // gradient sums differs: losses and final parameters within kFloat64Tolerance
 // (strategy_harness.h). Layouts: ep 2 and 4 (all of dp), ep 2 × tp 2, ep 2 × pp 2 × dp 2 and
 // dp 4 with ZeRO 1 and ZeRO 3 (experts sharded over edp, the dense parameters over dp), cp 2 × ep 2
-// (the balancing loss over whole sequences), ep 2 with HSDP.
+// (the balancing loss over whole sequences), ep 2 with HSDP; ep 4 over two nodes (the
+// exchange in two levels).
 #include <gtest/gtest.h>
 
 #include <iostream>
@@ -23,6 +24,7 @@ namespace {
 struct EpLayout {
   const char* name;
   int world, ep, tp, pp, cp, zero, micro_batches, dp_shard;
+  int node_size = 0; // GPUs a node: 2 puts ep 4 on two nodes, exchanged in two levels
 };
 
 // `base` trained in layout `l` against `ref` (it on one GPU): every step's loss and every final
@@ -37,6 +39,7 @@ void expect_layout_trains_as_one_gpu(const StrategyOptions& base, const HarnessR
   o.zero = l.zero;
   o.micro_batches = l.micro_batches;
   o.dp_shard = l.dp_shard;
+  o.node_size = l.node_size;
   const HarnessRun got = run_tiny_moe(l.world, o);
   ASSERT_EQ(got.losses.size(), ref.losses.size()) << l.name;
   for (int k = 0; k < kTinyMoeSteps; ++k)
@@ -72,6 +75,9 @@ TEST(ExpertParallel, EveryLayoutTrainsAsOneGpu) {
       {"ep 4 over dp 2 x cp 2, zero 2", 4, 4, 1, 1, 2, 2, 1, 0},
       {"ep 2, HSDP (dp 4 = 2 replicas x 2 shards), zero 1", 4, 2, 1, 1, 1, 1, 1, 2},
       {"ep 2, 2 micro-batches", 2, 2, 1, 1, 1, 0, 2, 0},
+      {"ep 4 over 2 nodes of 2", 4, 4, 1, 1, 1, 0, 1, 0, 2},
+      {"ep 4 over 2 nodes of 2 x pp 2, zero 3", 8, 4, 1, 2, 1, 3, 2, 0, 2},
+      {"ep 2 x tp 2 over 2 nodes of 2 (one member a node)", 4, 2, 2, 1, 1, 0, 1, 0, 2},
   };
   for (const EpLayout& l : layouts)
     expect_layout_trains_as_one_gpu(base, ref, l, "moe llama");
@@ -104,6 +110,7 @@ TEST(ExpertParallel, DeepSeekShapeTrainsAsOneGpu) {
       {"ep 4, zero 3", 4, 4, 1, 1, 1, 3, 1, 0},
       {"ep 2 x tp 2", 4, 2, 2, 1, 1, 0, 1, 0},
       {"tp 2 x pp 2 x dp 2, zero 1", 8, 1, 2, 2, 1, 1, 2, 0},
+      {"ep 4 over 2 nodes of 2, zero 3", 4, 4, 1, 1, 1, 3, 1, 0, 2},
   };
   for (const EpLayout& l : layouts)
     expect_layout_trains_as_one_gpu(base, base_ref, l, "deepseek-shaped llama");
@@ -113,4 +120,56 @@ TEST(ExpertParallel, DeepSeekShapeTrainsAsOneGpu) {
   expect_layout_trains_as_one_gpu(plain_q, run_tiny_moe(1, plain_q),
                                   {"tp 2, q whole (no q rank)", 2, 1, 2, 1, 1, 0, 1, 0},
                                   "deepseek-shaped llama");
+}
+
+// Each token goes once to each rank holding any of its experts (DeepEP's dispatch), with its k
+// weights beside it: with top 4 of 4 experts over ep 2 every token has two experts on each
+// rank, and each rank's dispatch sends the other each of its tokens once (H + 4 float64
+// numbers a row), forward and, as the rows' gradients, back in backward: twice a MoE layer a
+// step. No exchange sends a peer more.
+TEST(ExpertParallel, SendsATokenOnceToEachRankHoldingItsExperts) {
+  StrategyOptions o = tiny_moe_llama(3, 0);
+  o.shape.moe.top_k = 4;
+  o.ep = 2;
+  const HarnessRun run = run_tiny_moe(2, o);
+  const int64_t tokens = kTinyMoeGlobalBatch / 2 * o.shape.seq_len; // a rank's
+  const int64_t row = (o.shape.hidden + 4) * 8;
+  const int64_t moe_layers = o.shape.layers - o.shape.moe.dense_layers;
+  int dispatches = 0;
+  for (const CollectiveRecord& c : run.recorders[0].collectives) {
+    if (c.op != "all_to_all")
+      continue;
+    ASSERT_EQ(c.peer_bytes.size(), 2u);
+    EXPECT_LE(c.peer_bytes[1], tokens * row);
+    dispatches += c.peer_bytes[1] == tokens * row ? 1 : 0;
+  }
+  EXPECT_EQ(dispatches, 2 * moe_layers * kTinyMoeSteps);
+}
+
+// Across nodes, in two levels: top 4 of 4 experts over ep 4 on 2 nodes of 2. Rank 0 sends each
+// of its tokens once to the other node (to rank 2, at its place there), and each row that
+// arrived at its node (its own tokens and rank 2's) once to rank 1: twice as many rows.
+TEST(ExpertParallel, AcrossNodesSendsATokenOnceToEachNodeThenEachRank) {
+  StrategyOptions o = tiny_moe_llama(3, 0);
+  o.shape.moe.top_k = 4;
+  o.ep = 4;
+  o.node_size = 2;
+  const HarnessRun run = run_tiny_moe(4, o);
+  const int64_t tokens = kTinyMoeGlobalBatch / 4 * o.shape.seq_len; // a rank's
+  const int64_t row = (o.shape.hidden + 4) * 8;
+  const int64_t moe_layers = o.shape.layers - o.shape.moe.dense_layers;
+  int to_node = 0, within = 0;
+  for (const CollectiveRecord& c : run.recorders[0].collectives) {
+    if (c.op != "all_to_all")
+      continue;
+    ASSERT_EQ(c.peer_bytes.size(), 2u);
+    if (c.group == std::vector<int>{0, 2})
+      to_node += c.peer_bytes[1] == tokens * row ? 1 : 0;
+    else if (c.group == std::vector<int>{0, 1})
+      within += c.peer_bytes[1] == 2 * tokens * row ? 1 : 0;
+    else
+      ADD_FAILURE() << "an all_to_all over " << c.group.size() << " ranks";
+  }
+  EXPECT_EQ(to_node, 2 * moe_layers * kTinyMoeSteps);
+  EXPECT_EQ(within, 2 * moe_layers * kTinyMoeSteps);
 }

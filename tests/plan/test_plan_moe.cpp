@@ -6,7 +6,10 @@
 // ep group sending it its planned count.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <iostream>
+#include <map>
+#include <set>
 #include <stdexcept>
 #include <string>
 
@@ -133,6 +136,51 @@ TEST(PlanMoe, ThePlannedRoutingIsTheHottestRanksWorkAndMemory) {
     EXPECT_GT(static_cast<double>(got.peak), previous_peak) << "imbalance " << imbalance;
     previous_peak = static_cast<double>(got.peak);
   }
+}
+
+// A plan's dispatch sends each rank the tokens the planned routing reaches it with, once each
+// (moe.h, planned_reach): top 2 of 4 experts, one a rank, so half the tokens reach a rank
+// (1 - C(3,2)/C(4,2)). Forward exchanges, to each peer: the count of rows (one int64), the
+// rows with their 2 weights (bf16), which expert each weight is for (2 int64 a row), and the
+// rows back.
+TEST(PlanMoe, ItsDispatchSendsEachRankTheTokensThatReachIt) {
+  TrainConfig c = moe_plan_config();
+  c.precision = "bf16";
+  validate(c);
+  const Plan plan = make_plan(c, int64_t{1} << 40);
+  const int64_t rows = c.batch_size * c.shape.seq_len / 2, k = c.shape.moe.top_k;
+  const int64_t hidden = c.shape.hidden;
+  std::set<int64_t> sent;
+  for (const CollectiveRecord& r : plan.recorders[0].collectives)
+    if (r.op == "all_to_all")
+      for (size_t peer = 1; peer < r.peer_bytes.size(); ++peer)
+        sent.insert(r.peer_bytes[peer]);
+  EXPECT_EQ(sent, (std::set<int64_t>{8, rows * k * 8, rows * hidden * 2, rows * (hidden + k) * 2}));
+}
+
+// On 2 nodes of 2 the plan's exchange has two levels: to the other node, the tokens that reach
+// either of its 2 experts (1 - C(2,2)/C(4,2) = 5/6 of them); within the node, of the rows that
+// arrived from both nodes, those that reach the member's one expert given that they reached
+// the node's two (1/2 ÷ 5/6).
+TEST(PlanMoe, AcrossNodesItsDispatchSendsOnceANodeThenOnceARank) {
+  TrainConfig c = moe_plan_config();
+  c.precision = "bf16";
+  c.cluster = "2x2xh100";
+  validate(c);
+  const Plan plan = make_plan(c, int64_t{1} << 40);
+  const int64_t k = c.shape.moe.top_k, hidden = c.shape.hidden;
+  const int64_t to_node = std::llround(c.batch_size * c.shape.seq_len * 5.0 / 6);
+  const int64_t within = std::llround(2 * to_node * 0.5 / (5.0 / 6));
+  std::map<std::vector<int>, std::set<int64_t>> sent;
+  for (const CollectiveRecord& r : plan.recorders[0].collectives)
+    if (r.op == "all_to_all")
+      for (size_t peer = 1; peer < r.peer_bytes.size(); ++peer)
+        sent[r.group].insert(r.peer_bytes[peer]);
+  const auto exchanged = [&](int64_t rows) {
+    return std::set<int64_t>{8, rows * k * 8, rows * hidden * 2, rows * (hidden + k) * 2};
+  };
+  EXPECT_EQ(sent, (std::map<std::vector<int>, std::set<int64_t>>{
+                      {{0, 2}, exchanged(to_node)}, {{0, 1}, exchanged(within)}}));
 }
 
 // A plan of `preset` on `gpus` GPUs at tp 1 with pp and ep, bf16 and ZeRO 1, pp micro-batches

@@ -70,6 +70,15 @@ void check_options(const MoeOptions& o) {
                                 "must be at least 0, the routed scale positive");
 }
 
+// The chance that none of k distinct choices, each equally likely among `pool` experts, falls
+// on `held` of them.
+double misses(double pool, double held, int64_t k) {
+  double p = 1;
+  for (int64_t i = 0; i < k; ++i)
+    p *= std::max(0.0, (pool - held - static_cast<double>(i)) / (pool - static_cast<double>(i)));
+  return p;
+}
+
 } // namespace
 
 std::vector<int64_t> planned_counts(const std::vector<double>& shares, int64_t experts,
@@ -193,6 +202,46 @@ torch::Tensor balancing_loss(const torch::Tensor& experts, const torch::Tensor& 
          (alpha * static_cast<double>(num_experts * parts));
 }
 
+double planned_reach(const MoeOptions& o, int64_t first, int64_t count) {
+  if (first < 0 || count < 1 || first + count > o.experts)
+    throw std::invalid_argument(
+        fmt::format("moe: experts {} to {} are not of the {}", first, first + count - 1, o.experts));
+  if (!o.planned_shares.empty() && static_cast<int64_t>(o.planned_shares.size()) != o.experts)
+    throw std::invalid_argument(fmt::format("moe: a planned routing of {} experts for a layer of {}",
+                                            o.planned_shares.size(), o.experts));
+  const double experts = static_cast<double>(o.experts);
+  double share = 0;
+  for (int64_t e = first; e < first + count; ++e)
+    share += o.planned_shares.empty() ? 1 / experts : o.planned_shares[static_cast<size_t>(e)];
+  const double held = share * experts; // in experts' worth of the choices
+  const int64_t size = o.experts / o.groups;
+  if (o.groups > 1 && first / size == (first + count - 1) / size) {
+    // Within one group: reached when the group is kept, and a choice among the kept groups'
+    // experts falls on these.
+    const double kept = static_cast<double>(o.top_groups) / static_cast<double>(o.groups);
+    return kept * (1 - misses(static_cast<double>(o.top_groups * size), held, o.top_k));
+  }
+  if (o.groups > 1 && first % size == 0 && count % size == 0) {
+    // Whole groups, g of them: m of them kept with the hypergeometric chance, then a choice
+    // among the kept groups' experts falls on their m·size.
+    const int64_t g = count / size, groups = o.groups, top = o.top_groups;
+    auto choose = [](int64_t n, int64_t r) {
+      if (r < 0 || r > n)
+        return 0.0;
+      double c = 1;
+      for (int64_t i = 1; i <= r; ++i)
+        c = c * static_cast<double>(n - r + i) / static_cast<double>(i);
+      return c;
+    };
+    double miss = 0;
+    for (int64_t m = 0; m <= std::min(g, top); ++m)
+      miss += choose(g, m) * choose(groups - g, top - m) / choose(groups, top) *
+              misses(static_cast<double>(top * size), static_cast<double>(m * size), o.top_k);
+    return 1 - miss;
+  }
+  return 1 - misses(experts, held, o.top_k);
+}
+
 MoeImpl::MoeImpl(const MoeOptions& o, const torch::TensorOptions& t) : options_(o) {
   check_options(o);
   router = register_parameter("router", torch::empty({o.experts, o.hidden}, t));
@@ -258,11 +307,8 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x) {
     weights = weights.narrow(0, 0, n);
   }
   last_tokens_ = tokens;
-  const torch::Tensor routed = flat.index_select(0, rows);
-  const torch::Tensor expert_out = dispatch_ ? dispatch_->run(*this, routed, tokens_per_expert_)
-                                             : run_local_experts(routed, tokens_per_expert_);
-  torch::Tensor out = torch::zeros_like(flat).index_add(0, rows,
-                                                        expert_out * weights.unsqueeze(1));
+  const MoeAssignments assignments{rows, weights, tokens_per_expert_};
+  torch::Tensor out = dispatch_ ? dispatch_->run(*this, flat, assignments) : run_assignments(flat, assignments);
   if (shared_)
     out = out + shared_->forward(flat);
   if (o.aux_loss > 0 && is_training()) {
@@ -290,6 +336,11 @@ torch::Tensor MoeImpl::run_local_experts(const torch::Tensor& rows, const torch:
   }
   // No rows: still an output of `rows`, so that backward reaches (and exchanges) them.
   return outputs.empty() ? rows * 0 : torch::cat(outputs);
+}
+
+torch::Tensor MoeImpl::run_assignments(const torch::Tensor& rows, const MoeAssignments& a) {
+  const torch::Tensor out = run_local_experts(rows.index_select(0, a.token_of), a.counts);
+  return torch::zeros_like(rows).index_add(0, a.token_of, out * a.weights.unsqueeze(1));
 }
 
 void MoeImpl::keep_experts(int64_t first, int64_t count, std::shared_ptr<ExpertDispatch> dispatch) {

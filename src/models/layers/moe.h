@@ -28,7 +28,8 @@
 //
 // Where the experts run is a slot (ExpertDispatch): by default all E on this rank; expert
 // parallelism (parallel/expert/) keeps a slice of them on each rank of an ep group and sends
-// each assignment's token to the rank that holds its expert and back (all_to_all).
+// each token, once, to every rank holding any of its experts, and the weighted sum of those
+// experts' outputs back (all_to_all).
 #pragma once
 
 #include <cstdint>
@@ -115,15 +116,27 @@ torch::Tensor balancing_loss(const torch::Tensor& experts, const torch::Tensor& 
 
 class MoeImpl;
 
-/// Where a layer's routed experts run. `rows` [n, H] are the assignments' token rows grouped
-/// by expert in expert order, `counts` (int64 [E], on the host) how many each expert has;
-/// returns the experts' outputs [n, H] in the same order, unweighted.
+/// The assignments of a forward that run, grouped by expert in expert order: `token_of`
+/// (int64 [n]) the token of each, `weights` [n] its weight, `counts` (int64 [E], on the host)
+/// how many each expert has.
+struct MoeAssignments {
+  torch::Tensor token_of, weights, counts;
+};
+
+/// Where a layer's routed experts run. Returns the routed output [N, H] of `tokens` [N, H]:
+/// each token's sum, over its assignments, of the expert's output times the weight.
 class ExpertDispatch {
 public:
   virtual ~ExpertDispatch() = default;
-  virtual torch::Tensor run(MoeImpl& layer, const torch::Tensor& rows,
-                            const torch::Tensor& counts) = 0;
+  virtual torch::Tensor run(MoeImpl& layer, const torch::Tensor& tokens,
+                            const MoeAssignments& assignments) = 0;
 };
+
+/// Under the planned routing (`options.planned_shares`; k distinct experts a token, equally
+/// likely in proportion to their shares, within the kept groups of group-limited routing),
+/// the fraction of tokens with at least one choice among experts first .. first + count - 1:
+/// those expert parallelism sends, once each, to the rank holding them.
+double planned_reach(const MoeOptions& options, int64_t first, int64_t count);
 
 class MoeImpl : public FeedForward, public RoutedWork {
 public:
@@ -148,6 +161,9 @@ public:
   /// Runs this rank's experts: `rows` [n, H] grouped by local expert, `counts` (int64, on the
   /// host) how many rows each of them has. Returns their outputs [n, H] in the same order.
   torch::Tensor run_local_experts(const torch::Tensor& rows, const torch::Tensor& counts);
+  /// Runs this rank's experts on `assignments` of `rows` [R, H] (their counts: this rank's
+  /// experts'). Returns [R, H]: each row's sum of its experts' outputs, weighted.
+  torch::Tensor run_assignments(const torch::Tensor& rows, const MoeAssignments& assignments);
   /// Context parallelism: the balancing loss sums its counts over the sequence's parts.
   void split_sequences(MoeSequenceParts parts) { sequence_parts_ = std::move(parts); }
 

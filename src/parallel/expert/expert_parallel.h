@@ -1,15 +1,23 @@
 // Expert parallelism (--ep E): the routed experts of every mixture-of-experts layer
 // (models/layers/moe.h) are split over the ranks of an ep group, rank i of it keeping experts
 // i·E/ep .. (i+1)·E/ep - 1; everything else (attention, the router, shared experts, dense
-// layers) stays whole on every rank. Each rank routes its own tokens; then, per layer:
+// layers) stays whole on every rank. Each rank routes its own tokens; then, per layer, as
+// DeepEP's dispatch and combine (Megatron's flex dispatcher, NeMo AutoModel) exchange them:
 //
-//   1. counts: every rank tells every other how many of its rows go to each of that rank's
-//      experts (an all_to_all of E numbers);
-//   2. dispatch: the rows go to the ranks that hold their experts (all_to_all with those
-//      splits), arriving grouped by source rank, then by expert; they are regrouped by
-//      expert and each local expert runs its rows from every source, in source order;
-//   3. combine: the outputs go back the way they came (all_to_all with the splits swapped),
-//      and the source weights them and adds them to its tokens.
+//   1. counts: every rank tells every other how many rows it will send it: one a token that
+//      has any of its experts there, however many (an all_to_all of one number a rank);
+//   2. dispatch: the rows go to those ranks (all_to_all with those splits), each carrying the
+//      token's k weights for the destination's experts (0 where none), and which of the
+//      destination's experts each is for (a second all_to_all, of k integers a row); the
+//      destination runs each local expert on its rows from every source, in source order;
+//   3. combine: each arrived row's weighted sum of its experts' outputs goes back the way it
+//      came (all_to_all with the splits swapped), and the source adds it to its token.
+//
+// Across nodes (a cluster's nodes, StrategyOptions::node_size) as DeepEP's internode kernels
+// do, in two levels: steps 1 to 3 among the members at this rank's place on every node (its
+// "rail"), a token going once to each node holding any of its experts; what arrives at a node
+// goes on, by the same steps, once to each member there holding any of them, and its combined
+// rows come back the same way, summed at each level.
 //
 // Backward runs the two exchanges in reverse (the gradients of the combined rows to the
 // experts, then of the dispatched rows back to their tokens). The experts' gradients are then
@@ -27,10 +35,13 @@
 
 namespace meshsim {
 
-/// Splits the routed experts of every MoE layer of `model` over `ep` (this rank is member
-/// `index`): each keeps its slice and exchanges tokens with the group. std::invalid_argument
-/// when a layer's experts do not divide by the group's size.
-void parallelize_experts(torch::nn::Sequential& model, Communicator& comm, const Group& ep);
+/// Splits the routed experts of every MoE layer of `model` over `ep`: each member keeps its
+/// slice and exchanges tokens with the group, in two levels where the group spans nodes of
+/// `node_size` GPUs (global rank r on node r / node_size; 0: one node) holding the same
+/// number of its members each. std::invalid_argument when a layer's experts do not divide by
+/// the group's size.
+void parallelize_experts(torch::nn::Sequential& model, Communicator& comm, const Group& ep,
+                         int node_size = 0);
 
 /// Context parallelism: every MoE layer's balancing loss sums its per-sequence counts over
 /// `cp`, whose ranks hold the parts of each sequence.
