@@ -79,6 +79,16 @@ double misses(double pool, double held, int64_t k) {
   return p;
 }
 
+// The number of ways to choose r of n (0 outside 0 <= r <= n).
+double choose(int64_t n, int64_t r) {
+  if (r < 0 || r > n)
+    return 0.0;
+  double c = 1;
+  for (int64_t i = 1; i <= r; ++i)
+    c = c * static_cast<double>(n - r + i) / static_cast<double>(i);
+  return c;
+}
+
 } // namespace
 
 std::vector<int64_t> planned_counts(const std::vector<double>& shares, int64_t experts,
@@ -225,14 +235,6 @@ double planned_reach(const MoeOptions& o, int64_t first, int64_t count) {
     // Whole groups, g of them: m of them kept with the hypergeometric chance, then a choice
     // among the kept groups' experts falls on their m·size.
     const int64_t g = count / size, groups = o.groups, top = o.top_groups;
-    auto choose = [](int64_t n, int64_t r) {
-      if (r < 0 || r > n)
-        return 0.0;
-      double c = 1;
-      for (int64_t i = 1; i <= r; ++i)
-        c = c * static_cast<double>(n - r + i) / static_cast<double>(i);
-      return c;
-    };
     double miss = 0;
     for (int64_t m = 0; m <= std::min(g, top); ++m)
       miss += choose(g, m) * choose(groups - g, top - m) / choose(groups, top) *
@@ -308,7 +310,8 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x) {
   }
   last_tokens_ = tokens;
   const MoeAssignments assignments{rows, weights, tokens_per_expert_};
-  torch::Tensor out = dispatch_ ? dispatch_->run(*this, flat, assignments) : run_assignments(flat, assignments);
+  torch::Tensor out =
+      dispatch_ ? dispatch_->run(*this, flat, assignments) : run_assignments(flat, assignments);
   if (shared_)
     out = out + shared_->forward(flat);
   if (o.aux_loss > 0 && is_training()) {

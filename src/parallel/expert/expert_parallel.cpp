@@ -134,13 +134,13 @@ using ArrivedRows = std::function<torch::Tensor(const torch::Tensor& rows, const
 class ExpertParallelDispatch final : public ExpertDispatch {
 public:
   ExpertParallelDispatch(Communicator& comm, Group ep, int node_size)
-      : comm_(comm), ep_(std::move(ep)), node_(ep_), rail_{{comm.rank()}} {
+      : comm_(comm), node_(std::move(ep)), rail_{{comm.rank()}} {
     // The members on each node, in group order: two levels when each node holds an unbroken
     // run of the same number of them, more than one, and there is more than one node.
     if (node_size < 1)
       return;
     std::vector<std::vector<int>> runs;
-    for (int rank : ep_.ranks) {
+    for (int rank : node_.ranks) {
       if (runs.empty() || runs.back().front() / node_size != rank / node_size)
         runs.emplace_back();
       runs.back().push_back(rank);
@@ -155,7 +155,7 @@ public:
     std::sort(nodes.begin(), nodes.end());
     if (runs.size() < 2 || per_node < 2 || std::unique(nodes.begin(), nodes.end()) != nodes.end())
       return;
-    const auto place = static_cast<size_t>(ep_.index_of(comm.rank())) % per_node;
+    const auto place = static_cast<size_t>(node_.index_of(comm.rank())) % per_node;
     rail_.ranks.clear();
     for (const auto& run : runs) {
       rail_.ranks.push_back(run[place]);
@@ -171,7 +171,7 @@ public:
     };
     const int64_t local = layer.local_experts();
     if (rail_.size() == 1) // one node: once a rank
-      return exchange(layer, ep_, local, 0, tokens, a, experts);
+      return exchange(layer, node_, local, 0, tokens, a, experts);
     // Once a node, then once a rank within it.
     const int64_t per_node = local * node_.size();
     const int64_t node_first = rail_.index_of(comm_.rank()) * per_node;
@@ -196,11 +196,11 @@ private:
     // 1. What goes where. A plan has no values to route: it sends each member the rows the
     // planned routing reaches it with, of the rows here (all of which reach this level's
     // experts), and, every rank routing the same, gets as many from each.
+    const MoeOptions& o = layer.options();
+    const double level_reach = planned ? planned_reach(o, first, members * span) : 1;
     const auto planned_rows = [&](int member) {
-      const MoeOptions& o = layer.options();
       return std::llround(static_cast<double>(tokens.size(0)) *
-                          planned_reach(o, first + member * span, span) /
-                          planned_reach(o, first, members * span));
+                          planned_reach(o, first + member * span, span) / level_reach);
     };
     Outbound out;
     if (planned) {
@@ -261,7 +261,6 @@ private:
   }
 
   Communicator& comm_;
-  Group ep_;
   Group node_;  // the ep members on this rank's node (all of ep with one level)
   Group rail_;  // the ep members at this rank's place on every node (this rank with one level)
 };
