@@ -260,7 +260,9 @@ TEST(MoeLayer, MatchesATokenByTokenLoop) {
 // The routed experts are counted as the frameworks run them: each projection (gate, up, down)
 // of every expert that ran is one grouped GEMM, 2·N·H·F FLOPs over the N assignments, reading
 // the N rows, writing theirs and reading the weights of the experts that ran; the router is a
-// GEMM of its own. 4 tokens of 6 features, top 2 of 4 experts of width 5, float64.
+// GEMM of its own; around them, one fused kernel each for the router's softmax and top k, the
+// permutation, SwiGLU's two steps and the weighted unpermutation (flops.h). 4 tokens of 6
+// features, top 2 of 4 experts of width 5, float64.
 TEST(MoeLayer, ItsRoutedExpertsAreOneGroupedGemmAProjection) {
   torch::manual_seed(5);
   const MoeOptions o = small_moe();
@@ -275,10 +277,18 @@ TEST(MoeLayer, ItsRoutedExpertsAreOneGroupedGemmAProjection) {
   const double h = 6, f = 5, e = 4, tokens = 4;
   EXPECT_EQ(n, 8);
   EXPECT_EQ(w.gemms, 4);   // the router and the three projections, whatever the experts
-  EXPECT_EQ(w.kernels, 4);
   EXPECT_DOUBLE_EQ(w.gemm_flops, 2 * tokens * h * e + 3 * 2 * n * h * f);
   EXPECT_DOUBLE_EQ(w.gemm_bytes,
                    (tokens * h + tokens * e + e * h) * 8 + 3 * (n * h + n * f + ran * h * f) * 8);
+  // Six memory-bound kernels: the router's softmax and top k, the shared experts' output
+  // added, the permutation into expert order, SiLU, the product with up, and the weighted sum
+  // back into the 4 tokens (the shared experts' own kernels are counted as any MLP's).
+  EXPECT_EQ(w.kernels, 4 + 6);
+  EXPECT_DOUBLE_EQ(w.flops - w.gemm_flops,
+                   5 * tokens * e + tokens * h + 5 * n * f + n * f + 2 * n * h);
+  EXPECT_DOUBLE_EQ(w.bytes - w.gemm_bytes, (2 * tokens * e + 3 * tokens * h + 2 * n * h +
+                                            2 * n * f + 3 * n * f + n * h + n + tokens * h) *
+                                               8);
 }
 
 // The balancing loss reaches the router through the layer's output: its gradients equal those

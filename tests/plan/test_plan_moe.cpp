@@ -118,7 +118,10 @@ TEST(PlanMoe, ThePlannedRoutingIsTheHottestRanksWorkAndMemory) {
   const TrainConfig c = moe_plan_config();
   const int64_t tokens = c.batch_size * c.shape.seq_len;  // per rank
   const int64_t assignments = tokens * c.shape.moe.top_k;
-  const double per_row = 6.0 * c.shape.hidden * c.shape.moe.ffn; // gate, up and down
+  // gate, up and down; SiLU (5 a feature), the product with up (1) and the weighted sum
+  // back (2 a hidden feature)
+  const double h = static_cast<double>(c.shape.hidden), f = static_cast<double>(c.shape.moe.ffn);
+  const double per_row = 6.0 * h * f + 6.0 * f + 2.0 * h;
   const int64_t moe_layers = c.shape.layers - c.shape.moe.dense_layers;
   const Hottest balanced = plan_hottest({});
   double previous_peak = static_cast<double>(balanced.peak);

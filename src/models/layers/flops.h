@@ -21,6 +21,10 @@
 //  - a mixture of experts (RoutedWork): the router, 2·N·H·E, and the routed experts' three
 //    projections, each one grouped GEMM over the experts that ran (as Megatron's grouped GEMM
 //    and torch._grouped_mm run them), 2·Σn_e·H·F, with the weights of the experts that ran;
+//    and its memory-bound kernels, one each: the router's softmax and top k (N·E read and
+//    written), the n = Σn_e rows copied into expert order (n·H read and written), SwiGLU's
+//    SiLU and product on n·F, each output weighted and summed back into the R rows that
+//    arrived (n·H read, R·H written), and the shared experts' output added;
 //  - views (Flatten, Identity): nothing.
 //  - the loss: not a layer; the loss that ran counts its own kernels, forward and backward
 //    (LossWork; parallel/strategy.h's TrainingLoss).

@@ -342,6 +342,7 @@ torch::Tensor MoeImpl::run_local_experts(const torch::Tensor& rows, const torch:
 }
 
 torch::Tensor MoeImpl::run_assignments(const torch::Tensor& rows, const MoeAssignments& a) {
+  last_rows_ = rows.size(0);
   const torch::Tensor out = run_local_experts(rows.index_select(0, a.token_of), a.counts);
   return torch::zeros_like(rows).index_add(0, a.token_of, out * a.weights.unsqueeze(1));
 }
@@ -370,6 +371,11 @@ void MoeImpl::add_routed_work(LayerWork& total, double eb) const {
   const double e = static_cast<double>(options_.experts);
   const double tokens = static_cast<double>(last_tokens_);
   add_gemm(total, 2 * tokens * h * e, (tokens * h + tokens * e + e * h) * eb); // the router
+  // Its softmax (or sigmoid) and top k, one kernel (Megatron's fused router): the logits read,
+  // the probabilities written.
+  add_elementwise(total, tokens * e, 5, 1, 1, eb);
+  if (shared_)
+    add_elementwise(total, tokens * h, 1, 2, 1, eb); // the shared experts' output added
   if (!expert_load_.defined())
     return;
   // The experts that ran and their tokens: each projection of them all is one grouped GEMM, as
@@ -387,6 +393,15 @@ void MoeImpl::add_routed_work(LayerWork& total, double eb) const {
   // ran.
   for (int gemm = 0; gemm < 3; ++gemm)
     add_gemm(total, 2 * n * h * f, (n * h + n * f + ran * h * f) * eb);
+  // The memory-bound kernels around them, one each as the frameworks' fused kernels run them
+  // (Megatron's and Transformer Engine's permute and unpermute): the R rows that arrived
+  // copied into expert order, one row an assignment; SwiGLU's SiLU and its product with up,
+  // as a dense block's (mlp.cpp); each output times its weight and summed back into its row.
+  const double rows = static_cast<double>(last_rows_);
+  add_elementwise(total, n * h, 0, 1, 1, eb);                  // permute
+  add_elementwise(total, n * f, 5, 1, 1, eb);                  // SiLU
+  add_elementwise(total, n * f, 1, 2, 1, eb);                  // · up
+  add_kernel(total, 2 * n * h, (n * h + n + rows * h) * eb);   // unpermute, weighted
 }
 
 int64_t moe_parameter_count(const MoeOptions& o) {

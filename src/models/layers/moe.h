@@ -179,6 +179,7 @@ private:
   torch::Tensor tokens_per_expert_;  // [E]: the router's choices for this rank's tokens
   torch::Tensor expert_load_;        // [local experts]: the rows this rank's experts ran
   int64_t last_tokens_ = 0;
+  int64_t last_rows_ = 0;            // the rows run_assignments last had (tokens, or arrivals)
 };
 TORCH_MODULE(Moe);
 
