@@ -150,6 +150,9 @@ put("fuzz_cli", "train-stage-layers", "0" + "\n".join(["--model", "gpt", "--pp",
 put("fuzz_cli", "plan-first-last", "1" + "\n".join(["--preset", "llama3-405b", "--cluster", "2048x8xh100", "--tp", "8",
                                                    "--pp", "16", "--first-stage-layers", "7",
                                                    "--last-stage-layers", "7"]))
+put("fuzz_cli", "plan-moe-alltoall", "1" + "\n".join(["--model", "llama", "--moe-experts", "8", "--ep", "4",
+                                                    "--moe-dispatch", "alltoall", "--cluster", "2x4xh100",
+                                                    "--layers", "2"]))
 # fuzz_predict_values: the bytes choose how each number of the target's own records changes.
 put("fuzz_predict_values", "as-recorded", bytes(64))
 put("fuzz_predict_values", "resized", bytes([1, 0, 0, 2, 11, 11, 3]))
@@ -191,6 +194,8 @@ put("fuzz_plan_request", "full-layout", json.dumps({"preset": "mixtral-8x7b", "c
     "inter": "4xndr", "layout": {"tp": 2, "pp": 2, "cp": 1, "ep": 8, "zero": 1, "micro_batch_size": 1,
     "micro_batches": 8, "virtual_stages": 2, "recompute": "full", "attention": "fused",
     "cp_comm": "ring", "sequence_parallel": True, "tp_comm_overlap": False}, "seq_len": 4096}))
+put("fuzz_plan_request", "moe-dispatch", json.dumps({"preset": "mixtral-8x7b", "cluster": "2x8xh100",
+    "layout": {"ep": 8, "zero": 1, "moe_dispatch": "alltoall"}, "seq_len": 4096}))
 put("fuzz_plan_request", "hf-config", json.dumps({"cluster": "8xh100", "hf_config": {
     "model_type": "mixtral", "num_hidden_layers": 32, "hidden_size": 4096,
     "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,

@@ -83,7 +83,8 @@ void print_plan(const nlohmann::json& doc, const TrainConfig& c) {
              layout_dims(c).describe(),
              std::string(c.sequence_parallel ? " with sequence parallel" : "") +
                  (c.tp_comm_overlap ? ", tp communication overlapped" : "") +
-                 (c.cp > 1 ? " (cp by " + c.cp_comm + ")" : ""),
+                 (c.cp > 1 ? " (cp by " + c.cp_comm + ")" : "") +
+                 (c.ep > 1 && c.moe_dispatch != "deepep" ? " (ep by " + c.moe_dispatch + ")" : ""),
              c.zero, c.distributed_optimizer ? " (distributed optimizer)" : "", c.precision,
              doc["global_batch_size"].get<int64_t>(), c.micro_batches, c.micro_batches == 1 ? "" : "es",
              doc["layout"]["micro_batch_size"].get<int64_t>(), c.recompute,
@@ -185,6 +186,7 @@ nlohmann::json layout_json(const TrainConfig& c) {
           {"cp", c.cp},
           {"cp_comm", c.cp_comm},
           {"ep", c.ep},
+          {"moe_dispatch", c.moe_dispatch},
           {"tp", c.tp},
           {"pp", c.pp},
           {"virtual_stages", c.virtual_stages},

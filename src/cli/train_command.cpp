@@ -216,7 +216,11 @@ nlohmann::json announce(const TrainRun& r) {
       uses_mesh_layout(config)
           ? fmt::format(" as {}{}{}, zero {}{}, {} micro-batches, recompute {}", dims.describe(),
                         config.sequence_parallel ? " with sequence parallel" : "",
-                        dims.cp > 1 ? " (cp by " + config.cp_comm + ")" : "", config.zero,
+                        (dims.cp > 1 ? " (cp by " + config.cp_comm + ")" : std::string()) +
+                            (dims.ep > 1 && config.moe_dispatch != "deepep"
+                                 ? " (ep by " + config.moe_dispatch + ")"
+                                 : ""),
+                        config.zero,
                         (config.reshard_after_forward ? "" : " (no reshard after forward)") +
                             std::string(config.distributed_optimizer ? " (distributed optimizer)"
                                                                      : "") +
@@ -256,7 +260,8 @@ nlohmann::json announce(const TrainRun& r) {
                       {"micro_batches", config.micro_batches},
                       {"recompute", config.recompute},
                       {"sequence_parallel", config.sequence_parallel},
-                      {"cp", dims.cp}, {"cp_comm", config.cp_comm}, {"ep", dims.ep}}},
+                      {"cp", dims.cp}, {"cp_comm", config.cp_comm}, {"ep", dims.ep},
+                       {"moe_dispatch", config.moe_dispatch}}},
           {"model", config.model},
           {"parameters", parameters},
           {"device", config.device},

@@ -40,6 +40,11 @@ void add_model_layout_flags(CLI::App& app, TrainConfig& c) {
                    "expert-parallel size (--moe-experts): the routed experts over ep ranks of "
                    "the dp × cp ranks, tokens exchanged by all_to_all")
       ->capture_default_str();
+  app.add_option("--moe-dispatch", c.moe_dispatch,
+                 "how --ep exchanges tokens: deepep (once to each GPU holding any of a token's "
+                 "experts, across nodes once a node, DeepEP's) | alltoall (once per chosen "
+                 "expert, Megatron's default dispatcher)")
+      ->capture_default_str();
   add_integer_flag(app, "--zero", c.zero, "ZeRO stage on the data-parallel dimension: 0 | 1 | 2 | 3")
       ->capture_default_str();
   add_integer_flag(app, "--dp-shard", c.dp_shard,

@@ -39,6 +39,7 @@ struct TrainConfig {
   int cp = 1;                 // context parallel: each rank holds 2 of 2·cp chunks of the sequence
   std::string cp_comm = "allgather";  // how cp brings K/V: allgather | ring
   int ep = 1;                 // expert parallel: the routed experts over ep ranks of dp × cp
+  std::string moe_dispatch = "deepep"; // how ep exchanges tokens: deepep | alltoall
   int zero = 0;
   int dp_shard = 0;             // --dp-shard N: HSDP, ZeRO shards within N dp ranks; 0: all of dp
   bool reshard_after_forward = true;  // --no-reshard-after-forward: ZeRO 3 keeps blocks gathered

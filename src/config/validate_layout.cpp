@@ -109,6 +109,8 @@ void validate_layout(TrainConfig& c) {
                       "(the default), not {}", c.strategy));
   require(c.cp_comm == "allgather" || c.cp_comm == "ring",
           fmt::format("unknown --cp-comm '{}' (choose allgather or ring)", c.cp_comm));
+  require(c.moe_dispatch == "deepep" || c.moe_dispatch == "alltoall",
+          fmt::format("unknown --moe-dispatch '{}' (choose deepep or alltoall)", c.moe_dispatch));
   require(!c.sequence_parallel || c.tp > 1,
           "--sequence-parallel needs --tp 2 or more: it splits the sequence over the tp group");
 

@@ -401,7 +401,8 @@ private:
         split_moe_sequences(full, ctx_.comm, cp_); // a balancing loss over whole sequences
       }
       if (dims_.ep > 1) // each rank keeps its slice of the routed experts
-        parallelize_experts(full, ctx_.comm, dims_.group(ctx_.rank, "ep"), options_.node_size);
+        parallelize_experts(full, ctx_.comm, dims_.group(ctx_.rank, "ep"), options_.node_size,
+                            options_.moe_dispatch);
       // Parameter tensors of every chunk, in model order, for full_parameters(); and the
       // children of this rank's chunks, which form its stage.
       const int chunks = dims_.pp * options_.virtual_stages;

@@ -50,6 +50,7 @@ struct StrategyOptions {
   int cp = 1;                   // context parallel: the sequence over cp ranks
   int ep = 1;                   // expert parallel: the routed experts over ep ranks of dp × cp
   int node_size = 0;            // GPUs a node of the target cluster (--cluster); 0: one node
+  std::string moe_dispatch = "deepep"; // how ep exchanges tokens: deepep | alltoall
   std::string cp_comm = "allgather"; // how cp brings K/V to the queries: allgather | ring
   bool sequence_parallel = false; // with tp > 1: norms and residuals on 1/tp of the sequence
   int zero = 0;                 // ZeRO stage on the data-parallel dimension

@@ -99,6 +99,7 @@ void add_layout(const json& layout, std::vector<std::string>& out) {
                                       "cp",
                                       "cp_comm",
                                       "ep",
+                                      "moe_dispatch",
                                       "dp_shard",
                                       "zero",
                                       "virtual_stages",
@@ -132,6 +133,9 @@ void add_layout(const json& layout, std::vector<std::string>& out) {
     } else if (key == "cp_comm") {
       flags.push_back("--cp-comm");
       flags.push_back(one_of(value, name, {"allgather", "ring"}));
+    } else if (key == "moe_dispatch") {
+      flags.push_back("--moe-dispatch");
+      flags.push_back(one_of(value, name, {"deepep", "alltoall"}));
     } else if (key == "sequence_parallel") {
       if (boolean(value, name))
         flags.push_back("--sequence-parallel");
@@ -141,7 +145,7 @@ void add_layout(const json& layout, std::vector<std::string>& out) {
     } else {
       refuse(fmt::format("unknown field '{}' (layout takes tp, pp, cp, ep, dp_shard, zero, "
                          "micro_batch_size, micro_batches, virtual_stages, recompute, attention, "
-                         "elementwise, cp_comm, sequence_parallel, tp_comm_overlap)",
+                         "elementwise, cp_comm, moe_dispatch, sequence_parallel, tp_comm_overlap)",
                          shown_key(name)));
     }
   }

@@ -587,6 +587,8 @@ TEST(CliBadInput, ImpossibleMixturesOfExpertsAreOneLine) {
       {llama + "--moe-experts 4 --gpus 2 --tp 2 --sequence-parallel",
        "--moe-experts does not take --sequence-parallel"},
       {llama + "--moe-experts 6 --gpus 4 --ep 4", "--moe-experts 6 is not divisible by --ep 4"},
+      {llama + "--moe-experts 4 --gpus 2 --ep 2 --moe-dispatch deep",
+       "unknown --moe-dispatch 'deep' (choose deepep or alltoall)"},
       {llama + "--moe-experts 8 --moe-top-k 9", "--moe-top-k 9"},
       {llama + "--moe-experts 8 --gpus 4 --ep 8", "--ep 8 does not divide dp 4 × --cp 1 = 4"},
       {llama + "--moe-experts 8 --gpus 4 --tp 2 --ep 4", "--ep 4 does not divide dp 2 × --cp 1"},

@@ -6,7 +6,7 @@
 // (strategy_harness.h). Layouts: ep 2 and 4 (all of dp), ep 2 × tp 2, ep 2 × pp 2 × dp 2 and
 // dp 4 with ZeRO 1 and ZeRO 3 (experts sharded over edp, the dense parameters over dp), cp 2 × ep 2
 // (the balancing loss over whole sequences), ep 2 with HSDP; ep 4 over two nodes (the
-// exchange in two levels).
+// exchange in two levels); and with Megatron's alltoall dispatcher (--moe-dispatch alltoall).
 #include <gtest/gtest.h>
 
 #include <iostream>
@@ -25,6 +25,7 @@ struct EpLayout {
   const char* name;
   int world, ep, tp, pp, cp, zero, micro_batches, dp_shard;
   int node_size = 0; // GPUs a node: 2 puts ep 4 on two nodes, exchanged in two levels
+  const char* dispatch = "deepep"; // --moe-dispatch
 };
 
 // `base` trained in layout `l` against `ref` (it on one GPU): every step's loss and every final
@@ -40,6 +41,7 @@ void expect_layout_trains_as_one_gpu(const StrategyOptions& base, const HarnessR
   o.micro_batches = l.micro_batches;
   o.dp_shard = l.dp_shard;
   o.node_size = l.node_size;
+  o.moe_dispatch = l.dispatch;
   const HarnessRun got = run_tiny_moe(l.world, o);
   ASSERT_EQ(got.losses.size(), ref.losses.size()) << l.name;
   for (int k = 0; k < kTinyMoeSteps; ++k)
@@ -78,6 +80,9 @@ TEST(ExpertParallel, EveryLayoutTrainsAsOneGpu) {
       {"ep 4 over 2 nodes of 2", 4, 4, 1, 1, 1, 0, 1, 0, 2},
       {"ep 4 over 2 nodes of 2 x pp 2, zero 3", 8, 4, 1, 2, 1, 3, 2, 0, 2},
       {"ep 2 x tp 2 over 2 nodes of 2 (one member a node)", 4, 2, 2, 1, 1, 0, 1, 0, 2},
+      {"ep 4, alltoall", 4, 4, 1, 1, 1, 0, 1, 0, 0, "alltoall"},
+      {"ep 2 x pp 2 x dp 2, zero 3, alltoall", 4, 2, 1, 2, 1, 3, 2, 0, 0, "alltoall"},
+      {"ep 4 over 2 nodes of 2, alltoall", 4, 4, 1, 1, 1, 0, 1, 0, 2, "alltoall"},
   };
   for (const EpLayout& l : layouts)
     expect_layout_trains_as_one_gpu(base, ref, l, "moe llama");
@@ -111,6 +116,7 @@ TEST(ExpertParallel, DeepSeekShapeTrainsAsOneGpu) {
       {"ep 2 x tp 2", 4, 2, 2, 1, 1, 0, 1, 0},
       {"tp 2 x pp 2 x dp 2, zero 1", 8, 1, 2, 2, 1, 1, 2, 0},
       {"ep 4 over 2 nodes of 2, zero 3", 4, 4, 1, 1, 1, 3, 1, 0, 2},
+      {"ep 4, zero 3, alltoall", 4, 4, 1, 1, 1, 3, 1, 0, 0, "alltoall"},
   };
   for (const EpLayout& l : layouts)
     expect_layout_trains_as_one_gpu(base, base_ref, l, "deepseek-shaped llama");
@@ -172,4 +178,31 @@ TEST(ExpertParallel, AcrossNodesSendsATokenOnceToEachNodeThenEachRank) {
   }
   EXPECT_EQ(to_node, 2 * moe_layers * kTinyMoeSteps);
   EXPECT_EQ(within, 2 * moe_layers * kTinyMoeSteps);
+}
+
+// Megatron's alltoall dispatcher (--moe-dispatch alltoall) sends a token once for each of its
+// experts, without weights: with top 4 of 4 experts over ep 2 each token has two experts on
+// the other rank, so each rank sends it 2 rows a token (H float64 numbers a row) in dispatch,
+// gets as many back in combine, and backward sends their gradients the other way: four such
+// exchanges a MoE layer a step, after one of the counts (an int64 an expert of the peer's).
+TEST(ExpertParallel, AllToAllSendsATokenOnceForEachOfItsExperts) {
+  StrategyOptions o = tiny_moe_llama(3, 0);
+  o.shape.moe.top_k = 4;
+  o.ep = 2;
+  o.moe_dispatch = "alltoall";
+  const HarnessRun run = run_tiny_moe(2, o);
+  const int64_t tokens = kTinyMoeGlobalBatch / 2 * o.shape.seq_len; // a rank's
+  const int64_t rows = 2 * tokens * o.shape.hidden * 8;
+  const int64_t moe_layers = o.shape.layers - o.shape.moe.dense_layers;
+  int exchanges = 0, counts = 0;
+  for (const CollectiveRecord& c : run.recorders[0].collectives) {
+    if (c.op != "all_to_all")
+      continue;
+    ASSERT_EQ(c.peer_bytes.size(), 2u);
+    exchanges += c.peer_bytes[1] == rows ? 1 : 0;
+    counts += c.peer_bytes[1] == 2 * 8 ? 1 : 0;
+    EXPECT_TRUE(c.peer_bytes[1] == rows || c.peer_bytes[1] == 2 * 8) << c.peer_bytes[1];
+  }
+  EXPECT_EQ(exchanges, 4 * moe_layers * kTinyMoeSteps);
+  EXPECT_EQ(counts, moe_layers * kTinyMoeSteps);
 }

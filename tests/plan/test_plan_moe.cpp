@@ -186,6 +186,26 @@ TEST(PlanMoe, AcrossNodesItsDispatchSendsOnceANodeThenOnceARank) {
                       {{0, 2}, exchanged(to_node)}, {{0, 1}, exchanged(within)}}));
 }
 
+// With Megatron's alltoall dispatcher a plan sends each peer a row for every assignment the
+// planned routing gives its experts (k·N/E each: top 2 of 4, one a rank), in one level even
+// across nodes: the counts (one int64 an expert of the peer's) and the rows, each way.
+TEST(PlanMoe, AllToAllSendsEachRankARowForEachOfItsAssignments) {
+  TrainConfig c = moe_plan_config();
+  c.precision = "bf16";
+  c.cluster = "2x2xh100";
+  c.moe_dispatch = "alltoall";
+  validate(c);
+  const Plan plan = make_plan(c, int64_t{1} << 40);
+  const int64_t rows = c.batch_size * c.shape.seq_len * c.shape.moe.top_k / 4;
+  std::map<std::vector<int>, std::set<int64_t>> sent;
+  for (const CollectiveRecord& r : plan.recorders[0].collectives)
+    if (r.op == "all_to_all")
+      for (size_t peer = 1; peer < r.peer_bytes.size(); ++peer)
+        sent[r.group].insert(r.peer_bytes[peer]);
+  EXPECT_EQ(sent, (std::map<std::vector<int>, std::set<int64_t>>{
+                      {{0, 1, 2, 3}, {8, rows * c.shape.hidden * 2}}}));
+}
+
 // A plan of `preset` on `gpus` GPUs at tp 1 with pp and ep, bf16 and ZeRO 1, pp micro-batches
 // of one sample, its last stage holding `last_stage_layers` blocks (0: as many as the others).
 // The sequence is short: the model state does not depend on it, and the plan is quicker.

@@ -28,14 +28,15 @@ TEST(PlanRequest, EachFieldBecomesItsFlag) {
       "layout": {"tp": 2, "pp": 2, "zero": 1, "micro_batch_size": 1, "micro_batches": 8,
                  "recompute": "selective", "sequence_parallel": true, "virtual_stages": 2,
                  "attention": "eager", "elementwise": "eager", "cp": 1, "ep": 1, "cp_comm": "ring",
-                 "tp_comm_overlap": false}})");
+                 "moe_dispatch": "alltoall", "tp_comm_overlap": false}})");
   EXPECT_FALSE(r.search);
   EXPECT_TRUE(r.hf_config.is_null());
   EXPECT_EQ(r.command_line(),
             "meshsim plan --preset llama3-8b --cluster 2x8xh100 --inter 4xndr --precision bf16 "
             "--global-batch-size 64 --seq-len 4096 --tp 2 --pp 2 --cp 1 --cp-comm ring --ep 1 "
-            "--zero 1 --virtual-stages 2 --micro-batches 8 --micro-batch-size 1 --recompute "
-            "selective --attention eager --elementwise eager --sequence-parallel");
+            "--moe-dispatch alltoall --zero 1 --virtual-stages 2 --micro-batches 8 "
+            "--micro-batch-size 1 --recompute selective --attention eager --elementwise eager "
+            "--sequence-parallel");
 }
 
 TEST(PlanRequest, ASearchAndAConfigJson) {

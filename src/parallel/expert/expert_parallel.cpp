@@ -265,6 +265,72 @@ private:
   Group rail_;  // the ep members at this rank's place on every node (this rank with one level)
 };
 
+// Megatron's alltoall token dispatcher (--moe-dispatch alltoall, its default): one row an
+// assignment, a token copied once for each of its experts to the member holding it, in one
+// level (NCCL's all_to_all spans the nodes). The destination runs its experts on what arrived
+// from every member and sends each output back; the source weights and sums them.
+class AllToAllDispatch final : public ExpertDispatch {
+public:
+  AllToAllDispatch(Communicator& comm, Group ep) : comm_(comm), ep_(std::move(ep)) {}
+
+  torch::Tensor run(MoeImpl& layer, const torch::Tensor& tokens,
+                    const MoeAssignments& a) override {
+    const int members = ep_.size(), me = ep_.index_of(comm_.rank());
+    const int64_t local = layer.local_experts();
+    const torch::Device device = tokens.device();
+    const bool planned = tokens.is_meta();
+    // 1. Counts: every member tells every other how many rows it sends each of its experts.
+    // A plan, every rank routing the same, gets its experts' planned counts from each.
+    const auto* to = a.counts.data_ptr<int64_t>();
+    torch::Tensor got; // int64 [members · local], on the host: source-major
+    {
+      CategoryScope scope(MemoryCategory::Communication);
+      const torch::Tensor sent = comm_.all_to_all(
+          indices(std::vector<int64_t>(to, to + a.counts.numel()), device), {}, {}, ep_);
+      GpuGuard host(nullptr);
+      got = planned ? a.counts.narrow(0, me * local, local).repeat({members}) : sent.cpu();
+    }
+    const auto* from = got.data_ptr<int64_t>();
+    std::vector<int64_t> send(static_cast<size_t>(members), 0), receive = send;
+    for (int m = 0; m < members; ++m)
+      for (int64_t e = 0; e < local; ++e) {
+        send[static_cast<size_t>(m)] += to[m * local + e];
+        receive[static_cast<size_t>(m)] += from[m * local + e];
+      }
+    // 2. Dispatch: the rows, in expert order, so grouped by destination.
+    const torch::Tensor arrived = AllToAllRows::apply(tokens.index_select(0, a.token_of), send,
+                                                      receive, &comm_, ep_);
+    // 3. The local experts on what arrived (by source, then expert), regrouped by expert; each
+    // output back in its arrival place (weight 1: the source weights them).
+    std::vector<int64_t> order;
+    torch::Tensor load;
+    {
+      GpuGuard host(nullptr);
+      load = torch::zeros({local}, torch::kLong);
+    }
+    std::vector<int64_t> begin(static_cast<size_t>(members * local), 0);
+    for (int64_t i = 1, at = 0; i < members * local; ++i)
+      begin[static_cast<size_t>(i)] = at += from[i - 1];
+    for (int64_t e = 0; e < local; ++e)
+      for (int m = 0; m < members; ++m) {
+        const int64_t n = from[m * local + e], first = begin[static_cast<size_t>(m * local + e)];
+        load.data_ptr<int64_t>()[e] += n;
+        for (int64_t r = 0; r < n; ++r)
+          order.push_back(planned ? 0 : first + r);
+      }
+    const torch::Tensor rows = indices(order, device);
+    const torch::Tensor outputs = layer.run_assignments(
+        arrived, {rows, torch::ones({rows.size(0)}, arrived.options()), load});
+    // 4. Back to the sources, one row an assignment, weighted and added at their tokens.
+    const torch::Tensor back = AllToAllRows::apply(outputs, receive, send, &comm_, ep_);
+    return torch::zeros_like(tokens).index_add(0, a.token_of, back * a.weights.unsqueeze(1));
+  }
+
+private:
+  Communicator& comm_;
+  Group ep_;
+};
+
 template <typename F>
 void for_each_moe(const torch::nn::Sequential& model, F&& f) {
   for (const auto& module : model->modules(/*include_self=*/false))
@@ -275,11 +341,18 @@ void for_each_moe(const torch::nn::Sequential& model, F&& f) {
 } // namespace
 
 void parallelize_experts(torch::nn::Sequential& model, Communicator& comm, const Group& ep,
-                         int node_size) {
+                         int node_size, const std::string& exchange) {
   const int index = ep.index_of(comm.rank());
   if (index < 0)
     throw std::invalid_argument("parallelize_experts: this rank is not in its ep group");
-  auto dispatch = std::make_shared<ExpertParallelDispatch>(comm, ep, node_size);
+  std::shared_ptr<ExpertDispatch> dispatch;
+  if (exchange == "deepep")
+    dispatch = std::make_shared<ExpertParallelDispatch>(comm, ep, node_size);
+  else if (exchange == "alltoall")
+    dispatch = std::make_shared<AllToAllDispatch>(comm, ep);
+  else
+    throw std::invalid_argument("unknown --moe-dispatch '" + exchange +
+                                "' (choose deepep or alltoall)");
   for_each_moe(model, [&](MoeImpl& moe) {
     const int64_t experts = moe.options().experts;
     if (experts % ep.size() != 0)

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include <torch/torch.h>
@@ -36,12 +37,16 @@
 namespace meshsim {
 
 /// Splits the routed experts of every MoE layer of `model` over `ep`: each member keeps its
-/// slice and exchanges tokens with the group, in two levels where the group spans nodes of
-/// `node_size` GPUs (global rank r on node r / node_size; 0: one node) holding the same
-/// number of its members each. std::invalid_argument when a layer's experts do not divide by
-/// the group's size.
+/// slice and exchanges tokens with the group by `exchange` (--moe-dispatch): "deepep" (above),
+/// in two levels where the group spans nodes of `node_size` GPUs (global rank r on node
+/// r / node_size; 0: one node) holding the same number of its members each; or "alltoall"
+/// (Megatron's alltoall token dispatcher, its default: a row for each assignment, a token
+/// copied to the member of each of its experts, in one level; the source weights and sums
+/// what comes back).
+/// std::invalid_argument when a layer's experts do not divide by the group's size, or for
+/// another exchange.
 void parallelize_experts(torch::nn::Sequential& model, Communicator& comm, const Group& ep,
-                         int node_size = 0);
+                         int node_size = 0, const std::string& exchange = "deepep");
 
 /// Context parallelism: every MoE layer's balancing loss sums its per-sequence counts over
 /// `cp`, whose ranks hold the parts of each sequence.
