@@ -59,6 +59,15 @@ void expect_layout_trains_as_one_gpu(const StrategyOptions& base, const HarnessR
             << ref.losses.back() << "), worst parameter rel. error " << worst << "\n";
 }
 
+// Rank 0's all_to_alls in `run`.
+std::vector<CollectiveRecord> rank0_all_to_alls(const HarnessRun& run) {
+  std::vector<CollectiveRecord> out;
+  for (const CollectiveRecord& c : run.recorders[0].collectives)
+    if (c.op == "all_to_all")
+      out.push_back(c);
+  return out;
+}
+
 } // namespace
 
 TEST(ExpertParallel, EveryLayoutTrainsAsOneGpu) {
@@ -142,9 +151,7 @@ TEST(ExpertParallel, SendsATokenOnceToEachRankHoldingItsExperts) {
   const int64_t row = (o.shape.hidden + 4) * 8;
   const int64_t moe_layers = o.shape.layers - o.shape.moe.dense_layers;
   int dispatches = 0;
-  for (const CollectiveRecord& c : run.recorders[0].collectives) {
-    if (c.op != "all_to_all")
-      continue;
+  for (const CollectiveRecord& c : rank0_all_to_alls(run)) {
     ASSERT_EQ(c.peer_bytes.size(), 2u);
     EXPECT_LE(c.peer_bytes[1], tokens * row);
     dispatches += c.peer_bytes[1] == tokens * row ? 1 : 0;
@@ -165,9 +172,7 @@ TEST(ExpertParallel, AcrossNodesSendsATokenOnceToEachNodeThenEachRank) {
   const int64_t row = (o.shape.hidden + 4) * 8;
   const int64_t moe_layers = o.shape.layers - o.shape.moe.dense_layers;
   int to_node = 0, within = 0;
-  for (const CollectiveRecord& c : run.recorders[0].collectives) {
-    if (c.op != "all_to_all")
-      continue;
+  for (const CollectiveRecord& c : rank0_all_to_alls(run)) {
     ASSERT_EQ(c.peer_bytes.size(), 2u);
     if (c.group == std::vector<int>{0, 2})
       to_node += c.peer_bytes[1] == tokens * row ? 1 : 0;
@@ -195,9 +200,7 @@ TEST(ExpertParallel, AllToAllSendsATokenOnceForEachOfItsExperts) {
   const int64_t rows = 2 * tokens * o.shape.hidden * 8;
   const int64_t moe_layers = o.shape.layers - o.shape.moe.dense_layers;
   int exchanges = 0, counts = 0;
-  for (const CollectiveRecord& c : run.recorders[0].collectives) {
-    if (c.op != "all_to_all")
-      continue;
+  for (const CollectiveRecord& c : rank0_all_to_alls(run)) {
     ASSERT_EQ(c.peer_bytes.size(), 2u);
     exchanges += c.peer_bytes[1] == rows ? 1 : 0;
     counts += c.peer_bytes[1] == 2 * 8 ? 1 : 0;

@@ -344,7 +344,8 @@ torch::Tensor MoeImpl::run_local_experts(const torch::Tensor& rows, const torch:
 torch::Tensor MoeImpl::run_assignments(const torch::Tensor& rows, const MoeAssignments& a) {
   last_rows_ = rows.size(0);
   const torch::Tensor out = run_local_experts(rows.index_select(0, a.token_of), a.counts);
-  return torch::zeros_like(rows).index_add(0, a.token_of, out * a.weights.unsqueeze(1));
+  return torch::zeros_like(rows).index_add(
+      0, a.token_of, a.weights.defined() ? out * a.weights.unsqueeze(1) : out);
 }
 
 void MoeImpl::keep_experts(int64_t first, int64_t count, std::shared_ptr<ExpertDispatch> dispatch) {

@@ -117,8 +117,8 @@ torch::Tensor balancing_loss(const torch::Tensor& experts, const torch::Tensor& 
 class MoeImpl;
 
 /// The assignments of a forward that run, grouped by expert in expert order: `token_of`
-/// (int64 [n]) the token of each, `weights` [n] its weight, `counts` (int64 [E], on the host)
-/// how many each expert has.
+/// (int64 [n]) the token of each, `weights` [n] its weight (undefined: each output as it is,
+/// to be weighted elsewhere), `counts` (int64 [E], on the host) how many each expert has.
 struct MoeAssignments {
   torch::Tensor token_of, weights, counts;
 };

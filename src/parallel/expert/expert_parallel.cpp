@@ -301,26 +301,25 @@ public:
     const torch::Tensor arrived = AllToAllRows::apply(tokens.index_select(0, a.token_of), send,
                                                       receive, &comm_, ep_);
     // 3. The local experts on what arrived (by source, then expert), regrouped by expert; each
-    // output back in its arrival place (weight 1: the source weights them).
-    std::vector<int64_t> order;
-    torch::Tensor load;
-    {
-      GpuGuard host(nullptr);
-      load = torch::zeros({local}, torch::kLong);
-    }
-    std::vector<int64_t> begin(static_cast<size_t>(members * local), 0);
-    for (int64_t i = 1, at = 0; i < members * local; ++i)
-      begin[static_cast<size_t>(i)] = at += from[i - 1];
+    // output back in its arrival place, unweighted (the source weights them). A plan's rows
+    // have only their shapes.
+    std::vector<int64_t> begin(static_cast<size_t>(members * local) + 1, 0);
+    std::partial_sum(from, from + members * local, begin.begin() + 1);
+    std::vector<int64_t> order, load(static_cast<size_t>(local), 0);
     for (int64_t e = 0; e < local; ++e)
       for (int m = 0; m < members; ++m) {
-        const int64_t n = from[m * local + e], first = begin[static_cast<size_t>(m * local + e)];
-        load.data_ptr<int64_t>()[e] += n;
-        for (int64_t r = 0; r < n; ++r)
-          order.push_back(planned ? 0 : first + r);
+        const auto slice = static_cast<size_t>(m * local + e);
+        load[static_cast<size_t>(e)] += from[slice];
+        for (int64_t r = begin[slice]; r < begin[slice + 1]; ++r)
+          order.push_back(planned ? 0 : r);
       }
-    const torch::Tensor rows = indices(order, device);
-    const torch::Tensor outputs = layer.run_assignments(
-        arrived, {rows, torch::ones({rows.size(0)}, arrived.options()), load});
+    torch::Tensor counts;
+    {
+      GpuGuard host(nullptr);
+      counts = torch::tensor(load, torch::kLong);
+    }
+    const torch::Tensor outputs =
+        layer.run_assignments(arrived, {indices(order, device), torch::Tensor(), counts});
     // 4. Back to the sources, one row an assignment, weighted and added at their tokens.
     const torch::Tensor back = AllToAllRows::apply(outputs, receive, send, &comm_, ep_);
     return torch::zeros_like(tokens).index_add(0, a.token_of, back * a.weights.unsqueeze(1));
