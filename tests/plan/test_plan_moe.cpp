@@ -206,6 +206,40 @@ TEST(PlanMoe, AllToAllSendsEachRankARowForEachOfItsAssignments) {
                       {{0, 1, 2, 3}, {8, rows * c.shape.hidden * 2}}}));
 }
 
+// The alltoall dispatcher's source runs two memory-bound kernels DeepEP's exchange does not
+// (Megatron's permute and unpermute): its N tokens copied into a row an assignment (k N rows
+// of H), and the rows that came back weighted and summed at the tokens (2 FLOPs an element of
+// the k N rows). Rank 0's forward: 2 kernels and 2 k N H FLOPs more a MoE layer, the rest the
+// same.
+TEST(PlanMoe, AllToAllCountsTheSourcesPermuteAndUnpermute) {
+  auto forward_work = [](const char* dispatch) {
+    TrainConfig c = moe_plan_config();
+    c.precision = "bf16";
+    c.moe_dispatch = dispatch;
+    validate(c);
+    const Plan plan = make_plan(c, int64_t{1} << 40);
+    LayerWork total;
+    int64_t step = -1; // the first forward's
+    for (const ComputeRecord& r : plan.recorders[0].compute)
+      if (r.name == "forward" && (step < 0 || r.step == step))
+        for (const LayerWork& w : r.layers) {
+          step = r.step;
+          total.kernels += w.kernels;
+          total.flops += w.flops;
+          total.gemm_flops += w.gemm_flops;
+        }
+    return total;
+  };
+  const LayerWork deepep = forward_work("deepep"), alltoall = forward_work("alltoall");
+  const TrainConfig c = moe_plan_config();
+  const int64_t moe_layers = c.shape.layers - c.shape.moe.dense_layers;
+  const double sent = static_cast<double>(c.batch_size * c.shape.seq_len * c.shape.moe.top_k);
+  EXPECT_EQ(alltoall.kernels - deepep.kernels, 2 * moe_layers);
+  EXPECT_DOUBLE_EQ(alltoall.gemm_flops, deepep.gemm_flops);
+  EXPECT_DOUBLE_EQ(alltoall.flops - deepep.flops,
+                   static_cast<double>(moe_layers) * 2 * sent * static_cast<double>(c.shape.hidden));
+}
+
 // A plan of `preset` on `gpus` GPUs at tp 1 with pp and ep, bf16 and ZeRO 1, pp micro-batches
 // of one sample, its last stage holding `last_stage_layers` blocks (0: as many as the others).
 // The sequence is short: the model state does not depend on it, and the plan is quicker.

@@ -403,6 +403,8 @@ void MoeImpl::add_routed_work(LayerWork& total, double eb) const {
   add_elementwise(total, n * f, 5, 1, 1, eb);                  // SiLU
   add_elementwise(total, n * f, 1, 2, 1, eb);                  // · up
   add_kernel(total, 2 * n * h, (n * h + n + rows * h) * eb);   // unpermute, weighted
+  if (dispatch_)
+    dispatch_->add_source_work(total, eb);
 }
 
 int64_t moe_parameter_count(const MoeOptions& o) {

@@ -130,6 +130,9 @@ public:
   virtual ~ExpertDispatch() = default;
   virtual torch::Tensor run(MoeImpl& layer, const torch::Tensor& tokens,
                             const MoeAssignments& assignments) = 0;
+  /// The memory-bound kernels the last run() ran at the source, beside the layer's own
+  /// (MoeImpl::add_routed_work); `element_bytes` the activations' width.
+  virtual void add_source_work(LayerWork& /*total*/, double /*element_bytes*/) const {}
 };
 
 /// Under the planned routing (`options.planned_shares`; k distinct experts a token, equally

@@ -322,12 +322,26 @@ public:
         layer.run_assignments(arrived, {indices(order, device), torch::Tensor(), counts});
     // 4. Back to the sources, one row an assignment, weighted and added at their tokens.
     const torch::Tensor back = AllToAllRows::apply(outputs, receive, send, &comm_, ep_);
+    sent_rows_ = a.token_of.size(0);
+    tokens_ = tokens.size(0);
+    hidden_ = tokens.size(1);
     return torch::zeros_like(tokens).index_add(0, a.token_of, back * a.weights.unsqueeze(1));
+  }
+
+  // The source's two kernels (Megatron's permute and unpermute): its tokens copied into
+  // expert order, a row an assignment (step 2's index_select), and what came back weighted
+  // and summed at its tokens (step 4).
+  void add_source_work(LayerWork& total, double eb) const override {
+    const double h = static_cast<double>(hidden_), n = static_cast<double>(sent_rows_),
+                 tokens = static_cast<double>(tokens_);
+    add_elementwise(total, n * h, 0, 1, 1, eb);                  // permute
+    add_kernel(total, 2 * n * h, (n * h + n + tokens * h) * eb); // unpermute, weighted
   }
 
 private:
   Communicator& comm_;
   Group ep_;
+  int64_t sent_rows_ = 0, tokens_ = 0, hidden_ = 0; // the last run's assignments sent, its tokens [N, H]
 };
 
 template <typename F>
