@@ -153,6 +153,9 @@ put("fuzz_cli", "plan-first-last", "1" + "\n".join(["--preset", "llama3-405b", "
 put("fuzz_cli", "plan-moe-alltoall", "1" + "\n".join(["--model", "llama", "--moe-experts", "8", "--ep", "4",
                                                     "--moe-dispatch", "alltoall", "--cluster", "2x4xh100",
                                                     "--layers", "2"]))
+put("fuzz_cli", "plan-loss-upcast", "1" + "\n".join(["--preset", "qwen3-30b-a3b", "--cluster", "8xh100",
+                                                   "--ep", "8", "--zero", "3", "--precision", "bf16",
+                                                   "--no-loss-upcast", "--layers", "2"]))
 # fuzz_predict_values: the bytes choose how each number of the target's own records changes.
 put("fuzz_predict_values", "as-recorded", bytes(64))
 put("fuzz_predict_values", "resized", bytes([1, 0, 0, 2, 11, 11, 3]))
@@ -196,6 +199,8 @@ put("fuzz_plan_request", "full-layout", json.dumps({"preset": "mixtral-8x7b", "c
     "cp_comm": "ring", "sequence_parallel": True, "tp_comm_overlap": False}, "seq_len": 4096}))
 put("fuzz_plan_request", "moe-dispatch", json.dumps({"preset": "mixtral-8x7b", "cluster": "2x8xh100",
     "layout": {"ep": 8, "zero": 1, "moe_dispatch": "alltoall"}, "seq_len": 4096}))
+put("fuzz_plan_request", "loss-upcast", json.dumps({"preset": "qwen3-30b-a3b", "cluster": "8xh100",
+    "precision": "bf16", "layout": {"ep": 8, "zero": 3, "loss_upcast": False}, "seq_len": 4096}))
 put("fuzz_plan_request", "hf-config", json.dumps({"cluster": "8xh100", "hf_config": {
     "model_type": "mixtral", "num_hidden_layers": 32, "hidden_size": 4096,
     "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,

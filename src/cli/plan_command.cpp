@@ -85,7 +85,11 @@ void print_plan(const nlohmann::json& doc, const TrainConfig& c) {
                  (c.tp_comm_overlap ? ", tp communication overlapped" : "") +
                  (c.cp > 1 ? " (cp by " + c.cp_comm + ")" : "") +
                  (c.ep > 1 && c.moe_dispatch != "deepep" ? " (ep by " + c.moe_dispatch + ")" : ""),
-             c.zero, c.distributed_optimizer ? " (distributed optimizer)" : "", c.precision,
+             c.zero, c.distributed_optimizer ? " (distributed optimizer)" : "",
+             c.precision + (c.loss_upcast || c.precision == "fp32"
+                                ? ""
+                                : fmt::format(" (the loss in {}, no fp32 upcast)",
+                                              c.precision == "fp16" ? "fp16" : "bf16")),
              doc["global_batch_size"].get<int64_t>(), c.micro_batches, c.micro_batches == 1 ? "" : "es",
              doc["layout"]["micro_batch_size"].get<int64_t>(), c.recompute,
              model_family(c.model).transformer
@@ -187,6 +191,7 @@ nlohmann::json layout_json(const TrainConfig& c) {
           {"cp_comm", c.cp_comm},
           {"ep", c.ep},
           {"moe_dispatch", c.moe_dispatch},
+          {"loss_upcast", c.loss_upcast},
           {"tp", c.tp},
           {"pp", c.pp},
           {"virtual_stages", c.virtual_stages},

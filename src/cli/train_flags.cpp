@@ -102,6 +102,9 @@ void add_model_layout_flags(CLI::App& app, TrainConfig& c) {
                  "(as bf16, with dynamic loss scaling; needs a GPU) | fp8 (meshsim plan only: bf16 "
                  "with the blocks' GEMMs in FP8, docs/cost-model.md)")
       ->capture_default_str();
+  app.add_flag("!--no-loss-upcast", c.loss_upcast,
+               "the cross-entropy in the logits' precision, its log-softmax kept in 16 bits "
+               "(NeMo AutoModel's fp32_upcast: false), not cast to fp32 first (--tp 1)");
   add_integer_flag(app, "--global-batch-size", c.global_batch_size,
                    "samples per step over all replicas (overrides --batch-size)", /*min=*/1);
   add_integer_flag(app, "--layers", c.shape.layers, "gpt/llama: transformer blocks")

@@ -58,6 +58,9 @@ struct TrainConfig {
   /// op, as PyTorch runs them without torch.compile (flops.h).
   std::string elementwise = "fused";
   std::string precision = "fp32";  // fp32 | bf16 | fp16 (mixed precision: optim/optimizer.h)
+  /// The cross-entropy casts 16-bit logits to fp32 first (PyTorch's and Megatron's way);
+  /// --no-loss-upcast: in the logits' own precision (NeMo AutoModel's fp32_upcast: false).
+  bool loss_upcast = true;
   bool sequence_parallel = false;  // with tp > 1: norms and residuals on 1/tp of the sequence
   /// --dropout P (gpt, llama): on the attention probabilities and the attention's and MLP's
   /// outputs in training, masks the same on every layout (models/layers/dropout.h); 0: none

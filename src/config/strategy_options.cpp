@@ -20,6 +20,7 @@ StrategyOptions strategy_options(const TrainConfig& config) {
   options.cp_comm = config.cp_comm;
   options.ep = config.ep;
   options.moe_dispatch = config.moe_dispatch;
+  options.loss_upcast = config.loss_upcast;
   if (!config.cluster.empty()) // expert parallelism's exchange crosses nodes as they are
     options.node_size = parse_cluster_spec(config.cluster, config.intra, config.inter).gpus_per_node;
   options.sequence_parallel = config.sequence_parallel;

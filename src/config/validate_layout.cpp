@@ -109,6 +109,10 @@ void validate_layout(TrainConfig& c) {
                       "(the default), not {}", c.strategy));
   require(c.cp_comm == "allgather" || c.cp_comm == "ring",
           fmt::format("unknown --cp-comm '{}' (choose allgather or ring)", c.cp_comm));
+  require(c.loss_upcast || c.tp == 1,
+          fmt::format("--no-loss-upcast runs with --tp 1 (got --tp {}): under tensor parallelism "
+                      "the loss is Megatron's vocab-parallel cross-entropy, in fp32",
+                      c.tp));
   require(c.moe_dispatch == "deepep" || c.moe_dispatch == "alltoall",
           fmt::format("unknown --moe-dispatch '{}' (choose deepep or alltoall)", c.moe_dispatch));
   require(!c.sequence_parallel || c.tp > 1,

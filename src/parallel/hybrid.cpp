@@ -263,7 +263,7 @@ public:
     stage_ = build_stage();
     for (const auto& module : stage_->modules()) // the last stage's head, split over tp
       if (auto* head = module->as<VocabParallelHeadImpl>()) vocab_head_ = head;
-    if (vocab_head_) loss_ = TrainingLoss(ctx.comm, tp_, coord_.tp);
+    loss_ = vocab_head_ ? TrainingLoss(ctx.comm, tp_, coord_.tp) : TrainingLoss(options.loss_upcast);
     options_.initial.reset(); // the weights are in the stage: the host's copy may go
     std::vector<ParamGroup> groups = parameter_groups(stage_, dims_, ctx.rank, experts_);
     // The optimizer updates this rank's shard of each group (ZeRO >= 1) or all of its part.

@@ -19,6 +19,7 @@ Replica::Replica(const StrategyOptions& options, int rank, bool with_optimizer) 
     model_options.seed = options.seed;
     seed = options.seed;
     dropout = options.shape.dropout;
+    loss_upcast = options.loss_upcast;
     model_options.rank = rank;
     model_options.shape = options.shape;
     model_options.attention = options.attention;
@@ -104,7 +105,7 @@ double Replica::forward_backward(RankContext& ctx, const Batch& batch, int64_t s
   auto t = ctx.mark();
   std::vector<LayerWork> layers;
   torch::Tensor x = forward_counting(model, model_inputs(batch.inputs, dtype), layers);
-  const TrainingLoss loss_of; // whole logits: no tensor parallelism here
+  const TrainingLoss loss_of(loss_upcast); // whole logits: no tensor parallelism here
   torch::Tensor loss = loss_of(x, batch.targets);
   const LossWork counted = loss_of.work(x);
   x = torch::Tensor();

@@ -31,6 +31,7 @@ struct Replica {
   torch::Dtype dtype; // the model's (compute_dtype)
   uint64_t seed = 0;   // the run's: its dropout masks' (models/layers/dropout.h)
   double dropout = 0;  // the model's dropout probability; 0: no draw is installed
+  bool loss_upcast = true; // StrategyOptions::loss_upcast
   torch::nn::Sequential model;
   std::vector<torch::Tensor> params;
   std::unique_ptr<Optimizer> optimizer;

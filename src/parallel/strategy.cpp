@@ -88,9 +88,10 @@ torch::Tensor model_inputs(const torch::Tensor& inputs, torch::Dtype dtype) {
   return inputs.to(dtype);
 }
 
-torch::Tensor loss_fn(const torch::Tensor& logits_in, const torch::Tensor& targets) {
-  const torch::Tensor logits =
-      is_low_precision(logits_in.scalar_type()) ? logits_in.to(torch::kFloat32) : logits_in;
+torch::Tensor loss_fn(const torch::Tensor& logits_in, const torch::Tensor& targets, bool upcast) {
+  const torch::Tensor logits = upcast && is_low_precision(logits_in.scalar_type())
+                                   ? logits_in.to(torch::kFloat32)
+                                   : logits_in;
   // Language models give [B,T,V] logits for [B,T] targets: one prediction per token.
   if (logits.dim() == 3)
     return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(2)}),
@@ -98,22 +99,24 @@ torch::Tensor loss_fn(const torch::Tensor& logits_in, const torch::Tensor& targe
   return torch::nn::functional::cross_entropy(logits, targets);
 }
 
-LossWork loss_work(double tokens, double classes, double elem_bytes) {
+LossWork loss_work(double tokens, double classes, double elem_bytes, bool upcast) {
   const double n = tokens * classes;
+  const bool cast = upcast && elem_bytes < 4;
+  const double eb = cast ? 4 : elem_bytes; // what log-softmax reads and writes
   LossWork work;
   LayerWork& f = work.forward;
   f.layer = "loss";
   f.op = "elementwise";
-  if (elem_bytes != 4) add_kernel(f, 0, n * (elem_bytes + 4)); // to fp32
-  add_elementwise(f, n, 5, 1, 1, 4);                             // log-softmax
+  if (cast) add_kernel(f, 0, n * (elem_bytes + 4));              // to fp32
+  add_elementwise(f, n, 5, 1, 1, eb);                            // log-softmax
   add_kernel(f, tokens, 16 * tokens);                            // the targets' entries
   LayerWork& b = work.backward;
   b.layer = "loss";
   b.op = "elementwise";
-  add_elementwise(b, n, 0, 0, 1, 4);                             // zeros
+  add_elementwise(b, n, 0, 0, 1, eb);                            // zeros
   add_kernel(b, tokens, 16 * tokens);                            // the targets' −1/N
-  add_elementwise(b, n, 3, 2, 1, 4);                             // log-softmax's backward
-  if (elem_bytes != 4) add_kernel(b, 0, n * (4 + elem_bytes));   // back to the logits' type
+  add_elementwise(b, n, 3, 2, 1, eb);                            // log-softmax's backward
+  if (cast) add_kernel(b, 0, n * (4 + elem_bytes));              // back to the logits' type
   return work;
 }
 
@@ -123,7 +126,7 @@ TrainingLoss::TrainingLoss(Communicator& comm, Group group, int index)
 torch::Tensor TrainingLoss::operator()(const torch::Tensor& output,
                                        const torch::Tensor& targets) const {
   return comm_ ? vocab_parallel_cross_entropy(output, targets, *comm_, group_, index_)
-               : loss_fn(output, targets);
+               : loss_fn(output, targets, upcast_);
 }
 
 LossWork TrainingLoss::work(const torch::Tensor& output) const {
@@ -131,7 +134,7 @@ LossWork TrainingLoss::work(const torch::Tensor& output) const {
   const double tokens = static_cast<double>(output.numel()) / std::max(width, 1.0);
   const double eb = static_cast<double>(output.element_size());
   return comm_ ? vocab_parallel_cross_entropy_work(tokens, width, eb)
-               : loss_work(tokens, width, eb);
+               : loss_work(tokens, width, eb, upcast_);
 }
 
 double loss_value(const torch::Tensor& loss) {

@@ -51,6 +51,7 @@ struct StrategyOptions {
   int ep = 1;                   // expert parallel: the routed experts over ep ranks of dp × cp
   int node_size = 0;            // GPUs a node of the target cluster (--cluster); 0: one node
   std::string moe_dispatch = "deepep"; // how ep exchanges tokens: deepep | alltoall
+  bool loss_upcast = true;      // false: the cross-entropy in the logits' precision (loss_fn)
   std::string cp_comm = "allgather"; // how cp brings K/V to the queries: allgather | ring
   bool sequence_parallel = false; // with tp > 1: norms and residuals on 1/tp of the sequence
   int zero = 0;                 // ZeRO stage on the data-parallel dimension
@@ -156,22 +157,25 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name, RankContext& ct
 
 /// Cross-entropy on logits ([B, classes], or [B, T, vocab] with [B, T] targets), the loss
 /// every strategy trains. 16-bit logits are cast to fp32 first, as Megatron's cross-entropy
-/// does, so the loss and its softmax are fp32 in every precision.
-torch::Tensor loss_fn(const torch::Tensor& logits, const torch::Tensor& targets);
+/// and PyTorch's recipes do, so the loss and its softmax are fp32 in every precision; with
+/// `upcast` false (--no-loss-upcast) it runs in the logits' own precision, its log-softmax
+/// kept in 16 bits (NeMo AutoModel's `fp32_upcast: false`).
+torch::Tensor loss_fn(const torch::Tensor& logits, const torch::Tensor& targets,
+                      bool upcast = true);
 
 /// The kernels loss_fn runs on `tokens` rows of `classes` logits of `elem_bytes` bytes, each
 /// counted as one pass over its tensors: forward the cast to fp32, log-softmax (read, written)
 /// and the gather of the targets' log-probabilities; backward the gather's gradient (zeros
 /// written, the targets' entries scattered), log-softmax's (its gradient and output read, one
-/// written) and the cast back.
-LossWork loss_work(double tokens, double classes, double elem_bytes);
+/// written) and the cast back; without `upcast` the same passes at `elem_bytes`, no casts.
+LossWork loss_work(double tokens, double classes, double elem_bytes, bool upcast = true);
 
 /// The loss a strategy trains with: loss_fn on whole logits, or, where tensor parallelism's
 /// head leaves the logits split over the vocabulary (VocabParallelHead::parallel_output),
 /// vocab_parallel_cross_entropy over its group.
 class TrainingLoss {
 public:
-  TrainingLoss() = default; // loss_fn
+  explicit TrainingLoss(bool upcast = true) : upcast_(upcast) {} // loss_fn
   TrainingLoss(Communicator& comm, Group group, int index);
   torch::Tensor operator()(const torch::Tensor& output, const torch::Tensor& targets) const;
   /// The kernels that loss runs on `output` (its per-token rows of the last dimension).
@@ -181,6 +185,7 @@ private:
   Communicator* comm_ = nullptr; // null: loss_fn
   Group group_;
   int index_ = 0;
+  bool upcast_ = true;            // loss_fn's
 };
 
 /// The loss as a number; 0 on the meta device, where a plan has shapes and no values.

@@ -109,7 +109,8 @@ void add_layout(const json& layout, std::vector<std::string>& out) {
                                       "attention",
                                       "elementwise",
                                       "sequence_parallel",
-                                      "tp_comm_overlap"};
+                                      "tp_comm_overlap",
+                                      "loss_upcast"};
   std::map<std::string, std::vector<std::string>> by_key;
   for (const auto& [key, value] : layout.items()) {
     std::vector<std::string>& flags = by_key[key];
@@ -142,10 +143,14 @@ void add_layout(const json& layout, std::vector<std::string>& out) {
     } else if (key == "tp_comm_overlap") {
       if (boolean(value, name))
         flags.push_back("--tp-comm-overlap");
+    } else if (key == "loss_upcast") {
+      if (!boolean(value, name))
+        flags.push_back("--no-loss-upcast");
     } else {
       refuse(fmt::format("unknown field '{}' (layout takes tp, pp, cp, ep, dp_shard, zero, "
                          "micro_batch_size, micro_batches, virtual_stages, recompute, attention, "
-                         "elementwise, cp_comm, moe_dispatch, sequence_parallel, tp_comm_overlap)",
+                         "elementwise, cp_comm, moe_dispatch, sequence_parallel, tp_comm_overlap, "
+                         "loss_upcast)",
                          shown_key(name)));
     }
   }

@@ -53,6 +53,9 @@ TEST(CliMesh, BadLayoutsAreUsageErrors) {
   expect_usage_error("--gpus 2 --tp 2 --recompute op", meshsim::kRecomputeOpNeedsTp1);
   expect_usage_error("--gpus 4 --zero 4", "--zero must be 0, 1, 2 or 3");
   expect_usage_error("--gpus 2 --pp 2 --schedule zigzag", "unknown schedule 'zigzag'");
+  expect_usage_error("--gpus 2 --tp 2 --no-loss-upcast",
+                     "--no-loss-upcast runs with --tp 1 (got --tp 2): under tensor parallelism "
+                     "the loss is Megatron's vocab-parallel cross-entropy, in fp32");
 }
 
 // HSDP's shard groups divide dp and shard ZeRO's state; keeping ZeRO-3's gathered parameters

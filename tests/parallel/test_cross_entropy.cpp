@@ -207,3 +207,69 @@ TEST(TrainingLossWork, TheMeshEngineHoldsNoMoreActivationsThanOneDevice) {
   }
   EXPECT_EQ(peaks[1], peaks[0]);
 }
+
+// --no-loss-upcast: loss_fn's passes at the logits' own width, no casts: log-softmax (2 + 2
+// bytes an element) forward; zeros (2) and log-softmax's backward (2 + 2 + 2) backward. On
+// 4-byte logits there is nothing to cast either way.
+TEST(TrainingLossWork, WithoutTheUpcastItsPassesAreAtTheLogitsWidth) {
+  const double tokens = 10, classes = 64, n = tokens * classes;
+  const LossWork w = loss_work(tokens, classes, 2, /*upcast=*/false);
+  EXPECT_DOUBLE_EQ(w.forward.bytes, 4 * n + 16 * tokens);
+  EXPECT_DOUBLE_EQ(w.backward.bytes, 8 * n + 16 * tokens);
+  EXPECT_EQ(w.forward.kernels, 2);
+  EXPECT_EQ(w.backward.kernels, 3);
+  const LossWork fp32 = loss_work(tokens, classes, 4, false), upcast = loss_work(tokens, classes, 4);
+  EXPECT_DOUBLE_EQ(fp32.forward.bytes, upcast.forward.bytes);
+  EXPECT_DOUBLE_EQ(fp32.backward.bytes, upcast.backward.bytes);
+}
+
+// Without the upcast, bf16 logits give a bf16 loss: each token's −log p rounded to bf16 once
+// (u = 2^-8 relative), their sum over N tokens (all terms ≥ 0) and its division by N rounding
+// at most once a step: within (N + 1)·u of the exact loss, to first order. The gradient
+// (p − y)/N is formed from the bf16 log-probabilities o: exp of o's rounding (|δo| ≤ |o|·u)
+// moves p by p·|o|·u, and 1/N, the subtraction and the result are rounded once each (3u of
+// |g|): within u·(p·L/N + 3|g|), L the largest |o|, against float64's.
+TEST(TrainingLossWork, WithoutTheUpcastBf16LogitsGiveABf16LossAndGradient) {
+  torch::manual_seed(4);
+  const torch::Tensor logits = (torch::randn({2, 5, kVocab}) * 2).to(torch::kBFloat16);
+  torch::Tensor native = logits.clone().requires_grad_(true);
+  torch::Tensor loss = loss_fn(native, targets(), /*upcast=*/false);
+  loss.backward();
+  EXPECT_EQ(loss.scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(native.grad().scalar_type(), torch::kBFloat16);
+  torch::Tensor exact = logits.to(torch::kFloat64).requires_grad_(true);
+  torch::Tensor reference = loss_fn(exact, targets());
+  reference.backward();
+  const double u = std::ldexp(1.0, -8), tokens = 10;
+  EXPECT_NEAR(loss.item<double>(), reference.item<double>(),
+              (tokens + 1) * u * reference.item<double>());
+  const torch::Tensor o = torch::log_softmax(logits.to(torch::kFloat64), -1);
+  const double largest = o.abs().max().item<double>();
+  const torch::Tensor g = exact.grad();
+  const torch::Tensor bound = u * (o.exp() * largest / tokens + 3 * g.abs());
+  EXPECT_TRUE(((native.grad().to(torch::kFloat64) - g).abs() <= bound).all().item<bool>());
+}
+
+// What the loss holds (n = tokens × vocabulary, bf16 logits): with the upcast, at backward's
+// start, the fp32 log-softmax kept from forward, the zeros of its gradient and the gradient
+// it makes (4 + 4 + 4 bytes an element; forward's logits, their fp32 copy and the
+// log-softmax, 2 + 4 + 4, are fewer); without, the same three in bf16 (2 + 2 + 2). The rest
+// of the step is the same but for the loss itself and its gradient's seed (0-dim, fp32
+// against bf16: 4 bytes), so the activations' peak falls by 6n + 4 bytes.
+TEST(TrainingLossWork, WithoutTheUpcastTheActivationsPeakSixBytesAnElementLower) {
+  const Dataset data = synthetic_text(64, 16, 16, 4096, 3).train;
+  std::vector<int64_t> peaks;
+  for (bool upcast : {true, false}) {
+    StrategyOptions o = tiny_gpt_sgd(torch::kFloat32);
+    o.shape.vocab = 4096;
+    o.precision = "bf16";
+    o.loss_upcast = upcast;
+    DeviceMesh mesh = mesh_of(1);
+    torch::manual_seed(5);
+    run_strategy(mesh, "single", o, data, 4, 1);
+    peaks.push_back(mesh.gpu(0).stats().peak_by_category[static_cast<size_t>(
+        MemoryCategory::Activations)]);
+  }
+  const int64_t n = 4 * 16 * 4096;
+  EXPECT_EQ(peaks[0] - peaks[1], 6 * n + 2 * (4 - 2)) << peaks[0] << " " << peaks[1];
+}

@@ -28,7 +28,7 @@ TEST(PlanRequest, EachFieldBecomesItsFlag) {
       "layout": {"tp": 2, "pp": 2, "zero": 1, "micro_batch_size": 1, "micro_batches": 8,
                  "recompute": "selective", "sequence_parallel": true, "virtual_stages": 2,
                  "attention": "eager", "elementwise": "eager", "cp": 1, "ep": 1, "cp_comm": "ring",
-                 "moe_dispatch": "alltoall", "tp_comm_overlap": false}})");
+                 "moe_dispatch": "alltoall", "tp_comm_overlap": false, "loss_upcast": false}})");
   EXPECT_FALSE(r.search);
   EXPECT_TRUE(r.hf_config.is_null());
   EXPECT_EQ(r.command_line(),
@@ -36,7 +36,7 @@ TEST(PlanRequest, EachFieldBecomesItsFlag) {
             "--global-batch-size 64 --seq-len 4096 --tp 2 --pp 2 --cp 1 --cp-comm ring --ep 1 "
             "--moe-dispatch alltoall --zero 1 --virtual-stages 2 --micro-batches 8 "
             "--micro-batch-size 1 --recompute selective --attention eager --elementwise eager "
-            "--sequence-parallel");
+            "--sequence-parallel --no-loss-upcast");
 }
 
 TEST(PlanRequest, ASearchAndAConfigJson) {

@@ -65,7 +65,7 @@ public:
       std::vector<torch::Tensor> all{outputs.detach()};
       for (int r = 1; r < ctx_.world_size; ++r) all.push_back(ctx_.comm.recv(r, kTagOutputs));
       torch::Tensor gathered = torch::cat(all).requires_grad_(true);
-      torch::Tensor loss = loss_fn(gathered, global.targets);
+      torch::Tensor loss = loss_fn(gathered, global.targets, replica_.loss_upcast);
       // fp16: the output gradients every replica receives carry the loss scale.
       const double scale = replica_.optimizer->loss_scale();
       if (scale != 1.0) (loss * scale).backward();
