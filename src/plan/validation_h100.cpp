@@ -269,15 +269,18 @@ void add_automodel_rows(std::vector<TrainingRun>& runs) {
                             866.77));
   // The MoE rows' configs (examples/benchmark/configs: qwen3_moe_30b_te_deepep.yaml,
   // deepseek_v3_te_deepep.yaml and its _1024) run the loss as MaskedCrossEntropy with
-  // fp32_upcast: false, the cross-entropy in bf16 (--no-loss-upcast).
-  const auto no_upcast = [](TrainConfig c) {
+  // fp32_upcast: false, the cross-entropy in bf16 (--no-loss-upcast); DeepSeek-V3's also set
+  // the parallelizer's reshard_after_forward: false (--no-reshard-after-forward), Qwen3's
+  // leaves it to the default.
+  const auto as_configured = [](TrainConfig c, bool reshard_after_forward) {
     c.loss_upcast = false;
+    c.reshard_after_forward = reshard_after_forward;
     return c;
   };
   // Planned whole: estimated from 1 and 2 blocks and micro-batches (ZeRO 3, full recompute,
   // micro-batches of 4) its step came out 3 % longer than the whole plan's.
   TrainingRun qwen3 = preset_run(kAutoModel, kFamilyMoe, "Qwen3-30B-A3B",
-                                 no_upcast(preset("qwen3-30b-a3b", 4096)),
+                                 as_configured(preset("qwen3-30b-a3b", 4096), true),
                                  layout(8, 1, 1, 1, 1, 8, 3, 512, 4), "bf16", "full", source,
                                  "h100", 12040);
   qwen3.whole = true;
@@ -294,8 +297,8 @@ void add_automodel_rows(std::vector<TrainingRun>& runs) {
     Layout l = layout(gpus, 1, 4, 8, 1, 64, 3, gbs, 1);
     l.stage_layers = chunks;
     TrainingRun run = preset_run(kAutoModel, kFamilyMoe, "DeepSeek-V3",
-                                 no_upcast(preset("deepseek-v3", 4096)), l, "bf16", "full", source,
-                                 "h100", tokens);
+                                 as_configured(preset("deepseek-v3", 4096), false), l, "bf16",
+                                 "full", source, "h100", tokens);
     run.label += " (chunks of 1, 2 × 29, 1, 1 blocks)";
     run.whole = true;
     runs.push_back(run);
