@@ -28,14 +28,15 @@ std::vector<int> divisors(int n) {
 // The families, in order: tp a power of two within a node; for a transformer, cp a power of
 // two whose 2·cp chunks each keep at least kMinContextChunk tokens (a rank 2048 or more: below
 // that the exchange of K and V outweighs the attention it splits), with either exchange;
-// every pipeline depth that divides the GPUs left.
+// every pipeline depth that divides the GPUs left. --no-loss-upcast runs at tp 1 only.
 constexpr int64_t kMinContextChunk = 1024;
 
 std::vector<FamilyShape> family_shapes(const TrainConfig& base, const ClusterSpec& cluster) {
   const int world = cluster.world_size();
   const bool sequence = model_family(base.model).transformer;
+  const int largest_tp = base.loss_upcast ? cluster.gpus_per_node : 1;
   std::vector<FamilyShape> shapes;
-  for (int tp = 1; tp <= cluster.gpus_per_node; tp *= 2) {
+  for (int tp = 1; tp <= largest_tp; tp *= 2) {
     if (world % tp != 0)
       continue;
     for (int cp = 1; world % (tp * cp) == 0; cp *= 2) {

@@ -43,9 +43,9 @@ TrainConfig candidate(const TrainConfig& base, int world, const FamilyShape& sha
 /// sequence parallelism where tp > 1, one sample per micro-batch, full recompute.
 TrainConfig gate_candidate(const TrainConfig& base, int world, const FamilyShape& shape);
 
-/// The families, in order (search_space.cpp says which): every tp within a node, cp and pp
-/// that divide; for a mixture of experts, each of them with every power-of-two ep that
-/// divides the experts and dp × cp.
+/// The families, in order (search_space.cpp says which): every tp within a node (tp 1 alone
+/// under --no-loss-upcast), cp and pp that divide; for a mixture of experts, each of them
+/// with every power-of-two ep that divides the experts and dp × cp.
 std::vector<FamilyShape> family_shapes(const TrainConfig& base, const ClusterSpec& cluster);
 
 /// A family's ZeRO shardings, from the most to the least.

@@ -212,3 +212,20 @@ TEST(SearchChoice, ALighterRecomputeWithMoreShardingIsWeighedAgainstFullRecomput
   EXPECT_GE(found->figures.tokens_per_s_per_gpu, figures.tokens_per_s_per_gpu)
       << "chose " << search::describe(found->config) << " over " << search::describe(light);
 }
+
+// --no-loss-upcast runs only where the loss takes whole logits: the search's families are
+// those of tp 1 (every cp and pp it would try anyway), and with the upcast tp goes up to the
+// node's 8.
+TEST(SearchSpace, WithoutTheLossUpcastEveryFamilyIsTp1) {
+  TrainConfig c = llama_preset("llama3-8b", 8192);
+  const ClusterSpec cluster = parse_cluster_spec("2x8xh100");
+  int largest = 0;
+  for (const search::FamilyShape& f : search::family_shapes(c, cluster))
+    largest = std::max(largest, f.tp);
+  EXPECT_EQ(largest, 8);
+  c.loss_upcast = false;
+  const std::vector<search::FamilyShape> shapes = search::family_shapes(c, cluster);
+  ASSERT_FALSE(shapes.empty());
+  for (const search::FamilyShape& f : shapes)
+    EXPECT_EQ(f.tp, 1) << search::describe(f);
+}
