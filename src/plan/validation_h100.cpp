@@ -58,7 +58,7 @@ constexpr const char* kHopperFit = "Hopper GEMM efficiency";
 // `c` laid out as `l` at `precision` with `recompute`, tensor parallelism with sequence
 // parallelism (as Megatron and torchtitan run it), and validated.
 TrainConfig lay_out(TrainConfig c, const Layout& l, const char* precision, const char* recompute,
-                    bool tp_overlap = true) {
+                    bool tp_overlap = true, const char* cp_comm = "ring") {
   c.data = "synthetic";
   c.device = "meta";
   c.gpus = l.gpus;
@@ -66,7 +66,7 @@ TrainConfig lay_out(TrainConfig c, const Layout& l, const char* precision, const
   c.pp = l.pp;
   c.virtual_stages = l.virtual_stages;
   c.cp = l.cp;
-  c.cp_comm = "ring"; // Megatron's default (--cp-comm-type p2p)
+  c.cp_comm = cp_comm; // Megatron's default is ring (--cp-comm-type p2p)
   c.ep = l.ep;
   c.zero = l.zero;
   // Every ZeRO 1 row here is Megatron-Core's (Megatron-LM, NeMo, Megatron-Bridge): its
@@ -223,9 +223,13 @@ TrainingRun preset_run(const char* group, const char* family, const char* model,
   const std::string label =
       fmt::format("{} {} on {} {}: seq {}, {}, recompute {}", model, precision, l.gpus, gpu,
                   shape.shape.seq_len, layout_text(l), recompute);
-  const bool tp_overlap = std::string(group) != kTorchtitan;
-  return {group, family, label, std::move(source), gpu, Unit::TokensPerGpu, tokens, fitted,
-          [=] { return lay_out(shape, l, precision, recompute, tp_overlap); }};
+  // torchtitan's context parallelism all-gathers K and V (its context_parallel_rotate_method
+  // defaults to allgather).
+  const bool torchtitan = std::string(group) == kTorchtitan;
+  return {group, family, label, std::move(source), gpu, Unit::TokensPerGpu, tokens, fitted, [=] {
+            return lay_out(shape, l, precision, recompute, !torchtitan,
+                           torchtitan ? "allgather" : "ring");
+          }};
 }
 
 void add_bridge_rows(std::vector<TrainingRun>& runs) {
