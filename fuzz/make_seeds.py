@@ -156,6 +156,9 @@ put("fuzz_cli", "plan-moe-alltoall", "1" + "\n".join(["--model", "llama", "--moe
 put("fuzz_cli", "plan-loss-upcast", "1" + "\n".join(["--preset", "qwen3-30b-a3b", "--cluster", "8xh100",
                                                    "--ep", "8", "--zero", "3", "--precision", "bf16",
                                                    "--no-loss-upcast", "--layers", "2"]))
+put("fuzz_cli", "plan-reduce-fp32", "1" + "\n".join(["--preset", "llama3-8b", "--cluster", "8xh100",
+                                                   "--zero", "3", "--precision", "bf16", "--reduce-fp32",
+                                                   "--layers", "2"]))
 # fuzz_predict_values: the bytes choose how each number of the target's own records changes.
 put("fuzz_predict_values", "as-recorded", bytes(64))
 put("fuzz_predict_values", "resized", bytes([1, 0, 0, 2, 11, 11, 3]))

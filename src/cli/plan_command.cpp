@@ -85,7 +85,10 @@ void print_plan(const nlohmann::json& doc, const TrainConfig& c) {
                  (c.tp_comm_overlap ? ", tp communication overlapped" : "") +
                  (c.cp > 1 ? " (cp by " + c.cp_comm + ")" : "") +
                  (c.ep > 1 && c.moe_dispatch != "deepep" ? " (ep by " + c.moe_dispatch + ")" : ""),
-             c.zero, c.distributed_optimizer ? " (distributed optimizer)" : "",
+             c.zero,
+             std::string(c.distributed_optimizer ? " (distributed optimizer)" : "") +
+                 (c.reshard_after_forward ? "" : " (no reshard after forward)") +
+                 (c.reduce_fp32 ? " (reduced in fp32)" : ""),
              c.precision + (c.loss_upcast || c.precision == "fp32"
                                 ? ""
                                 : fmt::format(" (the loss in {}, no fp32 upcast)",
@@ -199,6 +202,7 @@ nlohmann::json layout_json(const TrainConfig& c) {
           {"zero", c.zero},
           {"dp_shard", c.dp_shard > 0 ? c.dp_shard : c.gpus / (c.tp * c.pp * c.cp)},
           {"reshard_after_forward", c.reshard_after_forward},
+          {"reduce_fp32", c.reduce_fp32},
           {"distributed_optimizer", c.distributed_optimizer},
           {"sequence_parallel", c.sequence_parallel},
           {"micro_batches", c.micro_batches},

@@ -222,6 +222,7 @@ nlohmann::json announce(const TrainRun& r) {
                                  : ""),
                         config.zero,
                         (config.reshard_after_forward ? "" : " (no reshard after forward)") +
+                            std::string(config.reduce_fp32 ? " (reduced in fp32)" : "") +
                             std::string(config.distributed_optimizer ? " (distributed optimizer)"
                                                                      : "") +
                             std::string(dims.pp > 1
@@ -253,6 +254,7 @@ nlohmann::json announce(const TrainRun& r) {
           {"layout", {{"dp", dims.dp}, {"tp", dims.tp}, {"pp", dims.pp},
                       {"zero", config.zero}, {"dp_shard", dims.dp_shard},
                       {"reshard_after_forward", config.reshard_after_forward},
+                      {"reduce_fp32", config.reduce_fp32},
                       {"distributed_optimizer", config.distributed_optimizer},
                       {"schedule", config.schedule},
                       {"virtual_stages", config.virtual_stages},

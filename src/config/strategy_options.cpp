@@ -27,6 +27,7 @@ StrategyOptions strategy_options(const TrainConfig& config) {
   options.zero = config.zero;
   options.dp_shard = config.dp_shard;
   options.reshard_after_forward = config.reshard_after_forward;
+  options.reduce_fp32 = config.reduce_fp32;
   options.distributed_optimizer = config.distributed_optimizer;
   options.schedule = config.schedule;
   options.virtual_stages = config.virtual_stages;

@@ -283,6 +283,7 @@ public:
     zero.optimizer = options.optimizer;
     zero.overlap = options.overlap;
     zero.reshard_after_forward = options.reshard_after_forward;
+    zero.reduce_fp32 = options.reduce_fp32;
     zero.distributed_optimizer = options.distributed_optimizer;
     zero.shared_children = tied_children(stage_);
     zero_ = std::make_unique<ZeroDataParallel>(ctx, stage_, std::move(groups), zero);

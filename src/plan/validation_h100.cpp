@@ -224,10 +224,13 @@ TrainingRun preset_run(const char* group, const char* family, const char* model,
       fmt::format("{} {} on {} {}: seq {}, {}, recompute {}", model, precision, l.gpus, gpu,
                   shape.shape.seq_len, layout_text(l), recompute);
   // torchtitan's context parallelism all-gathers K and V (its context_parallel_rotate_method
-  // defaults to allgather).
+  // defaults to allgather), and its FSDP reduce-scatters the gradients in fp32
+  // (--training.mixed_precision_reduce, whose one choice is float32).
   const bool torchtitan = std::string(group) == kTorchtitan;
   return {group, family, label, std::move(source), gpu, Unit::TokensPerGpu, tokens, fitted, [=] {
-            return lay_out(shape, l, precision, recompute, !torchtitan,
+            TrainConfig c = shape;
+            c.reduce_fp32 = torchtitan;
+            return lay_out(c, l, precision, recompute, !torchtitan,
                            torchtitan ? "allgather" : "ring");
           }};
 }

@@ -150,3 +150,24 @@ TEST(MixedPrecisionEquivalence, Zero2MatchesSingleBf16) {
 TEST(MixedPrecisionEquivalence, Zero3MatchesSingleBf16) {
   expect_matches_single_bf16(4, mixed_with(bf16_sgd(), 3), "zero 3 on 4 GPUs");
 }
+
+// --reduce-fp32 (FSDP2's reduce_dtype=float32): ZeRO 3 casts each unit's bf16 gradients into
+// an fp32 bucket, reduce-scatters it, and adds the averaged part to the bf16 shard: one
+// rounding to bf16 where the bf16 reduction rounds at each of its n − 1 additions, so the
+// bound above holds. Each reduce-scatter carries twice the bytes of the bf16 one.
+TEST(MixedPrecisionEquivalence, Zero3ReducedInFp32MatchesSingleBf16) {
+  StrategyOptions o = mixed_with(bf16_sgd(), 3);
+  o.reduce_fp32 = true;
+  expect_matches_single_bf16(4, o, "zero 3 reduced in fp32 on 4 GPUs");
+  const auto reduced = [](const HarnessRun& run) {
+    int64_t bytes = 0;
+    for (const CollectiveRecord& c : run.recorders[0].collectives)
+      if (c.op == "reduce_scatter")
+        bytes += c.bytes;
+    return bytes;
+  };
+  const int64_t in_bf16 = reduced(run_mixed("ddp", 4, mixed_with(bf16_sgd(), 3), 2));
+  const int64_t in_fp32 = reduced(run_mixed("ddp", 4, o, 2));
+  ASSERT_GT(in_bf16, 0);
+  EXPECT_EQ(in_fp32, 2 * in_bf16);
+}

@@ -281,7 +281,9 @@ void ZeroDataParallel::State::on_gradient(FlatUnit& unit, size_t i) {
     wait_in_flight();
   if (!unit.bucket.defined()) {
     CategoryScope scope(MemoryCategory::Communication);
-    unit.bucket = torch::zeros({unit.padded}, unit.full.options()); // zero padding
+    const bool widen = options.reduce_fp32 && is_low_precision(unit.full.scalar_type());
+    unit.bucket = torch::zeros({unit.padded}, widen ? unit.full.options().dtype(torch::kFloat32)
+                                                    : unit.full.options()); // zero padding
     unit.pending = static_cast<int>(unit.params.size());
   }
   unit.bucket.narrow(0, unit.offsets[i], p.numel()).copy_(p.grad().reshape({-1}));

@@ -42,6 +42,10 @@ struct ZeroOptions {
   /// (false: one all-gather less per block and micro-batch, the gathered blocks held from
   /// forward to backward). Forwards without autograd (evaluation) always free them.
   bool reshard_after_forward = true;
+  /// Stages 2, 3: 16-bit gradients reduce-scattered in fp32 (FSDP2's MixedPrecisionPolicy
+  /// with reduce_dtype=float32, as torchtitan and NeMo AutoModel run it): each unit's bucket
+  /// is fp32, the gradients cast into it, and the averaged part added to the 16-bit shard.
+  bool reduce_fp32 = false;
   /// Stage 3: children without parameters that read another child's parameters, as
   /// {reader, owner} child indices of the Sequential (a tied LM head reading the embedding's
   /// weight, as FSDP puts a shared weight in one unit): the reader is wrapped like a block
