@@ -159,6 +159,10 @@ put("fuzz_cli", "plan-loss-upcast", "1" + "\n".join(["--preset", "qwen3-30b-a3b"
 put("fuzz_cli", "plan-reduce-fp32", "1" + "\n".join(["--preset", "llama3-8b", "--cluster", "8xh100",
                                                    "--zero", "3", "--precision", "bf16", "--reduce-fp32",
                                                    "--layers", "2"]))
+put("fuzz_cli", "plan-reduce-fp32-zero1", "1" + "\n".join(["--preset", "llama3-8b", "--cluster", "8xh100",
+                                                         "--zero", "1", "--distributed-optimizer",
+                                                         "--precision", "bf16", "--reduce-fp32",
+                                                         "--layers", "2"]))
 # fuzz_predict_values: the bytes choose how each number of the target's own records changes.
 put("fuzz_predict_values", "as-recorded", bytes(64))
 put("fuzz_predict_values", "resized", bytes([1, 0, 0, 2, 11, 11, 3]))

@@ -55,8 +55,9 @@ void add_model_layout_flags(CLI::App& app, TrainConfig& c) {
                "zero 3: keep each block's gathered parameters from its forward to its backward "
                "(one all-gather less per block, more memory)");
   app.add_flag("--reduce-fp32", c.reduce_fp32,
-               "zero 2 or 3: reduce-scatter the 16-bit gradients in fp32 (FSDP2's "
-               "reduce_dtype=float32, torchtitan's and NeMo AutoModel's default): twice the bytes");
+               "zero 1, 2 or 3: reduce the 16-bit gradients in fp32, twice the bytes (zero 2, "
+               "3: FSDP2's reduce_dtype=float32, torchtitan's and NeMo AutoModel's default; "
+               "zero 1: an fp32 gradient buffer, as Megatron-LM's bf16 main_grad)");
   app.add_flag("--distributed-optimizer", c.distributed_optimizer,
                "zero 1 as Megatron-LM's distributed optimizer: the gradients reduce-scattered "
                "(not all-reduced), the updated parameters all-gathered block by block as the next "

@@ -43,7 +43,7 @@ struct TrainConfig {
   int zero = 0;
   int dp_shard = 0;             // --dp-shard N: HSDP, ZeRO shards within N dp ranks; 0: all of dp
   bool reshard_after_forward = true;  // --no-reshard-after-forward: ZeRO 3 keeps blocks gathered
-  bool reduce_fp32 = false;           // --reduce-fp32: ZeRO 2/3 reduce-scatter 16-bit grads in fp32
+  bool reduce_fp32 = false;           // --reduce-fp32: ZeRO 1/2/3 reduce 16-bit grads in fp32
   bool distributed_optimizer = false; // --distributed-optimizer: ZeRO 1 as Megatron's (zero.h)
   std::string schedule = "1f1b";
   int virtual_stages = 1;       // model chunks per pipeline stage: interleaved 1F1B when > 1

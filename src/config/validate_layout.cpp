@@ -71,9 +71,10 @@ void validate_layout(TrainConfig& c) {
   require(c.dp_shard == 0 || dims.dp % c.dp_shard == 0,
           fmt::format("--dp-shard {} does not divide the {} data-parallel ranks", c.dp_shard,
                       dims.dp));
-  require(!c.reduce_fp32 || c.zero >= 2,
-          fmt::format("--reduce-fp32 is ZeRO's reduce-scatter of the gradients in fp32 (FSDP2's "
-                      "reduce_dtype): it needs --zero 2 or 3 (got --zero {})",
+  require(!c.reduce_fp32 || c.zero >= 1,
+          fmt::format("--reduce-fp32 is ZeRO's reduction of the gradients in fp32 (FSDP2's "
+                      "reduce_dtype, Megatron's main_grad): it needs --zero 1, 2 or 3 (got "
+                      "--zero {})",
                       c.zero));
   require(!c.reduce_fp32 || c.precision != "fp32",
           "--reduce-fp32 widens 16-bit gradients: it needs --precision bf16, fp16 or fp8");

@@ -10,7 +10,8 @@
 //  - every task waits for the task recorded before it on its rank (the in-process collectives
 //    block), except: a send does not hold up what follows it (it is buffered), and DDP
 //    buckets overlap backward: the reductions recorded right after a backward region whose
-//    sizes add up to its layers' parameters (last layer first, as buckets are built) each
+//    sizes add up to its layers' parameters (or twice them: 16-bit gradients reduced in fp32)
+//    (last layer first, as buckets are built) each
 //    wait only for the fraction of backward, by modelled time, that produces the bucket's last
 //    gradient;
 //  - a collective recorded inside a compute region's span (a tensor-parallel all-reduce)

@@ -200,17 +200,18 @@ bool is_gradient_reduction(const std::string& op) {
 }
 
 // DDP's (and ZeRO's) buckets: the reductions right after region `c` (from `colls[ci]` on,
-// before `next_start`) that add up to its layers' parameters, each with the share of the
-// region (`cumulative`, after each layer) at which its gradients are ready. Empty when they do
-// not add up, or without PredictOptions::overlap_buckets.
+// before `next_start`) that add up to its layers' parameters (`width` times their bytes:
+// 2 for 16-bit gradients reduced in fp32), each with the share of the region (`cumulative`,
+// after each layer) at which its gradients are ready. Empty when they do not add up, or
+// without PredictOptions::overlap_buckets.
 std::vector<std::pair<const CollectiveRecord*, double>>
-gradient_buckets(const ComputeRecord& c, const std::vector<double>& cumulative,
-                 const std::vector<const CollectiveRecord*>& colls, size_t ci, double next_start,
-                 const PredictOptions& o) {
+gradient_buckets_of_width(const ComputeRecord& c, const std::vector<double>& cumulative,
+                          const std::vector<const CollectiveRecord*>& colls, size_t ci,
+                          double next_start, const PredictOptions& o, double width) {
   std::vector<double> param_cum;
   double acc = 0;
   for (const LayerWork& w : c.layers)
-    param_cum.push_back(acc += static_cast<double>(w.param_bytes));
+    param_cum.push_back(acc += width * static_cast<double>(w.param_bytes));
   std::vector<std::pair<const CollectiveRecord*, double>> buckets; // record, ready fraction
   // ZeRO pads each flat buffer to a multiple of its group: up to group - 1 elements of at
   // most 4 bytes a bucket beyond the parameters' own bytes.
@@ -231,6 +232,18 @@ gradient_buckets(const ComputeRecord& c, const std::vector<double>& cumulative,
   }
   if (matched < acc || matched > acc + padding)
     buckets.clear();
+  return buckets;
+}
+
+// The buckets at the parameters' width, or else at twice it (ZeRO 1's fp32 flat gradient of
+// 16-bit parameters, --reduce-fp32: parallel/data/zero.h).
+std::vector<std::pair<const CollectiveRecord*, double>>
+gradient_buckets(const ComputeRecord& c, const std::vector<double>& cumulative,
+                 const std::vector<const CollectiveRecord*>& colls, size_t ci, double next_start,
+                 const PredictOptions& o) {
+  auto buckets = gradient_buckets_of_width(c, cumulative, colls, ci, next_start, o, 1);
+  if (buckets.empty() && o.dtype != Dtype::FP32)
+    buckets = gradient_buckets_of_width(c, cumulative, colls, ci, next_start, o, 2);
   return buckets;
 }
 

@@ -94,8 +94,10 @@ bool Optimizer::step(bool grads_finite) {
       continue;
     }
     // 16-bit gradient -> fp32 (unscaled), update the fp32 master, round it into the
-    // parameter (round to nearest even).
-    torch::Tensor grad32 = grad.to(torch::kFloat32);
+    // parameter (round to nearest even). An fp32 gradient (ZeRO's fp32 reduction) is read
+    // as it is, copied only to be unscaled.
+    torch::Tensor grad32 = grad.to(torch::kFloat32, /*non_blocking=*/false,
+                                   /*copy=*/unscale != 1.0);
     if (unscale != 1.0)
       grad32.mul_(unscale);
     update(i, masters_[i], grad32);

@@ -57,7 +57,7 @@ struct StrategyOptions {
   int zero = 0;                 // ZeRO stage on the data-parallel dimension
   int dp_shard = 0;             // HSDP: ZeRO shards within groups of this many dp ranks (0: all)
   bool reshard_after_forward = true; // ZeRO 3: free a block's gathered weights after forward
-  bool reduce_fp32 = false;     // ZeRO 2, 3: 16-bit gradients reduce-scattered in fp32
+  bool reduce_fp32 = false;     // ZeRO 1, 2, 3: 16-bit gradients reduced in fp32
   bool distributed_optimizer = false; // ZeRO 1 as Megatron's (ZeroOptions::distributed_optimizer)
   std::string schedule = "1f1b";
   int virtual_stages = 1;       // model chunks per pipeline stage (interleaved 1F1B when > 1)

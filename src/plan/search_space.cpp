@@ -78,7 +78,7 @@ TrainConfig candidate(const TrainConfig& base, int world, const FamilyShape& sha
   c.zero = sharding.zero;
   c.dp_shard = sharding.dp_shard;
   c.reshard_after_forward = true;
-  c.reduce_fp32 = base.reduce_fp32 && sharding.zero >= 2; // where ZeRO reduce-scatters
+  c.reduce_fp32 = base.reduce_fp32 && sharding.zero >= 1; // where ZeRO reduces
   c.micro_batch_size = micro_batch_size;
   c.micro_batches = 0;
   c.sequence_parallel = sp;

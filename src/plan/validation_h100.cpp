@@ -164,9 +164,13 @@ std::string layout_text(const Layout& l) {
 // The Megatron-LM README's table (Megatron-Core r0.8.0, commit f2e5db402c): weak scaling at
 // dp 48. What it does not say is assumed: bf16 (its MFU is against the bf16 peak), micro-batch
 // 1, FlashAttention, sequence parallelism with tp, the distributed optimizer (its
-// --overlap-param-gather needs it), no recomputation, no interleaving. Planned whole: each
-// block's parameter gather over the 48 nodes of dp outlasts its forward, and the backlog a 1- or
-// 2-block plan's head hides does not carry on linearly (estimate_layout was 0.2 to 6.5 points off).
+// --overlap-param-gather needs it), no recomputation, no interleaving. Its gradients are
+// reduced in bf16 here, though r0.8.0 reduced a bf16 run's in fp32 (--reduce-fp32 plans that):
+// the 16B row fitted the Hopper efficiency, and how much of that traffic its step exposes
+// turns on its unpublished micro-batch size (docs/cost-model.md, "Where the targets stand").
+// Planned whole: each block's parameter gather over the 48 nodes of dp outlasts its forward,
+// and the backlog a 1- or 2-block plan's head hides does not carry on linearly
+// (estimate_layout was 0.2 to 6.5 points off).
 struct ReadmeRow {
   const char* label;
   int64_t heads, hidden, layers;

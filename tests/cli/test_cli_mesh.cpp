@@ -66,9 +66,10 @@ TEST(CliMesh, DpShardAndReshardAfterForwardRules) {
   expect_usage_error("--gpus 4 --dp-shard 2",
                      "--dp-shard 2 shards ZeRO's state: it needs --zero 1, 2 or 3");
   expect_usage_error("--gpus 4 --zero 3 --dp-shard 0", "--dp-shard: must be at least 1, got 0");
-  expect_usage_error("--gpus 4 --zero 1 --precision bf16 --reduce-fp32",
-                     "--reduce-fp32 is ZeRO's reduce-scatter of the gradients in fp32 (FSDP2's "
-                     "reduce_dtype): it needs --zero 2 or 3 (got --zero 1)");
+  expect_usage_error("--gpus 4 --precision bf16 --reduce-fp32",
+                     "--reduce-fp32 is ZeRO's reduction of the gradients in fp32 (FSDP2's "
+                     "reduce_dtype, Megatron's main_grad): it needs --zero 1, 2 or 3 (got "
+                     "--zero 0)");
   expect_usage_error("--gpus 4 --zero 3 --reduce-fp32",
                      "--reduce-fp32 widens 16-bit gradients: it needs --precision bf16, fp16 or fp8");
   expect_usage_error("--gpus 4 --zero 2 --no-reshard-after-forward",

@@ -88,6 +88,39 @@ TEST(CostPredict, DdpExposesOnlyTheLastBucket) {
   EXPECT_NEAR(serial.exposed_comm_s, 3 * bucket + loss, 1e-12);
 }
 
+// 16-bit gradients reduced in fp32 (ZeRO 1's --reduce-fp32): each bucket carries twice its
+// layers' parameter bytes, and still starts when its last layer's gradient is ready. An fp32
+// run's parameters are as wide as its gradients: there, twice the bytes is no bucket.
+TEST(CostPredict, BucketsOfSixteenBitGradientsReducedInFp32OverlapBackward) {
+  const ClusterSpec cluster = parse_cluster_spec("2xa100-80");
+  std::vector<Recorder> ranks = ddp_records(2);
+  for (Recorder& r : ranks)
+    for (CollectiveRecord& c : r.collectives)
+      if (c.bytes == 100000000)
+        c.bytes = 200000000;
+  const auto bucket_starts = [&](Dtype dtype) {
+    PredictOptions options;
+    options.measured_compute = true;
+    options.step = 1;
+    options.dtype = dtype;
+    const Prediction p = predict(ranks, 64, cluster, options);
+    std::vector<double> starts;
+    for (const TaskTiming& t : p.replay.tasks)
+      if (t.rank == 0 && t.kind == TaskKind::Comm)
+        starts.push_back(t.start_s);
+    return starts;
+  };
+  const std::vector<double> bf16 = bucket_starts(Dtype::BF16);
+  ASSERT_EQ(bf16.size(), 4u); // three buckets and the loss
+  EXPECT_NEAR(bf16[0], 2 * kMs, 1e-12);
+  EXPECT_NEAR(bf16[1], 4 * kMs, 1e-12);
+  EXPECT_NEAR(bf16[2], 5 * kMs, 1e-12);
+  const std::vector<double> fp32 = bucket_starts(Dtype::FP32);
+  ASSERT_EQ(fp32.size(), 4u);
+  EXPECT_NEAR(fp32[0], 5 * kMs, 1e-12); // after the whole backward, one after another
+  EXPECT_GT(fp32[1], 5 * kMs);
+}
+
 TEST(CostPredict, RooflineComputeAndMfu) {
   const ClusterSpec cluster = parse_cluster_spec("1xa100-80");
   PredictOptions options;

@@ -171,3 +171,30 @@ TEST(MixedPrecisionEquivalence, Zero3ReducedInFp32MatchesSingleBf16) {
   ASSERT_GT(in_bf16, 0);
   EXPECT_EQ(in_fp32, 2 * in_bf16);
 }
+
+// --reduce-fp32 under ZeRO 1 (Megatron's bf16 main_grad, here its distributed optimizer): the
+// flat gradient is fp32, each micro-batch's bf16 gradients added into it, reduce-scattered in
+// fp32, and read by the optimizer unrounded: each gradient element is rounded once by the
+// rank's GEMM and once by single-device's, 2u, within the bound's (N + 1) u. Every
+// reduce-scatter carries twice the bytes; the parameter gathers stay bf16.
+TEST(MixedPrecisionEquivalence, DistributedOptimizerReducedInFp32MatchesSingleBf16) {
+  StrategyOptions bf16 = mixed_with(bf16_sgd(), 1);
+  bf16.distributed_optimizer = true;
+  bf16.micro_batches = 2;
+  StrategyOptions fp32 = bf16;
+  fp32.reduce_fp32 = true;
+  expect_matches_single_bf16(4, fp32, "distributed optimizer reduced in fp32 on 4 GPUs");
+  const auto bytes_of = [](const HarnessRun& run, const std::string& op) {
+    int64_t bytes = 0;
+    for (const CollectiveRecord& c : run.recorders[0].collectives)
+      if (c.op == op)
+        bytes += c.bytes;
+    return bytes;
+  };
+  const HarnessRun in_bf16 = run_mixed("ddp", 4, bf16, 2);
+  const HarnessRun in_fp32 = run_mixed("ddp", 4, fp32, 2);
+  ASSERT_GT(bytes_of(in_bf16, "reduce_scatter"), 0);
+  EXPECT_EQ(bytes_of(in_fp32, "reduce_scatter"), 2 * bytes_of(in_bf16, "reduce_scatter"));
+  ASSERT_GT(bytes_of(in_bf16, "all_gather"), 0);
+  EXPECT_EQ(bytes_of(in_fp32, "all_gather"), bytes_of(in_bf16, "all_gather"));
+}

@@ -80,7 +80,7 @@ int64_t zero_paper_total(int stage, int n) {
   }
 }
 
-void check_zero(int stage, int n) {
+void check_zero(int stage, int n, bool reduce_fp32 = false) {
   static_assert(kMixedPsi % 4 == 0, "Ψ divisible by N: the formulas carry no rounding");
   DeviceMesh mesh([n] {
     MeshOptions o;
@@ -88,8 +88,11 @@ void check_zero(int stage, int n) {
     o.capacity_bytes = int64_t{256} << 20;
     return o;
   }());
-  const ModelStates want = zero_paper(stage, n);
+  ModelStates want = zero_paper(stage, n);
   ASSERT_EQ(want.total(), zero_paper_total(stage, n));
+  // Stage 1 reduced in fp32: the flat gradient is fp32, 2Ψ more than the paper's bf16 one.
+  const int64_t fp32_gradients = reduce_fp32 && stage <= 1 ? 2 * kMixedPsi : 0;
+  want.gradients += fp32_gradients;
   std::mutex print;
   run_ranks(mesh, [&](RankContext& ctx) {
     torch::nn::Sequential model;
@@ -97,7 +100,9 @@ void check_zero(int stage, int n) {
       CategoryScope scope(MemoryCategory::Parameters);
       model = bf16_mlp();
     }
-    ZeroDataParallel zero(ctx, model, Group::world(n), ZeroOptions{stage, 0.04, {}});
+    ZeroOptions options{stage, 0.04, {}};
+    options.reduce_fp32 = reduce_fp32;
+    ZeroDataParallel zero(ctx, model, Group::world(n), options);
     ASSERT_EQ(zero.flat_bytes(), 2 * kMixedPsi); // bf16, and no padding with these sizes
     auto check = [&](const std::string& when) {
       const ModelStates got{mixed_current(ctx.gpu, MemoryCategory::Parameters),
@@ -106,7 +111,8 @@ void check_zero(int stage, int n) {
       EXPECT_EQ(got.parameters, want.parameters) << when << " gpu" << ctx.rank;
       EXPECT_EQ(got.gradients, want.gradients) << when << " gpu" << ctx.rank;
       EXPECT_EQ(got.optimizer, want.optimizer) << when << " gpu" << ctx.rank;
-      EXPECT_EQ(got.total(), zero_paper_total(stage, n)) << when << " gpu" << ctx.rank;
+      EXPECT_EQ(got.total(), zero_paper_total(stage, n) + fp32_gradients)
+          << when << " gpu" << ctx.rank;
     };
     check("after construction");
     torch::Generator gen = at::detail::createCPUGenerator(100 + ctx.rank);
@@ -124,10 +130,11 @@ void check_zero(int stage, int n) {
     }
     if (ctx.rank == 0) {
       std::lock_guard<std::mutex> lock(print);
-      std::cout << fmt::format("bf16 adam, zero {} N {}: parameters {} gradients {} optimizer {} = "
-                               "{} bytes ({:.2f} per parameter)\n",
-                               stage, n, want.parameters, want.gradients, want.optimizer,
-                               want.total(), static_cast<double>(want.total()) / kMixedPsi);
+      std::cout << fmt::format("bf16 adam, zero {}{} N {}: parameters {} gradients {} "
+                               "optimizer {} = {} bytes ({:.2f} per parameter)\n",
+                               stage, reduce_fp32 ? " reduced in fp32" : "", n,
+                               want.parameters, want.gradients, want.optimizer, want.total(),
+                               static_cast<double>(want.total()) / kMixedPsi);
     }
   });
 }
@@ -142,6 +149,14 @@ TEST(MixedPrecisionMemory, ZeroStagesMatchTheZeroPaperAtN2) {
 TEST(MixedPrecisionMemory, ZeroStagesMatchTheZeroPaperAtN4) {
   for (int stage = 0; stage <= 3; ++stage)
     check_zero(stage, 4);
+}
+
+// --reduce-fp32: stage 1's flat gradient is fp32 (4Ψ, as Megatron's main_grad: 6Ψ + 12Ψ/N in
+// all), stage 2's and 3's shards stay bf16 (their fp32 buckets live only while they are
+// reduce-scattered).
+TEST(MixedPrecisionMemory, ReducedInFp32OnlyStageOnesGradientIsFp32) {
+  for (int stage = 1; stage <= 3; ++stage)
+    check_zero(stage, 4, /*reduce_fp32=*/true);
 }
 
 // `--strategy ddp` without --zero (its own buckets, no flat units): whatever Ψ is, 2Ψ of bf16

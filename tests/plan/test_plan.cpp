@@ -522,6 +522,43 @@ TEST(PlanZeroPaper, ModelStateBytesPerGpuAreTheFourFormulas) {
   }
 }
 
+// --reduce-fp32 under ZeRO 1 (Megatron's fp32 main_grad, its distributed optimizer): the
+// gradients are fp32, so model state is 2Ψ + 4Ψ + 12Ψ/N, not the paper's 4Ψ + 12Ψ/N. With
+// tensor and sequence parallelism the partial gradients of the norms are summed over tp from
+// the fp32 gradient, and the gradients stay twice the bf16 parameters' bytes.
+TEST(PlanZeroPaper, Zero1ReducedInFp32HoldsFp32Gradients) {
+  const ModelPreset* preset = find_preset("gpt-7.5b");
+  ASSERT_NE(preset, nullptr);
+  for (int tp : {1, 2}) {
+    TrainConfig c;
+    c.model = "gpt";
+    c.data = "synthetic";
+    c.shape = preset->shape;
+    c.shape.tie_head = false;
+    c.shape.seq_len = 16;
+    c.gpus = 64;
+    c.tp = tp;
+    c.sequence_parallel = tp > 1;
+    c.zero = 1;
+    c.distributed_optimizer = true;
+    c.reduce_fp32 = true;
+    c.precision = "bf16";
+    c.device = "meta";
+    c.batch_size = 1;
+    validate(c);
+    const Plan plan = make_plan(c, int64_t{1} << 50);
+    const MemoryStats& m = plan.ranks.front().stats;
+    const int64_t params = m.peak_by_category[static_cast<size_t>(MemoryCategory::Parameters)];
+    const int64_t grads = m.peak_by_category[static_cast<size_t>(MemoryCategory::Gradients)];
+    EXPECT_EQ(grads, 2 * params) << "tp " << tp;
+    if (tp == 1) {
+      const int64_t psi = preset_parameter_count("gpt", c.shape);
+      ASSERT_EQ(psi % c.gpus, 0);
+      EXPECT_EQ(plan.ranks.front().model_state_bytes, 6 * psi + 12 * psi / c.gpus);
+    }
+  }
+}
+
 } // namespace
 } // namespace meshsim
 

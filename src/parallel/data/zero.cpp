@@ -144,7 +144,7 @@ ZeroDataParallel::ZeroDataParallel(RankContext& ctx, torch::nn::Sequential model
   for (auto& unit : s.units)
     shards_to_update.push_back(unit->shard);
   s.optimizer = std::make_unique<Optimizer>(shards_to_update, options.optimizer);
-  if (options.stage >= 2)
+  if (options.stage >= 2 || s.accumulates_in_fp32())
     s.install_gradient_hooks();
   if (options.distributed_optimizer) // every forward gathers what the step before updated
     s.mark_parameters_stale();
@@ -219,13 +219,17 @@ void ZeroDataParallel::State::set_up_gradients(FlatUnit& unit) {
   switch (options.stage) {
   case 0:
   case 1: {
+    const bool fp32 = accumulates_in_fp32();
     {
       CategoryScope scope(MemoryCategory::Gradients);
-      unit.grad = torch::zeros({unit.padded}, unit.full.options());
+      unit.grad = torch::zeros({unit.padded}, fp32 ? unit.full.options().dtype(torch::kFloat32)
+                                                   : unit.full.options());
     }
     // Autograd accumulates into an existing .grad in place, so backward writes straight
-    // into the flat gradient, ready for one all-reduce per unit.
-    for (size_t i = 0; i < unit.params.size(); ++i) {
+    // into the flat gradient, ready for one all-reduce per unit. An fp32 flat gradient of
+    // 16-bit parameters cannot be their .grad: each backward's gradients are added into it
+    // by the gradient hooks instead (on_gradient), as Megatron adds into its main_grad.
+    for (size_t i = 0; i < unit.params.size() && !fp32; ++i) {
       torch::Tensor& p = unit.params[i];
       p.mutable_grad() = unit.grad.narrow(0, unit.offsets[i], p.numel()).view(p.sizes());
     }
@@ -248,6 +252,11 @@ void ZeroDataParallel::State::set_up_gradients(FlatUnit& unit) {
     unit.shard_grad = torch::zeros({unit.shard_numel}, unit.full.options());
   }
   unit.shard.mutable_grad() = unit.shard_grad;
+}
+
+bool ZeroDataParallel::State::accumulates_in_fp32() const {
+  return options.stage <= 1 && options.reduce_fp32 && !params.empty() &&
+         is_low_precision(params.front().scalar_type());
 }
 
 void ZeroDataParallel::State::install_gradient_hooks() {
@@ -277,6 +286,13 @@ void ZeroDataParallel::State::on_gradient(FlatUnit& unit, size_t i) {
   torch::Tensor& p = unit.params[i];
   if (!p.grad().defined())
     return;
+  if (options.stage <= 1) { // accumulates_in_fp32: the 16-bit gradient added into the fp32 one
+    if (p.grad().scalar_type() == unit.grad.scalar_type())
+      return; // the view show_fp32_gradients left, which autograd has accumulated into
+    unit.grad.narrow(0, unit.offsets[i], p.numel()).add_(p.grad().reshape({-1}));
+    p.mutable_grad() = torch::Tensor();
+    return;
+  }
   if (&unit == in_flight.unit) // the next backward pass reached a unit still being sent
     wait_in_flight();
   if (!unit.bucket.defined()) {
@@ -347,11 +363,25 @@ void ZeroDataParallel::zero_grad() {
   torch::NoGradGuard no_grad;
   state_->wait_in_flight();
   state_->start_param_gathers(); // the distributed optimizer's: waited for by each block
+  const bool fp32 = state_->accumulates_in_fp32();
   for (auto& unit : state_->units) {
     unit->shard_grad.zero_();
     if (unit->grad.defined())
       unit->grad.zero_();
+    for (auto& p : unit->params) // backward's 16-bit .grad goes to the hooks again
+      if (fp32)
+        p.mutable_grad() = torch::Tensor();
   }
+}
+
+void ZeroDataParallel::State::show_fp32_gradients() {
+  if (!accumulates_in_fp32())
+    return;
+  for (auto& unit : units)
+    for (size_t i = 0; i < unit->params.size(); ++i) {
+      torch::Tensor& p = unit->params[i];
+      p.mutable_grad() = unit->grad.narrow(0, unit->offsets[i], p.numel()).view(p.sizes());
+    }
 }
 
 void ZeroDataParallel::finish_gradients(int64_t step) {
@@ -364,6 +394,7 @@ void ZeroDataParallel::finish_gradients(int64_t step) {
       s.average_over_replicas(*unit, part);
       unit->shard_grad.copy_(part);
     }
+    s.show_fp32_gradients();
     s.ctx.sample_memory(step, "reduce_scatter");
     return;
   }
@@ -372,6 +403,7 @@ void ZeroDataParallel::finish_gradients(int64_t step) {
       s.ctx.comm.all_reduce(unit->grad, ReduceOp::Avg, unit->group);
       s.average_over_replicas(*unit, unit->grad);
     }
+    s.show_fp32_gradients();
     s.ctx.sample_memory(step, "all_reduce");
     return;
   }

@@ -42,9 +42,14 @@ struct ZeroOptions {
   /// (false: one all-gather less per block and micro-batch, the gathered blocks held from
   /// forward to backward). Forwards without autograd (evaluation) always free them.
   bool reshard_after_forward = true;
-  /// Stages 2, 3: 16-bit gradients reduce-scattered in fp32 (FSDP2's MixedPrecisionPolicy
-  /// with reduce_dtype=float32, as torchtitan and NeMo AutoModel run it): each unit's bucket
-  /// is fp32, the gradients cast into it, and the averaged part added to the 16-bit shard.
+  /// 16-bit gradients reduced in fp32. Stages 2, 3 (FSDP2's MixedPrecisionPolicy with
+  /// reduce_dtype=float32, as torchtitan and NeMo AutoModel run it): each unit's bucket is
+  /// fp32, the gradients cast into it, and the averaged part added to the 16-bit shard.
+  /// Stages 0, 1 (Megatron's bf16 default, its main_grad; the distributed optimizer
+  /// included): the flat gradient itself is fp32, 4 bytes a parameter, each backward's
+  /// gradients added into it (micro-batches accumulate in fp32), all-reduced or
+  /// reduce-scattered in fp32, and the optimizer reads fp32 gradients; after
+  /// finish_gradients each parameter's .grad is its fp32 view of the flat gradient.
   bool reduce_fp32 = false;
   /// Stage 3: children without parameters that read another child's parameters, as
   /// {reader, owner} child indices of the Sequential (a tied LM head reading the embedding's

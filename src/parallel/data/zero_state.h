@@ -51,6 +51,13 @@ struct ZeroDataParallel::State {
   /// gradients set up (stage 3: its shard kept and its full parameters freed).
   void prepare(FlatUnit& unit);
   void set_up_gradients(FlatUnit& unit);
+  /// Stages 0 and 1 with ZeroOptions::reduce_fp32 and 16-bit parameters: the flat gradient
+  /// is fp32, filled by the gradient hooks, not autograd's .grad.
+  bool accumulates_in_fp32() const;
+  /// With accumulates_in_fp32, after the reduction: each parameter's .grad is its fp32 view
+  /// of the flat gradient, for what reads .grad next (sequence parallelism's sum over tp, a
+  /// tied embedding's over its stages); zero_grad() takes the views away again.
+  void show_fp32_gradients();
   void install_gradient_hooks();
   /// Post-AccumulateGrad hook body: parameter `i` of `unit` has its gradient.
   void on_gradient(FlatUnit& unit, size_t i);
