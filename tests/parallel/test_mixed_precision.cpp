@@ -124,6 +124,15 @@ void expect_matches_single_bf16(int world, const StrategyOptions& options,
                            what, got.losses.back(), l.back(), worst_loss, worst);
 }
 
+// The bytes rank 0's collectives `op` carried over the run.
+int64_t collective_bytes(const HarnessRun& run, const std::string& op) {
+  int64_t bytes = 0;
+  for (const CollectiveRecord& c : run.recorders[0].collectives)
+    if (c.op == op)
+      bytes += c.bytes;
+  return bytes;
+}
+
 StrategyOptions mixed_with(StrategyOptions o, int zero, int tp = 1, int pp = 1) {
   o.zero = zero;
   o.tp = tp;
@@ -159,15 +168,9 @@ TEST(MixedPrecisionEquivalence, Zero3ReducedInFp32MatchesSingleBf16) {
   StrategyOptions o = mixed_with(bf16_sgd(), 3);
   o.reduce_fp32 = true;
   expect_matches_single_bf16(4, o, "zero 3 reduced in fp32 on 4 GPUs");
-  const auto reduced = [](const HarnessRun& run) {
-    int64_t bytes = 0;
-    for (const CollectiveRecord& c : run.recorders[0].collectives)
-      if (c.op == "reduce_scatter")
-        bytes += c.bytes;
-    return bytes;
-  };
-  const int64_t in_bf16 = reduced(run_mixed("ddp", 4, mixed_with(bf16_sgd(), 3), 2));
-  const int64_t in_fp32 = reduced(run_mixed("ddp", 4, o, 2));
+  const int64_t in_bf16 =
+      collective_bytes(run_mixed("ddp", 4, mixed_with(bf16_sgd(), 3), 2), "reduce_scatter");
+  const int64_t in_fp32 = collective_bytes(run_mixed("ddp", 4, o, 2), "reduce_scatter");
   ASSERT_GT(in_bf16, 0);
   EXPECT_EQ(in_fp32, 2 * in_bf16);
 }
@@ -184,17 +187,10 @@ TEST(MixedPrecisionEquivalence, DistributedOptimizerReducedInFp32MatchesSingleBf
   StrategyOptions fp32 = bf16;
   fp32.reduce_fp32 = true;
   expect_matches_single_bf16(4, fp32, "distributed optimizer reduced in fp32 on 4 GPUs");
-  const auto bytes_of = [](const HarnessRun& run, const std::string& op) {
-    int64_t bytes = 0;
-    for (const CollectiveRecord& c : run.recorders[0].collectives)
-      if (c.op == op)
-        bytes += c.bytes;
-    return bytes;
-  };
   const HarnessRun in_bf16 = run_mixed("ddp", 4, bf16, 2);
   const HarnessRun in_fp32 = run_mixed("ddp", 4, fp32, 2);
-  ASSERT_GT(bytes_of(in_bf16, "reduce_scatter"), 0);
-  EXPECT_EQ(bytes_of(in_fp32, "reduce_scatter"), 2 * bytes_of(in_bf16, "reduce_scatter"));
-  ASSERT_GT(bytes_of(in_bf16, "all_gather"), 0);
-  EXPECT_EQ(bytes_of(in_fp32, "all_gather"), bytes_of(in_bf16, "all_gather"));
+  ASSERT_GT(collective_bytes(in_bf16, "reduce_scatter"), 0);
+  EXPECT_EQ(collective_bytes(in_fp32, "reduce_scatter"), 2 * collective_bytes(in_bf16, "reduce_scatter"));
+  ASSERT_GT(collective_bytes(in_bf16, "all_gather"), 0);
+  EXPECT_EQ(collective_bytes(in_fp32, "all_gather"), collective_bytes(in_bf16, "all_gather"));
 }

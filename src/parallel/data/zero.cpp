@@ -229,10 +229,8 @@ void ZeroDataParallel::State::set_up_gradients(FlatUnit& unit) {
     // into the flat gradient, ready for one all-reduce per unit. An fp32 flat gradient of
     // 16-bit parameters cannot be their .grad: each backward's gradients are added into it
     // by the gradient hooks instead (on_gradient), as Megatron adds into its main_grad.
-    for (size_t i = 0; i < unit.params.size() && !fp32; ++i) {
-      torch::Tensor& p = unit.params[i];
-      p.mutable_grad() = unit.grad.narrow(0, unit.offsets[i], p.numel()).view(p.sizes());
-    }
+    if (!fp32)
+      point_grads_at_flat_gradient(unit);
     unit.shard = options.stage == 0 ? unit.full : shard_of(unit, unit.full, unit.member);
     unit.shard_grad = options.stage == 0 ? unit.grad : shard_of(unit, unit.grad, unit.member);
     break;
@@ -368,8 +366,8 @@ void ZeroDataParallel::zero_grad() {
     unit->shard_grad.zero_();
     if (unit->grad.defined())
       unit->grad.zero_();
-    for (auto& p : unit->params) // backward's 16-bit .grad goes to the hooks again
-      if (fp32)
+    if (fp32) // backward's 16-bit .grad goes to the hooks again
+      for (auto& p : unit->params)
         p.mutable_grad() = torch::Tensor();
   }
 }
@@ -378,10 +376,14 @@ void ZeroDataParallel::State::show_fp32_gradients() {
   if (!accumulates_in_fp32())
     return;
   for (auto& unit : units)
-    for (size_t i = 0; i < unit->params.size(); ++i) {
-      torch::Tensor& p = unit->params[i];
-      p.mutable_grad() = unit->grad.narrow(0, unit->offsets[i], p.numel()).view(p.sizes());
-    }
+    point_grads_at_flat_gradient(*unit);
+}
+
+void ZeroDataParallel::State::point_grads_at_flat_gradient(FlatUnit& unit) {
+  for (size_t i = 0; i < unit.params.size(); ++i) {
+    torch::Tensor& p = unit.params[i];
+    p.mutable_grad() = unit.grad.narrow(0, unit.offsets[i], p.numel()).view(p.sizes());
+  }
 }
 
 void ZeroDataParallel::finish_gradients(int64_t step) {

@@ -58,6 +58,8 @@ struct ZeroDataParallel::State {
   /// of the flat gradient, for what reads .grad next (sequence parallelism's sum over tp, a
   /// tied embedding's over its stages); zero_grad() takes the views away again.
   void show_fp32_gradients();
+  /// Stages 0, 1: each parameter's .grad is its view of the unit's flat gradient.
+  void point_grads_at_flat_gradient(FlatUnit& unit);
   void install_gradient_hooks();
   /// Post-AccumulateGrad hook body: parameter `i` of `unit` has its gradient.
   void on_gradient(FlatUnit& unit, size_t i);
