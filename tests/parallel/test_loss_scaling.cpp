@@ -3,8 +3,9 @@
 // unscale exactly and grow the scale after 1000 of them; fp32 master weights, moments and
 // the scale survive a checkpoint. LibTorch 1.13 has no fp16 matmul on the CPU, so the fp16
 // model here is an embedding (its forward and backward have fp16 CPU kernels) trained with
-// ZeRO stage 2 over two ranks: the strategies' own path (parallel/replica.h
-// gradients_finite, ZeroDataParallel::step), on a model the CPU can run in fp16.
+// ZeRO stage 2 over two ranks (and stage 1 reducing in fp32): the strategies' own path
+// (parallel/replica.h gradients_finite, ZeroDataParallel::step), on a model the CPU can run
+// in fp16.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -143,9 +144,16 @@ struct Fp16Run {
   const std::vector<double>& scales() const { return rank_scales[0]; }
 };
 
+OptimizerOptions fp16_adam() {
+  OptimizerOptions adam;
+  adam.lr = 0.05;
+  return adam;
+}
+
 /// ZeRO stage 2 over two ranks, Adam, fp16 with loss scaling; `inject` (rank, step) puts an inf
-/// into that rank's shard gradient after the reduce-scatter.
-Fp16Run train_fp16(int steps, std::pair<int, int> inject = {-1, -1}) {
+/// into that rank's shard gradient after the reduction; `zero` replaces the stage-2 options.
+Fp16Run train_fp16(int steps, std::pair<int, int> inject = {-1, -1},
+                   const ZeroOptions& zero_options = ZeroOptions{2, 1.0, fp16_adam()}) {
   DeviceMesh mesh([] {
     MeshOptions o;
     o.world_size = kRanks;
@@ -160,10 +168,8 @@ Fp16Run train_fp16(int steps, std::pair<int, int> inject = {-1, -1}) {
       CategoryScope scope(MemoryCategory::Parameters);
       model = fp16_classifier();
     }
-    OptimizerOptions adam;
-    adam.lr = 0.05;
     const Group world = Group::world(kRanks);
-    ZeroDataParallel zero(ctx, model, world, ZeroOptions{2, 1.0, adam});
+    ZeroDataParallel zero(ctx, model, world, zero_options);
     Optimizer& opt = *zero.optimizer();
     for (int k = 1; k <= steps; ++k) {
       // Each id at most once per global batch: a scaled logit gradient is at most
@@ -232,4 +238,35 @@ TEST(LossScaling, InfOnOneRankSkipsTheStepEverywhereAndHalvesTheScale) {
   for (int k = 0; k < 3; ++k)
     EXPECT_EQ(run.losses[k], clean.losses[k]) << "step " << k + 1;
   EXPECT_NE(run.losses[3], clean.losses[3]);
+}
+
+// --reduce-fp32 under ZeRO 1 in fp16 (Megatron's fp16 main_grad): the scaled fp16 gradients
+// are added into the fp32 flat gradient, all-reduced in fp32, and unscaled from it. Each id
+// is read by one sample of the global batch, so every element of the reduced gradient is one
+// rank's fp16 value plus zeros, halved: exact in fp16 and in fp32 alike. The fp32 path must
+// then reproduce the fp16 stage-2 run bit for bit, and skip an overflowed step the same way.
+// Plain SGD, whose update is proportional to the gradient (Adam's would hide a gradient off
+// by a constant factor).
+TEST(LossScaling, Fp16ZeroOneReducedInFp32MatchesTheFp16ReductionExactly) {
+  const ZeroOptions fp16_reduce{2, 1.0, plain_sgd(0.5)};
+  ZeroOptions fp32_reduce{1, 1.0, plain_sgd(0.5)};
+  fp32_reduce.reduce_fp32 = true;
+  const Fp16Run reference = train_fp16(12, {-1, -1}, fp16_reduce);
+  const Fp16Run run = train_fp16(12, {-1, -1}, fp32_reduce);
+  ASSERT_EQ(run.losses.size(), reference.losses.size());
+  for (size_t k = 0; k < run.losses.size(); ++k) {
+    EXPECT_TRUE(run.stepped[k]) << "step " << k + 1;
+    EXPECT_EQ(run.losses[k], reference.losses[k]) << "step " << k + 1;
+  }
+  EXPECT_LT(run.losses.back(), run.losses.front());
+
+  const Fp16Run skipped = train_fp16(6, {1, 3}, fp32_reduce); // rank 1's fp32 gradient overflows
+  for (int k = 0; k < 6; ++k)
+    EXPECT_EQ(skipped.stepped[k], k != 2) << "step " << k + 1;
+  EXPECT_EQ(skipped.scales()[2], 32768.0);
+  for (int k = 0; k < 3; ++k)
+    EXPECT_EQ(skipped.losses[k], reference.losses[k]) << "step " << k + 1;
+  EXPECT_NE(skipped.losses[3], reference.losses[3]);
+  std::cout << "fp16 zero-1 reduced in fp32: loss " << run.losses.front() << " -> "
+            << run.losses.back() << ", as the fp16 reduction's\n";
 }
