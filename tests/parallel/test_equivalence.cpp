@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <iostream>
+#include <map>
 
 #include "memory/allocator.h"
 #include "strategy_harness.h"
@@ -29,13 +30,30 @@ StrategyOptions sgd(const std::string& model) {
   return o;
 }
 
+struct Reference {
+  std::vector<double> losses;
+  std::vector<torch::Tensor> parameters;
+};
+
+// Single-device training of `model` on global batches of `global`: trained once per process
+// (DDP and DataParallel on 4 GPUs share it).
+const Reference& single_reference(const std::string& model, const Dataset& data, int64_t global) {
+  static std::map<std::pair<std::string, int64_t>, Reference> references;
+  const auto key = std::make_pair(model, global);
+  if (!references.count(key)) {
+    torch::manual_seed(5);
+    DeviceMesh ref_mesh(mesh_options(1));
+    const HarnessRun run = run_strategy(ref_mesh, "single", sgd(model), data, global, kSteps);
+    references.emplace(key, Reference{run.losses, run.parameters});
+  }
+  return references.at(key);
+}
+
 void expect_matches_single(const std::string& strategy, const std::string& model, int world,
                            int64_t per_gpu_batch) {
   const auto data = with_dtype(synthetic_dataset(2048, 16, 11).train, torch::kFloat64);
   const int64_t global = per_gpu_batch * world;
-  torch::manual_seed(5);
-  DeviceMesh ref_mesh(mesh_options(1));
-  auto ref = run_strategy(ref_mesh, "single", sgd(model), data, global, kSteps);
+  const Reference& ref = single_reference(model, data, global);
   torch::manual_seed(5); // same permutation of the data
   DeviceMesh mesh(mesh_options(world));
   auto got = run_strategy(mesh, strategy, sgd(model), data, global, kSteps);
