@@ -33,10 +33,12 @@ endforeach()
 # Seconds the slowest suites took on the 2-core development machine (ctest -j2): ctest starts
 # tests in descending COST, and a fresh build has no timings of its own yet, so without these
 # the longest suites could start last and leave one core idle at the end.
-set(slow_suites CliProcessFaults=51 CliProcesses=43 CliHardening=34 TrainResume=31 Zero=30
-    CliBadInput=25 CliExport=23 CliServe=21 ParallelEquivalence=19 PipelineExecutor=19
-    MeshEquivalence=16 LlamaEquivalence=11 CliModels=10 FsdpMesh=8 ContextParallel=8 ResNet50=8
-    Layouts/PlanMatchesTraining=8 CheckpointIntegrity=7 HfLlamaVariants=7 CliReport=7)
+set(slow_suites CliProcesses=71 CliProcessFaults=67 TrainResume=63 PipelineExecutor=50
+    MixedPrecisionEquivalence=49 CliExport=46 MeshEquivalence=44 CliHardening=43 CliBadInput=42
+    Zero=40 ParallelEquivalence=40 CliServe=28 Validation=27 Layouts/PlanMatchesTraining=26
+    CliPrecision=24 ExpertParallel=24 LlamaEquivalence=22 ContextParallel=20 FsdpMesh=19
+    ResNet50=19 CliModels=18 CliPlan=17 CliMesh=15 HfLlamaVariants=14 CheckpointIntegrity=14
+    CliValidate=13 CostPredictRun=12 CliHf=12 CliReport=11)
 
 foreach(entry IN LISTS slow_suites)
   string(REGEX REPLACE "=.*" "" name "${entry}")
