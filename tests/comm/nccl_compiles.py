@@ -86,7 +86,8 @@ def main():
     print(f"{' and '.join(SOURCES)}: rc {done.returncode} (NCCL branch, nccl.h from {nccl})")
     if done.returncode != 0:
         print(done.stderr[-4000:])
-    sys.exit(1 if done.returncode != 0 else 0)
+    sys.exit(0 if done.returncode == 0 else 1)
+
 
 if __name__ == "__main__":
     main()

@@ -6,6 +6,7 @@
 
 #include <iostream>
 #include <map>
+#include <memory>
 
 #include "memory/allocator.h"
 #include "strategy_harness.h"
@@ -30,33 +31,33 @@ StrategyOptions sgd(const std::string& model) {
   return o;
 }
 
-struct Reference {
-  std::vector<double> losses;
-  std::vector<torch::Tensor> parameters;
-};
+const Dataset& equivalence_data() {
+  static const Dataset data = with_dtype(synthetic_dataset(2048, 16, 11).train, torch::kFloat64);
+  return data;
+}
 
 // Single-device training of `model` on global batches of `global`: trained once per process
 // (DDP and DataParallel on 4 GPUs share it).
-const Reference& single_reference(const std::string& model, const Dataset& data, int64_t global) {
-  static std::map<std::pair<std::string, int64_t>, Reference> references;
+const HarnessRun& single_reference(const std::string& model, int64_t global) {
+  static std::vector<std::unique_ptr<DeviceMesh>> meshes; // outlive the returned runs
+  static std::map<std::pair<std::string, int64_t>, HarnessRun> references;
   const auto key = std::make_pair(model, global);
   if (!references.count(key)) {
     torch::manual_seed(5);
-    DeviceMesh ref_mesh(mesh_options(1));
-    const HarnessRun run = run_strategy(ref_mesh, "single", sgd(model), data, global, kSteps);
-    references.emplace(key, Reference{run.losses, run.parameters});
+    meshes.push_back(std::make_unique<DeviceMesh>(mesh_options(1)));
+    references.emplace(key, run_strategy(*meshes.back(), "single", sgd(model), equivalence_data(),
+                                         global, kSteps));
   }
   return references.at(key);
 }
 
 void expect_matches_single(const std::string& strategy, const std::string& model, int world,
                            int64_t per_gpu_batch) {
-  const auto data = with_dtype(synthetic_dataset(2048, 16, 11).train, torch::kFloat64);
   const int64_t global = per_gpu_batch * world;
-  const Reference& ref = single_reference(model, data, global);
+  const HarnessRun& ref = single_reference(model, global);
   torch::manual_seed(5); // same permutation of the data
   DeviceMesh mesh(mesh_options(world));
-  auto got = run_strategy(mesh, strategy, sgd(model), data, global, kSteps);
+  auto got = run_strategy(mesh, strategy, sgd(model), equivalence_data(), global, kSteps);
 
   ASSERT_EQ(got.losses.size(), ref.losses.size());
   for (int k = 0; k < kSteps; ++k)

@@ -151,7 +151,8 @@ OptimizerOptions fp16_adam() {
 }
 
 /// ZeRO stage 2 over two ranks, Adam, fp16 with loss scaling; `inject` (rank, step) puts an inf
-/// into that rank's shard gradient after the reduction; `zero` replaces the stage-2 options.
+/// into that rank's shard gradient after the reduction; `zero_options` replaces the stage-2
+/// options.
 Fp16Run train_fp16(int steps, std::pair<int, int> inject = {-1, -1},
                    const ZeroOptions& zero_options = ZeroOptions{2, 1.0, fp16_adam()}) {
   DeviceMesh mesh([] {
