@@ -88,13 +88,13 @@ struct TransformerShape {
   bool out_bias = false;    // a bias on the output projection (attention_bias)
   bool qk_norm = false;     // an RMSNorm over each head of q and of k before rotary (Qwen3)
   double norm_eps = 1e-5;   // every RMSNorm's epsilon (rms_norm_eps)
-  RopeScaling rope_scaling; // llama3 or yarn scaling of the rotary frequencies
-  LatentShape latent;       // multi-head latent attention (DeepSeek's); kv_rank 0: none
+  RopeScaling rope_scaling{}; // llama3 or yarn scaling of the rotary frequencies
+  LatentShape latent{};     // multi-head latent attention (DeepSeek's); kv_rank 0: none
   /// Dropout in training on the attention probabilities and on the attention's and the MLP's
   /// outputs before their residual adds (Megatron's attention_dropout and hidden_dropout;
   /// models/layers/dropout.h); 0: none. Set from --dropout, not a part of the shape's identity.
   double dropout = 0;
-  MoeShape moe;
+  MoeShape moe{};
 };
 
 /// What a transformer keeps for backward (Korthikanti et al. 2022): None keeps every
@@ -139,7 +139,7 @@ struct ModelOptions {
   /// by parameter name: every parameter of the model, of its shape, copied after the build
   /// and before the conversion to `dtype`, so that every layout splits the same weights.
   /// Ignored on the meta device.
-  std::shared_ptr<const std::vector<std::pair<std::string, torch::Tensor>>> initial;
+  std::shared_ptr<const std::vector<std::pair<std::string, torch::Tensor>>> initial{};
   /// The core installed in every attention module (gpt, llama). Eager here, the library's
   /// default; `meshsim train` and `plan` default to fused (TrainConfig::attention). Last, so
   /// that positional initializers of the fields above stay valid.

@@ -214,8 +214,9 @@ TEST(CliProcesses, ExpertParallelWritesEveryRanksRouting) {
   ASSERT_EQ(a.size(), 1u + 3 * 2 * 2 * 4);
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i)
-    if (i == 0 || a[i].rfind("1,", 0) == 0)
+    if (i == 0 || a[i].rfind("1,", 0) == 0) {
       EXPECT_EQ(a[i], b[i]) << "row " << i;
+    }
   const auto routing = read_json(processes / "summary.json")["routing"];
   const auto expected = read_json(threads / "summary.json")["routing"];
   ASSERT_TRUE(routing.is_object());

@@ -129,8 +129,9 @@ inline PyTorchComparison expect_llama_matches_pytorch(const TransformerShape& o,
   const auto expected = python_llama_reference(o, 3, batch, t);
   ModelOptions mo{3, 0, o, torch::kFloat64};
   auto model = build_model("llama", mo);
-  if (!expected.empty())
+  if (!expected.empty()) {
     EXPECT_EQ(count_parameters(*model), static_cast<int64_t>(expected[0])) << what;
+  }
   const torch::Tensor logits = model->forward(fixed_tokens(batch, t, o.vocab, 7, 13, 3));
   const torch::Tensor loss = loss_fn(logits, fixed_tokens(batch, t, o.vocab, 5, 11, 1));
   loss.backward();

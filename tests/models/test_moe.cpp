@@ -252,8 +252,9 @@ TEST(MoeLayer, MatchesATokenByTokenLoop) {
     // The tokens the experts ran: the 8 assignments dropless, those kept with a capacity.
     EXPECT_EQ(moe->tokens_per_expert().sum().item<int64_t>(),
               capacity > 0 ? keep.sum().item<int64_t>() : 8);
-    if (capacity > 0)
+    if (capacity > 0) {
       EXPECT_LE(moe->tokens_per_expert().max().item<int64_t>(), 1);
+    }
   }
 }
 

@@ -228,6 +228,7 @@ TEST(ContextParallel, PartialAttentionMergesExactly) {
   const auto g_none = torch::autograd::grad({none.out.sum() + none.lse.clamp_min(-1e3).sum()},
                                             {q, k, v}, {}, false, false, /*allow_unused=*/true);
   for (const auto& g : g_none)
-    if (g.defined())
+    if (g.defined()) {
       EXPECT_EQ(g.abs().max().item<double>(), 0.0);
+    }
 }

@@ -257,9 +257,10 @@ TEST(MeshEquivalence, TiedEmbeddingCopiesStayBitwiseEqual) {
       const torch::Tensor& last = copies.at({dims.rank({dp, 0, 1}), step});
       EXPECT_EQ(first.scalar_type(), torch::kBFloat16);
       EXPECT_TRUE(torch::equal(first, last)) << "step " << step << " replica " << dp;
-      if (step > 1)
+      if (step > 1) {
         EXPECT_FALSE(torch::equal(first, copies.at({dims.rank({dp, 0, 0}), step - 1})))
             << "the embedding did not train at step " << step;
+      }
     }
   EXPECT_EQ(run.losses.size(), 4u);
 }

@@ -40,8 +40,9 @@ void expect_bit_for_bit_without_overlap(int zero) {
   // Nothing started ahead without overlap, but stage 3's gathers, prefetched either way.
   for (const Recorder& rec : without.recorders)
     for (const CollectiveRecord& x : rec.collectives)
-      if (zero < 3 || x.op != "all_gather")
+      if (zero < 3 || x.op != "all_gather") {
         EXPECT_LT(x.waited_s, 0) << x.op << " #" << x.seq;
+      }
 }
 
 } // namespace

@@ -174,10 +174,11 @@ TEST_P(PlanMatchesTraining, PeakBytesByCategoryPerGpu) {
     const int64_t other = at(real, MemoryCategory::Other) - at(p.stats, MemoryCategory::Other);
     EXPECT_GE(other, 0) << where << "other";
     EXPECT_LE(other, 4) << where << "other";
-    if (ring) // the ring's messages in flight: at least the plan's bytes
+    if (ring) { // the ring's messages in flight: at least the plan's bytes
       EXPECT_GE(at(real, MemoryCategory::Communication),
                 at(p.stats, MemoryCategory::Communication))
           << where << "communication";
+    }
     if (c.pp > 1 && !ring) {
       const int64_t ahead = at(real, MemoryCategory::Communication) -
                             at(p.stats, MemoryCategory::Communication);

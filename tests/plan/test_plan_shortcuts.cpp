@@ -128,8 +128,9 @@ TEST_P(PlanStageImages, EqualsAPlanThatRunsEveryStage) {
   }
   for (const MemorySample& sample : fast.timeline)
     for (size_t i = 0; i < fast.ranks.size(); ++i)
-      if (fast.ranks[i].image_of >= 0)
+      if (fast.ranks[i].image_of >= 0) {
         EXPECT_EQ(sample.bytes[i], sample.bytes[1]) << l.name << " " << sample.phase;
+      }
 }
 
 INSTANTIATE_TEST_SUITE_P(

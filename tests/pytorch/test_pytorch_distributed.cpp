@@ -224,15 +224,17 @@ void expect_matches_pytorch(const std::string& name) {
 
   const double bound = pt_fp32_bound();
   const double loss_gap = pt_loss_gap(run_losses(run), pytorch["losses"]);
-  if (!layout.adam)
+  if (!layout.adam) {
     EXPECT_LE(loss_gap, bound) << name << ": the losses differ";
+  }
   const auto cmp = run_command(MESHSIM_PYTHON " " MESHSIM_SOURCE_DIR
                                "/tests/pytorch/compare_parameters.py " + state.string() + " " +
                                (pt_dir() / (name + ".pt")).string());
   ASSERT_EQ(cmp.code, 0) << cmp.output;
   const double param_gap = nlohmann::json::parse(cmp.output)["worst"];
-  if (!layout.adam)
+  if (!layout.adam) {
     EXPECT_LE(param_gap, bound) << name << ": the final parameters differ";
+  }
 
   const auto gpus = read_json(run / "summary.json")["gpus"];
   ASSERT_EQ(gpus.size(), pytorch["memory"].size()) << name;

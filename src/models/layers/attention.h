@@ -68,8 +68,8 @@ struct AttentionOptions {
   int out_bias = -1;            // a bias on out: 1 yes, 0 no, -1 as `bias`
   bool qk_norm = false;         // RMSNorm q_norm, k_norm over each head's width, before rotary
   double norm_eps = 1e-5;       // their epsilon
-  RopeScaling rope_scaling;     // of the rotary frequencies (rotary.h)
-  LatentShape latent;           // multi-head latent attention; kv_rank 0: q, k, v projections
+  RopeScaling rope_scaling{};   // of the rotary frequencies (rotary.h)
+  LatentShape latent{};         // multi-head latent attention; kv_rank 0: q, k, v projections
 };
 
 /// Self-attention: q [H -> heads·d], k and v [H -> kv_heads·d], out [heads·d -> H], then

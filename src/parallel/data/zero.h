@@ -55,7 +55,7 @@ struct ZeroOptions {
   /// {reader, owner} child indices of the Sequential (a tied LM head reading the embedding's
   /// weight, as FSDP puts a shared weight in one unit): the reader is wrapped like a block
   /// with the owner's units, gathered for its forward and backward.
-  std::vector<std::pair<size_t, size_t>> shared_children;
+  std::vector<std::pair<size_t, size_t>> shared_children{};
 };
 
 /// Parameters whose gradients are averaged, and whose state is sharded, over one group.
@@ -66,7 +66,7 @@ struct ParamGroup {
   /// HSDP: the ranks holding the same shard in the other replicas ("dp_replicate"): the
   /// gradients reduced (or reduce-scattered) over `group` are then averaged over these. Empty
   /// or one rank: no replication.
-  Group replicate;
+  Group replicate{};
   std::string replicate_dim = "dp_replicate";
   /// The averaged gradients are multiplied by this: expert parallelism's experts, averaged
   /// over edp, take 1/ep to be averaged over dp × cp (parallel/expert/expert_parallel.h).
