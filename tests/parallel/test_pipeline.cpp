@@ -52,10 +52,19 @@ struct TrainResult {
   std::vector<torch::Tensor> parameters; // in model order
 };
 
+// The CNN every stage cuts, of the batches' dtype, built from one seed on every rank.
+ModelOptions cnn_options(int rank, const Batches& batches) {
+  ModelOptions o;
+  o.seed = kPipelineSeed;
+  o.rank = rank;
+  o.dtype = batches.inputs[0].scalar_type();
+  return o;
+}
+
 // The reference: the whole model on the calling thread, whole batches.
 TrainResult train_single(const Batches& batches) {
   TrainResult r;
-  auto model = build_model("cnn", ModelOptions{kPipelineSeed, 0, {}, batches.inputs[0].scalar_type()});
+  auto model = build_model("cnn", cnn_options(0, batches));
   auto params = model->parameters();
   allocate_gradients(params);
   Optimizer opt(params, pipeline_sgd());
@@ -92,7 +101,7 @@ TrainResult train_pipeline(DeviceMesh& mesh, const Schedule& schedule, const Bat
     torch::nn::Sequential model;
     {
       CategoryScope scope(MemoryCategory::Parameters);
-      model = build_model("cnn", ModelOptions{kPipelineSeed, s, {}, batches.inputs[0].scalar_type()});
+      model = build_model("cnn", cnn_options(s, batches));
     }
     PipelineStage stage;
     stage.stage = s;
