@@ -2,6 +2,10 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 ARGS ?=
+# Ninja (scripts/setup.sh installs it) starts each compile as soon as what it needs exists, and
+# restarts nothing: a fresh build of the tests (in batches of 8) took 444 s with it and 466 s
+# with make's Makefiles. A folder configured before keeps its generator.
+GENERATOR = $(if $(wildcard $(1)/CMakeCache.txt),,-G Ninja)
 
 .PHONY: run test test-torch2 setup build bench sanitize fuzz clean
 
@@ -9,7 +13,7 @@ setup:
 	@bash scripts/setup.sh
 
 $(BUILD)/CMakeCache.txt:
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+	cmake -S . -B $(BUILD) $(call GENERATOR,$(BUILD)) -DCMAKE_BUILD_TYPE=Release
 
 build: setup $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
@@ -36,8 +40,8 @@ TORCH_PYTHON ?=
 test-torch2: setup
 	@python=$${TORCH_PYTHON:-$$(bash scripts/setup_torch2.sh)}; \
 	torch=$$($$python -c 'import os, torch; print(os.path.dirname(torch.__file__))') && \
-	cmake -S . -B $(TORCH2_BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=$$torch \
-	      -DMESHSIM_PYTHON=$$python
+	cmake -S . -B $(TORCH2_BUILD) $(call GENERATOR,$(TORCH2_BUILD)) -DCMAKE_BUILD_TYPE=Release \
+	      -DCMAKE_PREFIX_PATH=$$torch -DMESHSIM_PYTHON=$$python
 	cmake --build $(TORCH2_BUILD) -j $(JOBS)
 	cd $(TORCH2_BUILD) && ctest --output-on-failure -j $(JOBS)
 

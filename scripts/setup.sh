@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake pkg-config
+  build-essential cmake ninja-build pkg-config
   libtorch-dev libgloo-dev        # LibTorch 1.13 (CPU) with c10d, and the Gloo headers
   nlohmann-json3-dev libfmt-dev libcli11-dev zlib1g-dev libgtest-dev
   dataset-fashion-mnist           # the real Fashion-MNIST, the default data

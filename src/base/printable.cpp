@@ -61,4 +61,12 @@ std::string printable(const std::string& text) {
   return out;
 }
 
+std::string last_line(const std::string& text) {
+  const size_t end = text.find_last_not_of(" \t\r\n");
+  if (end == std::string::npos) return "";
+  const size_t newline = text.rfind('\n', end);
+  const size_t begin = newline == std::string::npos ? 0 : newline + 1;
+  return text.substr(begin, end + 1 - begin);
+}
+
 } // namespace meshsim

@@ -14,4 +14,8 @@ std::string printable(const std::string& text);
 /// could quote only escaped, and that a C string would cut.
 bool has_control_character(const std::string& text);
 
+/// The last line of `text` that is not blank, without the whitespace that ends it: what a
+/// child process said last on its stderr.
+std::string last_line(const std::string& text);
+
 } // namespace meshsim

@@ -19,6 +19,7 @@
 #include <stdexcept>
 
 #include "base/atomic_file.h"
+#include "base/printable.h"
 
 extern char** environ;
 
@@ -42,14 +43,6 @@ std::string csv_field(const std::string& s) {
 }
 
 /// The last non-empty line of gnuplot's output: its error ("script", line N: ...).
-std::string last_line(const std::string& text) {
-  size_t end = text.find_last_not_of(" \t\r\n");
-  if (end == std::string::npos) return "";
-  size_t begin = text.rfind('\n', end);
-  begin = (begin == std::string::npos) ? 0 : begin + 1;
-  return text.substr(begin, end - begin + 1);
-}
-
 } // namespace
 
 /// A gnuplot single-quoted string: no escapes are processed inside, only '' stands for '.

@@ -16,6 +16,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "base/printable.h"
 #include "cost/hardware.h"
 #include "models/presets.h"
 #include "report/plan_page.h"
@@ -106,13 +107,8 @@ private:
 };
 
 // The line a failed plan ended with ("meshsim: ..." on its stderr), without the prefix.
-std::string last_line(const std::string& err) {
-  size_t end = err.find_last_not_of("\r\n \t");
-  if (end == std::string::npos)
-    return "";
-  const size_t start = err.rfind('\n', end);
-  std::string line = err.substr(start == std::string::npos ? 0 : start + 1,
-                                end + 1 - (start == std::string::npos ? 0 : start + 1));
+std::string plan_error(const std::string& err) {
+  std::string line = last_line(err);
   if (line.rfind("meshsim: ", 0) == 0)
     line = line.substr(9);
   return line.size() > 1000 ? line.substr(0, 1000) + "..." : line;
@@ -217,7 +213,7 @@ void PlanServer::State::plan(const httplib::Request& req, httplib::Response& res
                               stopping ? " (the server is stopping)" : ""));
   if (child.exit_code != 0) {
     // The request's config.json is named as the person sent it, not by the server's folder.
-    std::string why = last_line(child.err);
+    std::string why = plan_error(child.err);
     for (size_t at; (at = why.find(folder.path().string() + "/")) != std::string::npos;)
       why.erase(at, folder.path().string().size() + 1);
     // 2, 3: the request's values (a layout that does not divide, a config.json refused);

@@ -38,7 +38,7 @@ fs::path config_file(const std::string& name, const std::string& text) {
 const std::string kTrainAnyLayout = "train --data synthetic --synthetic-train 64 "
                                     "--synthetic-test 16 --eval-limit 16 --batch-size 4 "
                                     "--max-steps 2 ";
-const std::string kTrain = kTrainAnyLayout + "--gpus 1 --strategy single ";
+const std::string kTrainOneGpu = kTrainAnyLayout + "--gpus 1 --strategy single ";
 
 } // namespace hf_config_cli
 
@@ -47,8 +47,8 @@ using namespace hf_config_cli;
 TEST(CliHfConfig, TrainsFromTheFolderAndRecordsTheShape) {
   const fs::path dir = config_file("qwen3", kQwen3);
   const fs::path out = fresh_dir("hf-config-run");
-  const auto r =
-      run_meshsim(kTrain + "--hf-config " + dir.string() + " --layers 1 --out " + out.string());
+  const auto r = run_meshsim(kTrainOneGpu + "--hf-config " + dir.string() + " --layers 1 --out " +
+                             out.string());
   ASSERT_EQ(r.code, 0) << r.output;
   const auto config = read_json(out / "config.json");
   EXPECT_EQ(config["model"], "llama");
@@ -80,7 +80,7 @@ TEST(CliBadInput, HfConfigRefusalsAreOneLineNamingTheKey) {
   struct Case {
     std::string args, names;
     int code;
-    std::string train = kTrain;
+    std::string train = kTrainOneGpu;
   };
   const std::vector<Case> cases = {
       {"--hf-config " + config_file("gemma", with_model_type("gemma3")).string(), "model_type", 2},

@@ -13,13 +13,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kGpt =
+const std::string kMeshGpt =
     "train --model gpt --data synthetic --synthetic-train 256 --synthetic-test 32 --vocab 64 "
     "--hidden 32 --heads 4 --seq-len 16 ";
 
 void expect_usage_error(const std::string& args, const std::string& message) {
   const auto out = fresh_dir("layout");
-  const auto r = run_meshsim_in_process(kGpt + args + " --out " + out.string());
+  const auto r = run_meshsim_in_process(kMeshGpt + args + " --out " + out.string());
   EXPECT_EQ(r.code, 2) << args << "\n" << r.output;
   EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n" << r.output;
   EXPECT_FALSE(fs::exists(out)) << "nothing may run before the layout is checked";
@@ -110,7 +110,7 @@ TEST(CliMesh, SequenceParallelNeedsTensorParallelAndASequenceThatSplits) {
 
 TEST(CliMesh, SequenceParallelTrainsAndIsSavedInTheRunFolder) {
   const auto out = fresh_dir("sequence-parallel");
-  const auto r = run_meshsim(kGpt +
+  const auto r = run_meshsim(kMeshGpt +
                              "--layers 2 --gpus 4 --tp 2 --pp 2 --sequence-parallel "
                              "--micro-batches 2 --batch-size 8 --max-steps 10 --log-every 1 "
                              "--eval-limit 16 --out " +
@@ -129,7 +129,7 @@ TEST(CliMesh, SequenceParallelTrainsAndIsSavedInTheRunFolder) {
 
 TEST(CliMesh, EightGpusTwoByTwoByTwoTrains) {
   const auto out = fresh_dir("mesh");
-  const auto r = run_meshsim(kGpt +
+  const auto r = run_meshsim(kMeshGpt +
                              "--layers 2 --gpus 8 --tp 2 --pp 2 --zero 1 --schedule 1f1b "
                              "--micro-batches 4 --batch-size 8 --max-steps 12 --log-every 1 "
                              "--eval-limit 16 --out " + out.string());
@@ -169,7 +169,7 @@ TEST(CliMesh, VirtualStagesBadValuesAreOneLineUsageErrors) {
   };
   for (const auto& [args, message] : cases) {
     const auto out = fresh_dir("virtual-stages-bad");
-    const auto r = run_meshsim_in_process(kGpt + args + " --out " + out.string());
+    const auto r = run_meshsim_in_process(kMeshGpt + args + " --out " + out.string());
     EXPECT_EQ(r.code, 2) << args << "\n" << r.output;
     EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n" << r.output;
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << "\n" << r.output;
@@ -188,7 +188,7 @@ TEST(CliMesh, VirtualStagesBadValuesAreOneLineUsageErrors) {
 // learns, and the run folder says how it was laid out.
 TEST(CliMesh, InterleavedPipelineTrainsAndIsSavedInTheRunFolder) {
   const auto out = fresh_dir("interleaved");
-  const auto r = run_meshsim(kGpt +
+  const auto r = run_meshsim(kMeshGpt +
                              "--layers 4 --gpus 4 --pp 2 --virtual-stages 2 --micro-batches 4 "
                              "--batch-size 8 --max-steps 10 --log-every 1 --eval-limit 16 --out " +
                              out.string());
@@ -224,7 +224,7 @@ TEST(CliMesh, InterleavedPipelineTrainsAndIsSavedInTheRunFolder) {
 TEST(CliMesh, MicroBatchSizeSetsTheMicroBatchesAndSurvivesConfigJson) {
   const auto out = fresh_dir("mbs");
   const auto r =
-      run_meshsim(kGpt +
+      run_meshsim(kMeshGpt +
                   "--layers 2 --gpus 4 --pp 2 --global-batch-size 8 --micro-batch-size 2 "
                   "--recompute selective --max-steps 2 --eval-limit 16 --out " +
                   out.string());
@@ -279,7 +279,7 @@ TEST(CliMesh, UnequalStagesBadValuesAreOneLineUsageErrors) {
   };
   for (const auto& [args, message] : cases) {
     const auto out = fresh_dir("stage-layers-bad");
-    const auto r = run_meshsim_in_process(kGpt + args + " --out " + out.string());
+    const auto r = run_meshsim_in_process(kMeshGpt + args + " --out " + out.string());
     EXPECT_EQ(r.code, 2) << args << "\n" << r.output;
     EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n" << r.output;
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << "\n" << r.output;
@@ -299,8 +299,9 @@ TEST(CliMesh, UnequalStagesBadValuesAreOneLineUsageErrors) {
 // once --zero 2 runs with --pp).
 TEST(CliMesh, TiedHeadWithAPipeline) {
   const auto out = fresh_dir("tied-pp");
-  const auto r = run_meshsim(kGpt + "--gpus 2 --pp 2 --layers 3 --tie-head --micro-batches 2 "
-                                    "--batch-size 8 --max-steps 3 --first-stage-layers 1 --out " +
+  const auto r = run_meshsim(kMeshGpt +
+                             "--gpus 2 --pp 2 --layers 3 --tie-head --micro-batches 2 "
+                             "--batch-size 8 --max-steps 3 --first-stage-layers 1 --out " +
                              out.string());
   EXPECT_EQ(r.code, 0) << r.output;
   fs::remove_all(out);
@@ -340,7 +341,7 @@ TEST(CliMesh, ContextParallelChecksTrainsAndSurvivesConfigJson) {
   expect_usage_error("--gpus 3 --cp 2", "--gpus 3 is not divisible by --tp 1 × --pp 1 × --cp 2 = 2");
   expect_usage_error("--gpus 2 --cp 0", "--cp must be at least 1, got 0");
   const auto out = fresh_dir("cp");
-  const auto r = run_meshsim(kGpt +
+  const auto r = run_meshsim(kMeshGpt +
                              "--layers 2 --gpus 4 --cp 2 --cp-comm ring --batch-size 8 "
                              "--max-steps 4 --log-every 1 --eval-limit 16 --out " +
                              out.string());
