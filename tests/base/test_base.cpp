@@ -55,6 +55,14 @@ TEST(BasePrintable, ControlCharactersNulAndStrayBytesAreEscapedValidUtf8Kept) {
   EXPECT_EQ(printable("\x7f"), "\\x7f");
 }
 
+// What a child process said last: its last line that is not blank, without trailing spaces.
+TEST(BasePrintable, LastLineIsTheLastOneThatIsNotBlank) {
+  EXPECT_EQ(last_line("first\nmeshsim: out of memory  \r\n\n \t\n"), "meshsim: out of memory");
+  EXPECT_EQ(last_line("  only one"), "  only one");
+  EXPECT_EQ(last_line(""), "");
+  EXPECT_EQ(last_line("\n \n\t"), "");
+}
+
 TEST(BaseInputFile, RefusesEveryKindThatIsNotARegularFileInOneLine) {
   TempDir tmp;
   const fs::path fifo = tmp.path / "fifo", dangling = tmp.path / "dangling", loop = tmp.path / "loop";
