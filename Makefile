@@ -2,9 +2,9 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 ARGS ?=
-# Ninja (scripts/setup.sh installs it) starts each compile as soon as what it needs exists, and
-# restarts nothing: a fresh build of the tests (in batches of 8) took 444 s with it and 466 s
-# with make's Makefiles. A folder configured before keeps its generator.
+# New build folders use Ninja (scripts/setup.sh installs it): a fresh build of meshsim and the
+# tests (in batches of 8) took 444 s with it and 466 s with Makefiles. A folder configured
+# before keeps its generator.
 GENERATOR = $(if $(wildcard $(1)/CMakeCache.txt),,-G Ninja)
 
 .PHONY: run test test-torch2 setup build bench sanitize fuzz clean

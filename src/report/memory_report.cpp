@@ -42,7 +42,6 @@ std::string csv_field(const std::string& s) {
   return out + "\"";
 }
 
-/// The last non-empty line of gnuplot's output: its error ("script", line N: ...).
 } // namespace
 
 /// A gnuplot single-quoted string: no escapes are processed inside, only '' stands for '.
@@ -273,7 +272,7 @@ bool run_gnuplot(const std::filesystem::path& script, int timeout_ms, std::strin
     return false;
   }
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return true;
-  const std::string detail = last_line(output);
+  const std::string detail = last_line(output); // gnuplot's error: "script", line N: ...
   *error = WIFSIGNALED(status)
                ? program + " killed by signal " + std::to_string(WTERMSIG(status))
                : program + " exited with status " + std::to_string(WEXITSTATUS(status));
