@@ -77,14 +77,15 @@ int CommandLineParser::parse(int argc, char** argv) {
   } catch (const CLI::CallForAllHelp& e) {
     return a.app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::string what = e.what();
-    const char* command = a.train->parsed()     ? "train"
-                          : a.plan->parsed()    ? "plan"
-                          : a.export_->parsed() ? "export"
-                          : a.predict->parsed() ? "predict"
-                          : a.serve->parsed()   ? "serve"
-                                                : "";
-    std::fprintf(stderr, "meshsim: %s (see meshsim %s --help)\n", printable(what).c_str(), command);
+    // The help of the deepest subcommand parsed so far ("meshsim bench comm --help"), or the
+    // top level's before any.
+    std::string help = "meshsim";
+    for (const CLI::App* at = &a.app; !at->get_subcommands().empty();) {
+      at = at->get_subcommands().front();
+      help += " " + at->get_name();
+    }
+    std::fprintf(stderr, "meshsim: %s (see %s --help)\n", printable(e.what()).c_str(),
+                 help.c_str());
     return kExitUsage;
   } catch (const std::exception& e) {
     // A file a flag names, read while the flags are applied (--hf-config): its own exit code.

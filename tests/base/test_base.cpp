@@ -17,7 +17,9 @@
 namespace fs = std::filesystem;
 using namespace meshsim;
 
-// Named: the unity build compiles this file with others whose anonymous names would clash.
+// This file's own namespace, its tests inside it too: the unity build compiles the file with
+// others, whose anonymous names would clash with its helpers, and a using-directive would
+// carry its names into the files after it.
 namespace base_test {
 
 struct TempDir {
@@ -38,10 +40,6 @@ std::string error_of(const std::function<void()>& f) {
   }
   return "(no error)";
 }
-
-} // namespace base_test
-
-using namespace base_test;
 
 TEST(BasePrintable, ControlCharactersNulAndStrayBytesAreEscapedValidUtf8Kept) {
   EXPECT_EQ(printable("plain"), "plain");
@@ -143,3 +141,5 @@ TEST(ConfigFingerprint, TheFirstFieldThatDiffersIsNamedWithBothValues) {
   EXPECT_EQ(out->field, "out");
   EXPECT_EQ(out->b, "\"elsewhere\"");
 }
+
+} // namespace base_test

@@ -1,6 +1,7 @@
 // Golden tests of `meshsim train`: the run folder's contract and the exit codes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "cli_harness.h"
@@ -89,6 +90,28 @@ TEST(CliErrors, BadInputIsOneLineAndExitCode2Or3) {
     EXPECT_EQ(r.code, c.code) << c.args << "\n" << r.output;
     EXPECT_NE(r.output.find(c.says), std::string::npos) << c.args << "\n" << r.output;
     EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
+  }
+}
+
+// A flag's error points at the help of the subcommand it was given to, nested ones included,
+// and that help exists.
+TEST(CliErrors, AFlagErrorPointsAtItsOwnSubcommandsHelp) {
+  for (const auto& [args, help] : std::vector<std::pair<std::string, std::string>>{
+           {"", "meshsim"},
+           {"train --gpus many", "meshsim train"},
+           {"plan --frobnicate", "meshsim plan"},
+           {"validate --only nothing", "meshsim validate"},
+           {"models --frobnicate", "meshsim models"},
+           {"info --frobnicate", "meshsim info"},
+           {"bench comm --frobnicate", "meshsim bench comm"},
+           {"bench", "meshsim bench"},
+           {"launch --frobnicate", "meshsim launch"}}) {
+    const auto r = run_meshsim_in_process_exactly(args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find("(see " + help + " --help)\n"), std::string::npos)
+        << args << "\n" << r.output;
+    EXPECT_EQ(run_meshsim_in_process_exactly(help.substr(7) + " --help").code, 0) << help;
   }
 }
 

@@ -18,8 +18,9 @@
 using namespace meshsim::testing;
 namespace fs = std::filesystem;
 
-// A named namespace: the unity build compiles this file with others whose anonymous names
-// would clash.
+// This file's own namespace, its tests inside it too: the unity build compiles the file with
+// others, whose anonymous names would clash with its helpers, and a using-directive would
+// carry its names into the files after it.
 namespace bad_input {
 
 // The strange things a path can name, made once in a fresh folder.
@@ -93,10 +94,6 @@ CliResult run_shell(const std::string& command) {
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
 }
-
-} // namespace bad_input
-
-using namespace bad_input;
 
 // ------------------------------------------------------------------------- in process
 
@@ -191,7 +188,6 @@ TEST(CliBadInput, ATextFileTooLargeIsRefusedBeforeItIsRead) {
 
 // The integer flags of a command, read from its own --help (CLI11 prints INT or UINT after an
 // integer option), so that a flag added later is covered too.
-namespace bad_input {
 struct IntegerFlag {
   std::string name;
   bool is_unsigned = false; // UINT: 2^63 fits, 2^64 does not
@@ -207,7 +203,6 @@ std::vector<IntegerFlag> integer_flags(const std::string& command) {
   }
   return flags;
 }
-} // namespace bad_input
 
 TEST(CliBadInput, EveryIntegerFlagRefusesMinusOneAndTwoToTheSixtyThree) {
   const auto flags = integer_flags("plan");
@@ -471,7 +466,6 @@ TEST(CliBadInput, InterIsBlamedOnInter) {
 // ------------------------------------------------------------------------- predict's records
 
 // A run folder whose records.json holds `edit` applied to a real run's records.
-namespace bad_input {
 fs::path records_run(const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
   static const fs::path recorded = [] {
     const fs::path run = fresh_dir("records-source");
@@ -485,7 +479,6 @@ fs::path records_run(const std::string& name, const std::function<void(nlohmann:
   std::ofstream(dir / "records.json") << doc.dump();
   return dir;
 }
-} // namespace bad_input
 
 TEST(CliBadInput, PredictRefusesImpossibleRecordsAsDamagedData) {
   using nlohmann::json;
@@ -612,3 +605,5 @@ TEST(CliBadInput, ImpossibleMixturesOfExpertsAreOneLine) {
   for (const auto& c : cases)
     expect_one_line_naming(run_meshsim_in_process_exactly(c.flags), c.named, {2}, c.flags);
 }
+
+} // namespace bad_input

@@ -11,6 +11,9 @@
 using namespace meshsim::testing;
 namespace fs = std::filesystem;
 
+// This file's own namespace, its tests inside it too: the unity build compiles the file with
+// others, whose anonymous names would clash with its helpers, and a using-directive would
+// carry its names into the files after it.
 namespace hf_config_cli {
 
 // A tiny Qwen3 (q/k norms, heads 16 wide in a hidden of 32) and a tiny Qwen3-MoE.
@@ -39,10 +42,6 @@ const std::string kTrainAnyLayout = "train --data synthetic --synthetic-train 64
                                     "--synthetic-test 16 --eval-limit 16 --batch-size 4 "
                                     "--max-steps 2 ";
 const std::string kTrainOneGpu = kTrainAnyLayout + "--gpus 1 --strategy single ";
-
-} // namespace hf_config_cli
-
-using namespace hf_config_cli;
 
 TEST(CliHfConfig, TrainsFromTheFolderAndRecordsTheShape) {
   const fs::path dir = config_file("qwen3", kQwen3);
@@ -105,3 +104,5 @@ TEST(CliBadInput, HfConfigRefusalsAreOneLineNamingTheKey) {
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
   }
 }
+
+} // namespace hf_config_cli

@@ -28,6 +28,9 @@
 
 using namespace meshsim;
 
+// This file's own namespace, its tests inside it too: the unity build compiles the file with
+// others, whose anonymous names would clash with its helpers, and a using-directive would
+// carry its names into the files after it.
 namespace fused_test {
 
 constexpr double kFusedTolerance = 1e-9;
@@ -135,10 +138,6 @@ void expect_fused_matches_eager(double dropout) {
     }
   }
 }
-
-} // namespace fused_test
-
-using namespace fused_test;
 
 TEST(FusedAttention, WholeGptAndLlamaMatchTheEagerCoreInFloat64) { expect_fused_matches_eager(0); }
 
@@ -291,3 +290,5 @@ TEST(FusedAttention, SixteenBitInputsKeepAFloat32LogSumExp) {
   }
   EXPECT_THROW(fused_attention(q, k, v, at.narrow(0, 0, 5), at), std::invalid_argument);
 }
+
+} // namespace fused_test

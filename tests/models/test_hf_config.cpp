@@ -14,7 +14,9 @@
 using namespace meshsim;
 using nlohmann::json;
 
-// Named: the unity build compiles this file with others whose anonymous names would clash.
+// This file's own namespace, its tests inside it too: the unity build compiles the file with
+// others, whose anonymous names would clash with its helpers, and a using-directive would
+// carry its names into the files after it.
 namespace hf_config_test {
 
 json llama3() {
@@ -65,10 +67,6 @@ std::string refusal(const json& doc) {
   }
   return "";
 }
-
-} // namespace hf_config_test
-
-using namespace hf_config_test;
 
 TEST(HfConfig, LlamaWithLlama3Scaling) {
   const HfModel m = parse_hf_config(llama3(), "config.json");
@@ -228,3 +226,5 @@ TEST(HfConfig, AKeyTwiceIsRefusedByTheStrictReader) {
   EXPECT_THROW(parse_json(R"({"model_type": "llama", "model_type": "qwen2"})", "config.json"),
                JsonError);
 }
+
+} // namespace hf_config_test

@@ -18,7 +18,9 @@
 
 using namespace meshsim;
 
-// Named: the unity build compiles this file with others whose anonymous names would clash.
+// This file's own namespace, its tests inside it too: the unity build compiles the file with
+// others, whose anonymous names would clash with its helpers, and a using-directive would
+// carry its names into the files after it.
 namespace hf_llama_test {
 
 TransformerShape tiny() {
@@ -77,10 +79,6 @@ std::vector<std::pair<std::string, TransformerShape>> variants() {
   return out;
 }
 
-} // namespace hf_llama_test
-
-using namespace hf_llama_test;
-
 TEST(HfLlamaVariants, ParameterCountIsTheBuiltModels) {
   for (const auto& [what, s] : variants()) {
     ModelOptions options;
@@ -117,3 +115,5 @@ TEST(HfLlamaVariants, Llama3ScalingChangesTheLogits) {
           .item<double>();
   EXPECT_GT(difference, 1e-6);
 }
+
+} // namespace hf_llama_test

@@ -24,7 +24,9 @@
 
 using namespace meshsim;
 
-// Named: the unity build compiles this file with others whose anonymous names would clash.
+// This file's own namespace, its tests inside it too: the unity build compiles the file with
+// others, whose anonymous names would clash with its helpers, and a using-directive would
+// carry its names into the files after it.
 namespace hf_presets_test {
 
 std::vector<const ModelPreset*> hf_config_presets() {
@@ -74,10 +76,6 @@ std::vector<std::pair<std::string, std::string>> small_configs() {
                               "mscale_all_dim": 1.0}})"},
   };
 }
-
-} // namespace hf_presets_test
-
-using namespace hf_presets_test;
 
 TEST(HfPresets, EveryModelTypeFileIsAPreset) {
   std::vector<std::string> names;
@@ -194,3 +192,5 @@ TEST(HfPresets, TransformersBuildsTheSameCountsForEveryModelType) {
               << static_cast<int64_t>(counts[2 * i + 1]) << " active (transformers and meshsim)\n";
   }
 }
+
+} // namespace hf_presets_test

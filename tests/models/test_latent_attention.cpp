@@ -24,7 +24,9 @@
 
 using namespace meshsim;
 
-// Named: the unity build compiles this file with others whose anonymous names would clash.
+// This file's own namespace, its tests inside it too: the unity build compiles the file with
+// others, whose anonymous names would clash with its helpers, and a using-directive would
+// carry its names into the files after it.
 namespace latent_attention_test {
 
 // A DeepSeek-V3 of two dense layers' worth of size: q through its low rank, 8 experts in 4
@@ -104,10 +106,6 @@ meshsim::testing::PyTorchComparison compare_with_transformers(const char* config
                                                   kTransformersFloat32Tolerance, what);
 }
 
-} // namespace latent_attention_test
-
-using namespace latent_attention_test;
-
 TEST(LatentAttention, ParameterCountIsTheBuiltModels) {
   for (const char* config : {kLowRankQ, kPlainQ}) {
     ModelOptions options;
@@ -184,3 +182,5 @@ TEST(LatentAttention, YarnAndInterleavingChangeTheLogits) {
     std::cout << "logits moved by " << relative << " (relative)\n";
   }
 }
+
+} // namespace latent_attention_test

@@ -14,6 +14,9 @@
 
 using namespace meshsim;
 
+// This file's own namespace, its tests inside it too: the unity build compiles the file with
+// others, whose anonymous names would clash with its helpers, and a using-directive would
+// carry its names into the files after it.
 namespace layers_test {
 
 // Gathers dimension 2 (the tokens of [B, heads, T, d]) in the order `perm`.
@@ -41,10 +44,6 @@ TransformerShape small(int64_t layers) {
   o.vocab = 64;
   return o;
 }
-
-} // namespace layers_test
-
-using namespace layers_test;
 
 TEST(AttentionCore, TheMaskFollowsPositionsNotTheOrderOfTokens) {
   torch::manual_seed(3);
@@ -163,3 +162,5 @@ TEST(ParallelPlan, EachModelsPlanNamesItsOwnModules) {
   EXPECT_THROW(stage_children(build_model("gpt", options), wrong, 2, 0), std::invalid_argument);
   EXPECT_THROW(parallel_plan("resnet50", small(1)), std::invalid_argument);
 }
+
+} // namespace layers_test
