@@ -2,9 +2,9 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 ARGS ?=
-# New build folders use Ninja (scripts/setup.sh installs it): a fresh build of meshsim and the
-# tests (in batches of 8) took 444 s with it and 466 s with Makefiles. A folder configured
-# before keeps its generator.
+# New build folders use Ninja (scripts/setup.sh installs it), the sanitizers' and fuzz/run.sh's
+# too: a fresh build of meshsim and the tests (in batches of 8) took 444 s with it and 466 s
+# with Makefiles. A folder configured before keeps its generator.
 GENERATOR = $(if $(wildcard $(1)/CMakeCache.txt),,-G Ninja)
 
 .PHONY: run test test-torch2 setup build bench sanitize fuzz clean
@@ -53,9 +53,9 @@ bench: build
 # libraries (tests/tsan.supp says why). Leak checking is off: LibTorch keeps process-lifetime
 # globals (and so does our allocator).
 sanitize: setup
-	cmake -S . -B build-tsan -DMESHSIM_SANITIZE=thread -DMESHSIM_BENCH=OFF && cmake --build build-tsan -j $(JOBS)
+	cmake -S . -B build-tsan $(call GENERATOR,build-tsan) -DMESHSIM_SANITIZE=thread -DMESHSIM_BENCH=OFF && cmake --build build-tsan -j $(JOBS)
 	cd build-tsan && TSAN_OPTIONS="suppressions=$(CURDIR)/tests/tsan.supp halt_on_error=1" ctest --output-on-failure -j $(JOBS) --timeout 1800
-	cmake -S . -B build-asan -DMESHSIM_SANITIZE=address -DMESHSIM_BENCH=OFF && cmake --build build-asan -j $(JOBS)
+	cmake -S . -B build-asan $(call GENERATOR,build-asan) -DMESHSIM_SANITIZE=address -DMESHSIM_BENCH=OFF && cmake --build build-asan -j $(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -j $(JOBS) --timeout 1800
 
 # libFuzzer targets for every parser (fuzz/), under AddressSanitizer and UBSan, built with clang

@@ -24,7 +24,11 @@ fi
 
 echo "fuzz: building the targets in $build (log: $build/fuzz-build.log)"
 mkdir -p "$build"
-if ! { CC=clang CXX=clang++ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DMESHSIM_FUZZ=ON \
+# A new build folder is configured for Ninja, as make's are; one configured before keeps its
+# generator.
+generator=()
+[ -f "$build/CMakeCache.txt" ] || generator=(-G Ninja)
+if ! { CC=clang CXX=clang++ cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DMESHSIM_FUZZ=ON \
   -DMESHSIM_TESTS=OFF -DMESHSIM_BENCH=OFF && cmake --build "$build" -j "$jobs" \
   --target meshsim_fuzzers; } >"$build/fuzz-build.log" 2>&1; then
   tail -n 40 "$build/fuzz-build.log"
