@@ -80,7 +80,7 @@ def main():
             checked += 1
             if run.returncode != 0:
                 print(f"{doc.relative_to(ROOT)}:{line}: exit {run.returncode}: "
-                      f"{(run.stderr.strip().split(chr(10)) or [''])[-1]}")
+                      f"{(run.stderr.strip().splitlines() or [''])[-1]}")
                 stale += 1
                 continue
             missing = [x for x in shown if x.strip() and not x.strip().startswith("...")

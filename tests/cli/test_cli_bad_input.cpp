@@ -18,9 +18,7 @@
 using namespace meshsim::testing;
 namespace fs = std::filesystem;
 
-// This file's own namespace, its tests inside it too: the unity build compiles the file with
-// others, whose anonymous names would clash with its helpers, and a using-directive would
-// carry its names into the files after it.
+// The file's own namespace, its tests inside it (README, Development: the unity build).
 namespace bad_input {
 
 // The strange things a path can name, made once in a fresh folder.

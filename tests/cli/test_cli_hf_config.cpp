@@ -11,9 +11,7 @@
 using namespace meshsim::testing;
 namespace fs = std::filesystem;
 
-// This file's own namespace, its tests inside it too: the unity build compiles the file with
-// others, whose anonymous names would clash with its helpers, and a using-directive would
-// carry its names into the files after it.
+// The file's own namespace, its tests inside it (README, Development: the unity build).
 namespace hf_config_cli {
 
 // A tiny Qwen3 (q/k norms, heads 16 wide in a hidden of 32) and a tiny Qwen3-MoE.

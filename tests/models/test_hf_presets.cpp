@@ -24,9 +24,7 @@
 
 using namespace meshsim;
 
-// This file's own namespace, its tests inside it too: the unity build compiles the file with
-// others, whose anonymous names would clash with its helpers, and a using-directive would
-// carry its names into the files after it.
+// The file's own namespace, its tests inside it (README, Development: the unity build).
 namespace hf_presets_test {
 
 std::vector<const ModelPreset*> hf_config_presets() {
