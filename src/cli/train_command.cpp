@@ -242,8 +242,7 @@ nlohmann::json announce(const TrainRun& r) {
              : config.device == "cpu" ? "processes (--backend c10d, Gloo)"
                                       : "processes (--backend c10d, NCCL)", layout,
              format_bytes(mesh.gpu(0).capacity()), config.device,
-             threads_per_rank(config.gpus * mesh.processes_per_host() /
-                              static_cast<int>(mesh.local_ranks().size())),
+             threads_per_local_rank(mesh),
              config.preset.empty() ? config.model
                                    : config.model + " (preset " + config.preset + ")",
              parameters, config.data, r.data.train.size(), r.data.test.size(),

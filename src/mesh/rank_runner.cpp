@@ -29,6 +29,10 @@ int threads_per_rank(int world_size) {
   return std::max(1, cores / std::max(1, world_size));
 }
 
+int threads_per_local_rank(const DeviceMesh& mesh) {
+  return threads_per_rank(static_cast<int>(mesh.local_ranks().size()) * mesh.processes_per_host());
+}
+
 std::vector<Recorder> run_ranks(DeviceMesh& mesh, const std::function<void(RankContext&)>& fn) {
   return run_ranks(mesh, fn, mesh.local_ranks());
 }

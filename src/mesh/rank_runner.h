@@ -50,6 +50,10 @@ struct RankContext {
 /// Intra-op threads each rank uses so that all ranks together fill the physical cores.
 int threads_per_rank(int world_size);
 
+/// The intra-op threads each of this process's ranks runs with when all of them run: the
+/// host's cores shared among its local ranks and those of the host's other processes.
+int threads_per_local_rank(const DeviceMesh& mesh);
+
 /// Runs `fn` on every rank of this process (DeviceMesh::local_ranks) and returns each rank's
 /// Recorder (with its collective records); another process's ranks' are empty.
 std::vector<Recorder> run_ranks(DeviceMesh& mesh, const std::function<void(RankContext&)>& fn);

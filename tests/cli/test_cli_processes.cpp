@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../python_torch.h"
@@ -64,6 +65,11 @@ void expect_processes_match_threads(const std::string& name, const std::string& 
   ASSERT_EQ(p.code, 0) << p.output;
   const auto t = run_meshsim(train + " --out " + threads.string());
   ASSERT_EQ(t.code, 0) << t.output;
+  // Either way the host's cores are shared among its 4 ranks, and the first line says so.
+  const std::string share = fmt::format(
+      ", {} threads per rank)", std::max(1u, std::thread::hardware_concurrency() / 4));
+  EXPECT_NE(p.output.find(share), std::string::npos) << share << "\n" << p.output;
+  EXPECT_NE(t.output.find(share), std::string::npos) << share << "\n" << t.output;
   expect_same_losses(processes, threads, name);
   expect_same_model_state_peaks(processes, threads, name);
   EXPECT_EQ(read_json(processes / "summary.json")["backend"], "c10d");
