@@ -6,6 +6,9 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   libtorch-dev libgloo-dev        # LibTorch 1.13 (CPU) with c10d, and the Gloo headers
+  libopenblas0-openmp             # the BLAS LibTorch recommends: Debian's reference BLAS, which
+                                  # --no-install-recommends leaves, multiplies several times slower;
+                                  # this build takes ATen's threads from OpenMP (meshsim info says which)
   nlohmann-json3-dev libfmt-dev libcli11-dev zlib1g-dev libgtest-dev
   dataset-fashion-mnist           # the real Fashion-MNIST, the default data
   gnuplot-nox                     # draws memory.png
