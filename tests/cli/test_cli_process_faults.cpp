@@ -168,14 +168,16 @@ int rank_pid(const fs::path& out, int rank) {
 // process (or with `rank` -1 the launcher) `signal` from outside; returns launch's output and
 // exit code. A run still going 60 s after it started is a failure, and its processes are
 // killed (the background shell holds none of the test's output, so nothing waits on it).
-CliResult signal_mid_run(const fs::path& out, int signal, int rank = 1) {
+// launch's --grace, after the first rank's exit, outlasts --comm-timeout 5 by default, so the
+// others find the failure themselves.
+CliResult signal_mid_run(const fs::path& out, int signal, int rank = 1, int grace_s = 10) {
   fs::create_directories(out.parent_path());
   const fs::path log = out.string() + ".log", rc = out.string() + ".rc";
   const std::string command = fmt::format(
-      "( {} launch --nproc-per-node 4 --master-port {} --grace 10 -- {} --gpus 4 --max-steps "
+      "( {} launch --nproc-per-node 4 --master-port {} --grace {} -- {} --gpus 4 --max-steps "
       "100000 --comm-timeout 5 --backend c10d --no-progress --out {} > {} 2>&1; echo $? > {} ) "
       "> /dev/null 2>&1 &",
-      MESHSIM_BINARY, free_port(), kProcessGpt, out.string(), log.string(), rc.string());
+      MESHSIM_BINARY, free_port(), grace_s, kProcessGpt, out.string(), log.string(), rc.string());
   std::system(command.c_str());
   // Polls the run folder: the test's own wait, bounded, for a run of other processes.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -222,9 +224,11 @@ TEST(CliProcessFaults, KillNineFromOutsideIsNamedByLaunchAndTheOthers) {
 
 TEST(CliProcessFaults, AHungRankMakesTheOthersExit5WithinTheTimeout) {
   SKIP_WITHOUT_C10D();
-  // SIGSTOP: the process stays, silent, as a hung one would; launch kills it after --grace.
+  // SIGSTOP: the process stays, silent, as a hung one would; launch kills it after --grace,
+  // which starts when the first of the others has timed out (they wait on the same step's
+  // collective, so the rest follow within it).
   const fs::path out = fresh_dir("c10d-hang") / "run";
-  const auto r = signal_mid_run(out, SIGSTOP);
+  const auto r = signal_mid_run(out, SIGSTOP, 1, 3);
   EXPECT_EQ(r.code, 5) << r.output;
   for (int rank : {0, 2, 3})
     EXPECT_TRUE(std::regex_search(r.output, std::regex("meshsim: rank " + std::to_string(rank) +

@@ -157,8 +157,11 @@ TEST(Validation, TheFp8EfficiencyIsTheGridsBestOnItsRow) {
                              "Llama 3 70B fp8 on 64 h100");
   };
   const double chosen = error_at(Efficiency{}.fp8_matmul);
-  for (const double grid : {0.70, 0.71, 0.72, 0.73, 0.74, 0.75})
-    EXPECT_LE(chosen, error_at(grid) + 1e-12) << "fp8_matmul " << grid;
+  for (const double grid : {0.70, 0.71, 0.72, 0.73, 0.74, 0.75}) {
+    if (grid != Efficiency{}.fp8_matmul) { // the default is on the grid: predicted once above
+      EXPECT_LE(chosen, error_at(grid) + 1e-12) << "fp8_matmul " << grid;
+    }
+  }
 }
 
 // The Hopper bf16 GEMM efficiency: the grid's best on the one row declared for it before any
