@@ -50,8 +50,7 @@ std::vector<Recorder> run_ranks(DeviceMesh& mesh, const std::function<void(RankC
     comms[r] = mesh.make_communicator(r);
   }
 
-  const int intra_threads =
-      threads_per_rank(static_cast<int>(only.size()) * mesh.processes_per_host());
+  const int intra_threads = threads_per_local_rank(mesh); // `only` is a subset on meta alone
   std::vector<std::thread> threads;
   for (int r : only) {
     threads.emplace_back([&, r] {

@@ -10,10 +10,10 @@
 #include <cstdlib>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "../python_torch.h"
+#include "mesh/rank_runner.h"
 #include "process_harness.h"
 
 using namespace meshsim::testing;
@@ -66,8 +66,7 @@ void expect_processes_match_threads(const std::string& name, const std::string& 
   const auto t = run_meshsim(train + " --out " + threads.string());
   ASSERT_EQ(t.code, 0) << t.output;
   // Either way the host's cores are shared among its 4 ranks, and the first line says so.
-  const std::string share = fmt::format(
-      ", {} threads per rank)", std::max(1u, std::thread::hardware_concurrency() / 4));
+  const std::string share = fmt::format(", {} threads per rank)", meshsim::threads_per_rank(4));
   EXPECT_NE(p.output.find(share), std::string::npos) << share << "\n" << p.output;
   EXPECT_NE(t.output.find(share), std::string::npos) << share << "\n" << t.output;
   expect_same_losses(processes, threads, name);
