@@ -4,7 +4,9 @@
 
 #include <cmath>
 #include <csignal>
+#include <mutex>
 #include <optional>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -60,16 +62,17 @@ bool same_use(const MemoryStats& a, const MemoryStats& b) {
          a.current_by_category == b.current_by_category;
 }
 
-// One line per GPU in rank order, what its memory holds after setup; a run of GPUs holding
-// the same is one line ("gpu1-gpu7: ...").
+// One line per GPU in rank order, what its memory held after setup (`setup`, by rank, taken
+// by each rank before the barrier that lets any of them train); a run of GPUs holding the
+// same is one line ("gpu1-gpu7: ...").
 // The GPUs of this process only: another process's are its own to report.
-void print_memory_lines(DeviceMesh& mesh) {
+void print_memory_lines(DeviceMesh& mesh, const std::vector<MemoryStats>& setup) {
   const std::vector<int> local = mesh.local_ranks();
   const int n = local.back() + 1;
   for (int first = local.front(); first < n;) {
-    const MemoryStats s = mesh.gpu(first).stats();
+    const MemoryStats& s = setup[first];
     int last = first;
-    while (last + 1 < n && same_use(mesh.gpu(last + 1).stats(), s))
+    while (last + 1 < n && same_use(setup[last + 1], s))
       ++last;
     const std::string names = first == last ? mesh.gpu(first).name()
                                             : mesh.gpu(first).name() + "-" + mesh.gpu(last).name();
@@ -366,14 +369,25 @@ TrainResult train(const TrainConfig& config, DeviceMesh& mesh, const DataSplit& 
                    result,
                    result_mutex};
 
+  std::vector<MemoryStats> setup_use(world);
+  std::mutex setup_mutex;
   auto rank_main = [&](RankContext& ctx) {
     auto strategy = make_strategy(config.strategy, ctx, options);
     TrainPosition start;
     if (resume)
       start = load_checkpoint(*resume, ctx, *strategy);
+    {
+      // What this GPU holds now, before the barrier lets the others start training while
+      // the lines are printed.
+      std::lock_guard<std::mutex> lock(setup_mutex);
+      setup_use[ctx.rank] = ctx.gpu.stats();
+    }
     ctx.comm.barrier(); // every GPU is set up: say what each holds
     if (ctx.rank == mesh.local_ranks().front()) {  // one thread of each process
-      print_memory_lines(mesh);
+      {
+        std::lock_guard<std::mutex> lock(setup_mutex);
+        print_memory_lines(mesh, setup_use);
+      }
       if (resume)
         resume->part_bytes = {}; // every rank has loaded its part (the barrier)
     }

@@ -260,6 +260,21 @@ TEST(CliHardening, MemoryLinesComeInRankOrder) {
   fs::remove_all(out);
 }
 
+// The lines say what each GPU held after setup, taken before any rank trains: the ranks that
+// pass the barrier first must not have their first step's activations in them. Under ddp the
+// four GPUs hold the same, so one line; a line printed while ranks 1-3 ran their forward pass
+// split it (3 of 8 runs did).
+TEST(CliHardening, MemoryLinesSayWhatSetupLeftBeforeAnyRankTrains) {
+  for (int run = 0; run < 4; ++run) {
+    const auto out = fresh_dir("setup-lines");
+    auto r = run_meshsim(kSmall + "--gpus 4 --max-steps 1 --out " + out.string());
+    ASSERT_EQ(r.code, 0) << r.output;
+    EXPECT_NE(r.output.find("\ngpu0-gpu3: 8.0 MiB of "), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("activations"), std::string::npos) << r.output;
+    fs::remove_all(out);
+  }
+}
+
 TEST(CliHardening, BadValuesAreUsageErrorsNamingTheValue) {
   const struct {
     std::string args;
