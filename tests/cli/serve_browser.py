@@ -9,7 +9,10 @@ page, and a search of Llama 3 8B's layouts; then opens plan.html (DeepSeek-V3 on
 from disk with the network off. Any error in the browser's console fails the test.
 
 Needs Debian's python3-selenium, chromium and chromium-driver; exits 77 (skipped) without them.
-With MESHSIM_SCREENSHOT=FILE.png it saves the serve page's screenshot there.
+With MESHSIM_SCREENSHOT=FILE.png it saves the serve page's screenshot there. A sanitizer's build
+(make sanitize) sets MESHSIM_TEST_SLOWDOWN=10: serve's --max-seconds and the page's waits are
+that many times longer, as the instrumented -O1 plans are slower (the search of answer 3 ran past
+60 s under ThreadSanitizer with the suite beside it).
 """
 import json
 import os
@@ -36,11 +39,15 @@ def check(ok, what):
     print('ok:', what)
 
 
+SLOWDOWN = float(os.environ.get('MESHSIM_TEST_SLOWDOWN', '1'))
+
+
 def start_server(binary, work):
     """meshsim serve on a free port: the process, its URL and its stderr's file."""
     log_path = os.path.join(work, 'serve.log')
     log = open(log_path, 'w')
-    proc = subprocess.Popen([binary, 'serve', '--port', '0', '--max-seconds', '60'], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([binary, 'serve', '--port', '0', '--max-seconds', '%g' % (60 * SLOWDOWN)],
+                            stdout=subprocess.PIPE,
                             stderr=log, stdin=subprocess.DEVNULL, text=True)
     log.close()
     lines = queue.Queue()
@@ -128,12 +135,14 @@ def run(binary, source, work, webdriver, By, Select, WebDriverWait):
 
         def wait(seconds, condition, what):
             try:
-                return WebDriverWait(driver, seconds, poll_frequency=0.2).until(lambda d: condition())
+                return WebDriverWait(driver, seconds * SLOWDOWN,
+                                     poll_frequency=0.2).until(lambda d: condition())
             except Failure:
                 raise
             except Exception:
                 why = error_text()
-                raise Failure('waited %g s for %s%s' % (seconds, what, ': the page says ' + why if why else ''))
+                raise Failure('waited %g s for %s%s' % (seconds * SLOWDOWN, what,
+                                                         ': the page says ' + why if why else ''))
 
         def answers_reach(n, seconds):
             def done():
