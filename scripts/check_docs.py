@@ -9,14 +9,15 @@ backslash) in a fenced block, its output the lines after it up to the next `$ ` 
 What differs from machine to machine or run to run is compared with its number masked: how long
 something took ("(3.9 s)", "in 9.1 s", "done: ..., 1.2 s;"), a training run's memory per GPU
 ("5.89 GiB each", "of 5.89 GiB in use"), its threads per rank and samples per second, the
-folder a run without --out makes; and `bench comm` rows only in their model's columns. Examples with `...` in their
-command, and output lines that start with `...`, are abridged and skipped. A `plan`'s `--out` is
-replaced by a fresh folder. The `train` and `export` examples of one page run in order in one
-scratch folder, so that a `--resume runs/a` finds the `runs/a` an example before it wrote; a
-`/tmp/...` path in them is moved into that folder and named back in their output. An example
-that shows an error passes when it prints that line, whatever its exit status. `--search` adds
-the `plan --search` examples (about two minutes on 2 cores); `--no-train` leaves out `train` and
-`export` (about two minutes); the rest take about one.
+folder a run without --out makes; and `bench comm` rows only in their model's columns.
+Examples with `...` in their command, and output lines that start with `...`, are abridged and
+skipped. A `plan`'s `--out` is replaced by a fresh folder. The `train` and `export` examples of
+one page run in order in one scratch folder, so that a `--resume runs/a` finds the `runs/a` an
+example before it wrote; a `/tmp/...` path in them is moved into that folder and named back in
+their output. An example that shows an error passes when it prints that line, whatever its
+exit status. `--search` adds the `plan --search` examples (about two minutes on 2 cores);
+`--no-train` leaves out the `train` and `export` ones (which take about two minutes); the rest
+take about one.
 Exit status: 0 when every line matches, 1 when some did not.
 """
 import pathlib
@@ -28,6 +29,7 @@ import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 COMMAND = re.compile(r"^\$ (?:build/)?meshsim (plan|models|bench|train|export)\b")
+RUNS = ("train", "export")  # the commands whose examples run in order in the page's folder
 TIMING = re.compile(r"(\(|\bin |%, )\d+(?:\.\d+)? s\b")
 # A training run's memory per virtual GPU is the machine's memory shared out, and its threads
 # per rank the machine's cores.
@@ -58,7 +60,7 @@ def examples(path):
 
 def normal(line, kind):
     line = TIMING.sub(r"\1N s", " ".join(line.split()))
-    if kind in ("train", "export"):
+    if kind in RUNS:
         for pattern, mask in MACHINE:
             line = pattern.sub(mask, line)
     if kind == "bench" and "|" in line:  # the model's columns, not the in-process measurement's
@@ -69,7 +71,7 @@ def normal(line, kind):
 def run(binary, words, page_folder):
     """Runs one example; returns what it printed, with the folders it was given named back."""
     kind = words[0]
-    if kind in ("train", "export"):
+    if kind in RUNS:
         # One folder for the page's runs, in order: an example may resume an earlier one's.
         cwd, scratch = page_folder, None
         words = [cwd + w if w.startswith("/tmp/") else w for w in words]
@@ -101,8 +103,7 @@ def main():
         pathlib.Path(page_folder, "tmp").mkdir()
         for line, command, shown in examples(doc):
             words = command.split()[1:]
-            if ("--search" in words and not search) or (words[0] in ("train", "export")
-                                                        and not train):
+            if ("--search" in words and not search) or (words[0] in RUNS and not train):
                 continue
             print(f"{doc.relative_to(ROOT)}:{line}: meshsim {' '.join(words)}", file=sys.stderr)
             status, output = run(binary, words, page_folder)

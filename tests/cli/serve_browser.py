@@ -46,9 +46,9 @@ def start_server(binary, work):
     """meshsim serve on a free port: the process, its URL and its stderr's file."""
     log_path = os.path.join(work, 'serve.log')
     log = open(log_path, 'w')
-    proc = subprocess.Popen([binary, 'serve', '--port', '0', '--max-seconds', '%g' % (60 * SLOWDOWN)],
-                            stdout=subprocess.PIPE,
-                            stderr=log, stdin=subprocess.DEVNULL, text=True)
+    limit = '%g' % (60 * SLOWDOWN)
+    proc = subprocess.Popen([binary, 'serve', '--port', '0', '--max-seconds', limit],
+                            stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True)
     log.close()
     lines = queue.Queue()
 

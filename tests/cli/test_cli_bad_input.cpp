@@ -547,9 +547,8 @@ TEST(CliBadInput, AnOutOfMemoryAtSetupKeepsMemoryCsvAndMemoryPng) {
 
 // The host itself out of memory was `meshsim: std::bad_alloc`, exit 1; the README says 4.
 TEST(CliBadInput, TheHostOutOfMemoryIsExit4) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "a sanitizer's shadow memory needs more address space than the limit leaves";
-#endif
+  if (kSanitizedBuild)
+    GTEST_SKIP() << "a sanitizer's shadow memory needs more address space than the limit leaves";
   // 3 GiB of address space: LibTorch loads, and 5 million synthetic sequences (5 GiB, less
   // than half of what the host has, so not refused up front) do not fit.
   const auto r = run_shell("ulimit -v 3000000; " + std::string(MESHSIM_BINARY) +

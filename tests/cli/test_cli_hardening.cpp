@@ -35,11 +35,7 @@ const std::string kSmall = kData + "--batch-size 8 ";
 // stage before it to set up and run its first forward pass. The first step of a 4-GPU tp 2
 // pp 2 GPT took 0.07 s in the release build, and 2.74 s in ThreadSanitizer's -O1 build with
 // `make sanitize`'s other tests beside it on 2 cores, where 1 s made a healthy rank time out.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr double kFaultTimeout = 10;
-#else
-constexpr double kFaultTimeout = 1;
-#endif
+constexpr double kFaultTimeout = kSanitizedBuild ? 10 : 1;
 const std::string kFaultTimeoutFlag = fmt::format("--comm-timeout {} ", kFaultTimeout);
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
@@ -123,8 +119,8 @@ TEST(CliHardening, InjectedFaultIsHonouredInEveryLayout) {
   for (const auto& layout : layouts) {
     const auto out = fresh_dir("fault-layout");
     const auto start = std::chrono::steady_clock::now();
-    auto r =
-        run_meshsim(kSmall + "--max-steps 6 " + kFaultTimeoutFlag + layout + " --out " + out.string());
+    auto r = run_meshsim(kSmall + "--max-steps 6 " + kFaultTimeoutFlag + layout + " --out " +
+                         out.string());
     const double took = seconds_since(start);
     EXPECT_EQ(r.code, 5) << layout << "\n" << r.output;
     const std::string rank = layout.substr(layout.find("--inject-fault ") + 15, 1);
