@@ -90,7 +90,10 @@ def run(binary, words, page_folder):
 
 
 def main():
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    unknown = [a for a in sys.argv[1:] if a.startswith("-") and a not in ("--search", "--no-train")]
+    if unknown:
+        sys.exit(f"check_docs: unknown option {unknown[0]} (options: --search, --no-train)")
+    args = [a for a in sys.argv[1:] if not a.startswith("-")]
     binary = pathlib.Path(args[0] if args else ROOT / "build" / "meshsim").resolve()
     if not binary.is_file():
         sys.exit(f"check_docs: {binary} not found: build meshsim first (make build)")
