@@ -82,6 +82,7 @@ void print_plan(const nlohmann::json& doc, const TrainConfig& c) {
              doc["cluster"].get<std::string>(),
              layout_dims(c).describe(),
              std::string(c.sequence_parallel ? " with sequence parallel" : "") +
+                 (c.pp_scatter_gather ? ", pipeline messages scattered over tp" : "") +
                  (c.tp_comm_overlap ? ", tp communication overlapped" : "") +
                  (c.cp > 1 ? " (cp by " + c.cp_comm + ")" : "") +
                  (c.ep > 1 && c.moe_dispatch != "deepep" ? " (ep by " + c.moe_dispatch + ")" : ""),
@@ -205,6 +206,7 @@ nlohmann::json layout_json(const TrainConfig& c) {
           {"reduce_fp32", c.reduce_fp32},
           {"distributed_optimizer", c.distributed_optimizer},
           {"sequence_parallel", c.sequence_parallel},
+          {"pp_scatter_gather", c.pp_scatter_gather},
           {"micro_batches", c.micro_batches},
           {"micro_batch_size", micro_batch_size_of(c)},
           {"recompute", c.recompute},

@@ -215,7 +215,9 @@ nlohmann::json announce(const TrainRun& r) {
   const std::string layout =
       uses_mesh_layout(config)
           ? fmt::format(" as {}{}{}, zero {}{}, {} micro-batches, recompute {}", dims.describe(),
-                        config.sequence_parallel ? " with sequence parallel" : "",
+                        std::string(config.sequence_parallel ? " with sequence parallel" : "") +
+                            (config.pp_scatter_gather ? ", pipeline messages scattered over tp"
+                                                      : ""),
                         (dims.cp > 1 ? " (cp by " + config.cp_comm + ")" : std::string()) +
                             (dims.ep > 1 && config.moe_dispatch != "deepep"
                                  ? " (ep by " + config.moe_dispatch + ")"
@@ -255,6 +257,7 @@ nlohmann::json announce(const TrainRun& r) {
                       {"reshard_after_forward", config.reshard_after_forward},
                       {"reduce_fp32", config.reduce_fp32},
                       {"distributed_optimizer", config.distributed_optimizer},
+                      {"pp_scatter_gather", config.pp_scatter_gather},
                       {"schedule", config.schedule},
                       {"virtual_stages", config.virtual_stages},
                       {"stage_layers", stage_layer_counts(config)},

@@ -29,6 +29,10 @@ void add_model_layout_flags(CLI::App& app, TrainConfig& c) {
                "with --tp: norms and residuals on 1/tp of the sequence each, reduce-scatter and "
                "all-gather instead of all-reduce");
   add_integer_flag(app, "--pp", c.pp, "pipeline stages")->capture_default_str();
+  app.add_flag("--pp-scatter-gather", c.pp_scatter_gather,
+               "with --tp and --pp, without --sequence-parallel: each tp rank sends 1/tp of a "
+               "stage's output and of its gradient, all-gathered over tp on arrival (Megatron-LM "
+               "of 2021, Narayanan et al. SC'21 §4.1)");
   add_integer_flag(app, "--cp", c.cp,
                    "context-parallel size (gpt, llama): each rank holds 2 of 2·cp chunks of the "
                    "sequence")

@@ -63,6 +63,9 @@ struct TrainConfig {
   /// --no-loss-upcast: in the logits' own precision (NeMo AutoModel's fp32_upcast: false).
   bool loss_upcast = true;
   bool sequence_parallel = false;  // with tp > 1: norms and residuals on 1/tp of the sequence
+  /// --pp-scatter-gather (tp > 1, pp > 1, no sequence parallel): each tp rank sends 1/tp of a
+  /// stage's output and of its gradient, all-gathered over tp on arrival (Megatron-LM 2021's)
+  bool pp_scatter_gather = false;
   /// --dropout P (gpt, llama): on the attention probabilities and the attention's and MLP's
   /// outputs in training, masks the same on every layout (models/layers/dropout.h); 0: none
   double dropout = 0;

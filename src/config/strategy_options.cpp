@@ -24,6 +24,7 @@ StrategyOptions strategy_options(const TrainConfig& config) {
   if (!config.cluster.empty()) // expert parallelism's exchange crosses nodes as they are
     options.node_size = parse_cluster_spec(config.cluster, config.intra, config.inter).gpus_per_node;
   options.sequence_parallel = config.sequence_parallel;
+  options.pp_scatter_gather = config.pp_scatter_gather;
   options.zero = config.zero;
   options.dp_shard = config.dp_shard;
   options.reshard_after_forward = config.reshard_after_forward;

@@ -124,6 +124,11 @@ void validate_layout(TrainConfig& c) {
           fmt::format("unknown --moe-dispatch '{}' (choose deepep or alltoall)", c.moe_dispatch));
   require(!c.sequence_parallel || c.tp > 1,
           "--sequence-parallel needs --tp 2 or more: it splits the sequence over the tp group");
+  require(!c.pp_scatter_gather || (c.tp > 1 && c.pp > 1 && !c.sequence_parallel),
+          fmt::format("--pp-scatter-gather splits the pipeline's messages, which every tp rank "
+                      "holds whole, over tp: it needs --tp 2 or more and --pp 2 or more without "
+                      "--sequence-parallel (got --tp {}, --pp {}{})",
+                      c.tp, c.pp, c.sequence_parallel ? ", --sequence-parallel" : ""));
 
   validate_model_layout(c);
 

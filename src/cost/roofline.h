@@ -20,7 +20,7 @@ const char* to_string(OpClass op);
 
 /// Fraction of peak each op class achieves, and the costs around kernels. Defaults and
 /// where each comes from: docs/cost-model.md.
-///  matmul 0.68: what a large GEMM achieves of the dense tensor-core peak (every GPU but
+///  matmul 0.67: what a large GEMM achieves of the dense tensor-core peak (every GPU but
 ///    Hopper), fitted on the three calibration rows of Narayanan et al. Table 1 in `meshsim
 ///    validate` (docs/cost-model.md).
 ///  gemm_half_s 10 us: the time at peak of a GEMM that reaches half of that: one wave of
@@ -43,7 +43,7 @@ const char* to_string(OpClass op);
 ///    and fp8_matmul on H100); matmul serves every GPU but Hopper, fp8_matmul every GPU with
 ///    FP8 tensor cores (docs/cost-model.md).
 struct Efficiency {
-  double matmul = 0.68;
+  double matmul = 0.67;
   double hopper_matmul = 0.61;
   double fp8_matmul = 0.75;
   double gemm_half_s = 10e-6;

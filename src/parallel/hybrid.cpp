@@ -290,6 +290,7 @@ public:
     if (options.sequence_parallel && dims_.tp > 1)
       sequence_params_ = sequence_parallel_parameters(stage_, plan_);
     pipe_ = wire_pipeline(zero_->module(), chunk_sizes_, dims_, coord_, options.virtual_stages);
+    if (options.pp_scatter_gather) pipe_.scatter_gather = tp_;
     if (dims_.pp > 1) actions_ = stage_actions(options, dims_, coord_.pp, micro_batches_);
     if (options.fp8) fp8_state_ = allocate_fp8_state(fp8, options.device);
     ctx.sample_memory(0, "model");

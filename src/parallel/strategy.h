@@ -54,6 +54,7 @@ struct StrategyOptions {
   bool loss_upcast = true;      // false: the cross-entropy in the logits' precision (loss_fn)
   std::string cp_comm = "allgather"; // how cp brings K/V to the queries: allgather | ring
   bool sequence_parallel = false; // with tp > 1: norms and residuals on 1/tp of the sequence
+  bool pp_scatter_gather = false; // pipeline messages sent 1/tp a rank, gathered over tp
   int zero = 0;                 // ZeRO stage on the data-parallel dimension
   int dp_shard = 0;             // HSDP: ZeRO shards within groups of this many dp ranks (0: all)
   bool reshard_after_forward = true; // ZeRO 3: free a block's gathered weights after forward

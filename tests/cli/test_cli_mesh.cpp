@@ -361,3 +361,42 @@ TEST(CliMesh, ContextParallelChecksTrainsAndSurvivesConfigJson) {
   fs::remove_all(out);
   fs::remove_all(again);
 }
+
+// --pp-scatter-gather: refused in one line where tp ranks do not all hold the pipeline's
+// messages whole (no tp, no pp, or sequence parallelism splitting them already); a run says it
+// in its layout, sends half the bytes with tp 2, keeps the flag in config.json, and the same
+// run without it reaches the same losses.
+TEST(CliMesh, PipelineScatterGatherChecksTrainsAndSurvivesConfigJson) {
+  const std::string needs = "--pp-scatter-gather splits the pipeline's messages, which every tp "
+                            "rank holds whole, over tp: it needs --tp 2 or more and --pp 2 or "
+                            "more without --sequence-parallel";
+  expect_usage_error("--gpus 2 --pp 2 --pp-scatter-gather", needs + " (got --tp 1, --pp 2)");
+  expect_usage_error("--gpus 2 --tp 2 --pp-scatter-gather", needs + " (got --tp 2, --pp 1)");
+  expect_usage_error("--gpus 4 --tp 2 --pp 2 --sequence-parallel --pp-scatter-gather",
+                     needs + " (got --tp 2, --pp 2, --sequence-parallel)");
+  const std::string layout = kMeshGpt + "--gpus 4 --tp 2 --pp 2 --micro-batches 2 --batch-size 8 "
+                                        "--max-steps 3 --log-every 1 --eval-limit 8 --out ";
+  const auto whole = fresh_dir("ppsg-whole"), split = fresh_dir("ppsg");
+  ASSERT_EQ(run_meshsim(layout + whole.string()).code, 0);
+  const auto r = run_meshsim(layout + split.string() + " --pp-scatter-gather");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("dp=1 × tp=2 × pp=2, pipeline messages scattered over tp"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(run_losses(split), run_losses(whole));
+  EXPECT_EQ(read_json(split / "config.json")["pp_scatter_gather"], true);
+  EXPECT_EQ(read_json(split / "summary.json")["layout"]["pp_scatter_gather"], true);
+  // GPU 0 (stage 0) sends 6 activations of 4 samples × 16 tokens × 32 wide in fp32, whole or
+  // half of them; its evaluation's 2 sends of 4 samples stay whole.
+  const int64_t activation = 4 * 16 * 32 * 4, eval = 2 * activation;
+  EXPECT_EQ(read_json(whole / "summary.json")["collectives"]["send"]["bytes"], 6 * activation + eval);
+  EXPECT_EQ(read_json(split / "summary.json")["collectives"]["send"]["bytes"],
+            6 * activation / 2 + eval);
+  const auto again = fresh_dir("ppsg-again");
+  const auto rerun =
+      run_meshsim("train --config " + (split / "config.json").string() + " --out " + again.string());
+  ASSERT_EQ(rerun.code, 0) << rerun.output;
+  EXPECT_EQ(run_losses(again), run_losses(split));
+  for (const auto& dir : {whole, split, again})
+    fs::remove_all(dir);
+}

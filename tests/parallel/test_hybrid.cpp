@@ -129,6 +129,54 @@ TEST(MeshEquivalence, InterleavedPipelineGpt) {
   expect_mesh_matches_single(4, interleaved(mesh_with(1, 2, 0, "1f1b", 4)), "dp2 pp2 V2 1f1b");
   expect_mesh_matches_single(8, interleaved(mesh_with(2, 2, 1, "1f1b", 2)), "dp2 tp2 pp2 V2 zero1 1f1b");
 }
+// Megatron-LM 2021's scatter/gather of the pipeline's messages: each tp rank sends 1/tp of an
+// activation or gradient that every tp rank holds whole, and the receiving stage all-gathers
+// the parts. It moves the same values, so the runs match single-device training and, bitwise,
+// the same layout sending whole messages; each send carries 1/tp of the bytes, and each
+// receive is followed by an all-gather over the receiver's tp group.
+TEST(MeshEquivalence, PipelineMessagesScatteredOverTp) {
+  const auto scattered = [](StrategyOptions o, int virtual_stages = 1) {
+    o.pp_scatter_gather = true;
+    o.virtual_stages = virtual_stages;
+    return o;
+  };
+  expect_mesh_matches_single(8, scattered(mesh_with(2, 2, 1, "1f1b", 2)),
+                             "dp2 tp2 pp2 zero1 1f1b, messages scattered");
+  expect_mesh_matches_single(8, scattered(mesh_with(4, 2, 0, "gpipe", 2, Recompute::Full)),
+                             "tp4 pp2 gpipe recompute, messages scattered");
+  expect_mesh_matches_single(4, scattered(mesh_with(2, 2, 0, "1f1b", 2), 2),
+                             "tp2 pp2 V2 1f1b, messages scattered");
+
+  const HarnessRun whole = run_mesh(4, mesh_with(2, 2, 0, "1f1b", 2));
+  const HarnessRun split = run_mesh(4, scattered(mesh_with(2, 2, 0, "1f1b", 2)));
+  EXPECT_EQ(split.losses, whole.losses);
+  ASSERT_EQ(split.parameters.size(), whole.parameters.size());
+  for (size_t i = 0; i < whole.parameters.size(); ++i)
+    EXPECT_TRUE(torch::equal(split.parameters[i], whole.parameters[i])) << "parameter " << i;
+  // The step's messages come first on each rank: 2 micro-batches a step each way; after them
+  // the harness gathers the final parameters.
+  const size_t step_messages = static_cast<size_t>(kMeshSteps) * 2;
+  const ParallelDims dims = ParallelDims::make(4, 2, 2);
+  for (int rank = 0; rank < 4; ++rank) {
+    const auto records = [&](const HarnessRun& run, const std::string& op, bool tp_only = false) {
+      std::vector<int64_t> bytes;
+      for (const CollectiveRecord& c : run.recorders[static_cast<size_t>(rank)].collectives)
+        if (c.op == op && (!tp_only || c.group == dims.tp_group(rank).ranks))
+          bytes.push_back(c.bytes);
+      return bytes;
+    };
+    for (const std::string op : {"send", "recv"}) {
+      const std::vector<int64_t> a = records(whole, op), b = records(split, op);
+      ASSERT_GE(a.size(), step_messages) << "rank " << rank << " " << op;
+      ASSERT_EQ(a.size(), b.size()) << "rank " << rank << " " << op;
+      for (size_t i = 0; i < step_messages; ++i)
+        EXPECT_EQ(b[i] * 2, a[i]) << "rank " << rank << " " << op << " #" << i;
+    }
+    EXPECT_EQ(records(split, "all_gather", true).size(),
+              records(whole, "all_gather", true).size() + step_messages)
+        << "rank " << rank;
+  }
+}
 TEST(MeshEquivalence, ZeroStagesOnGpt) {
   for (int stage = 1; stage <= 3; ++stage)
     expect_mesh_matches_single(4, mesh_with(1, 1, stage), "zero" + std::to_string(stage));

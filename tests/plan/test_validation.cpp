@@ -178,6 +178,32 @@ TEST(Validation, TheHopperEfficiencyIsTheGridsBestOnItsRow) {
     EXPECT_LE(chosen, error_at(grid) + 1e-12) << "hopper_matmul " << grid;
 }
 
+// The GEMM efficiency of every GPU but Hopper: the value of the documented grid (step 0.01)
+// whose predictions of its three rows of Narayanan et al.'s Table 1 (1.7B, 39.1B, 310.1B) have
+// the least mean squared error; the grid's neighbours on both sides miss them by more.
+TEST(Validation, TheGemmEfficiencyIsTheGridsBestOnItsThreeRows) {
+  const auto squared_error_at = [](double value) {
+    Efficiency e;
+    e.matmul = value;
+    double sum = 0;
+    int fitted = 0;
+    for (const PublishedRow& r : published_rows({"narayanan"}, e)) {
+      if (!r.calibration())
+        continue;
+      EXPECT_EQ(r.fitted, "GEMM efficiency") << r.name;
+      const double error = published_error(r.predict(), r.low, r.high);
+      sum += error * error;
+      ++fitted;
+    }
+    EXPECT_EQ(fitted, 3);
+    return sum / fitted;
+  };
+  const double chosen = Efficiency{}.matmul;
+  const double at_chosen = squared_error_at(chosen);
+  for (const double grid : {chosen - 0.02, chosen - 0.01, chosen + 0.01, chosen + 0.02})
+    EXPECT_LT(at_chosen, squared_error_at(grid)) << "matmul " << grid;
+}
+
 // The Hopper efficiency serves Hopper GPUs only: an A100 plan keeps the Ampere-fitted one.
 TEST(Validation, OnlyHopperGpusTakeTheHopperEfficiency) {
   Efficiency e;

@@ -172,6 +172,33 @@ torch::nn::Sequential children_module(const torch::nn::Sequential& model,
   return out;
 }
 
+namespace {
+
+// A message to another stage: whole, or with scatter/gather this rank's 1/tp of its last
+// dimension (the hidden size, which tensor parallelism divides), every tp rank holding the
+// same tensor.
+void send_to_stage(RankContext& ctx, const PipelineStage& stage, const torch::Tensor& t, int dst,
+                   int tag) {
+  const int n = stage.scatter_gather.size();
+  if (n <= 1) {
+    ctx.comm.send(t, dst, tag);
+    return;
+  }
+  const int64_t i = stage.scatter_gather.index_of(ctx.rank);
+  ctx.comm.send(t.chunk(n, -1)[static_cast<size_t>(i)].contiguous(), dst, tag);
+}
+
+// The matching receive: with scatter/gather, the tp ranks' parts all-gathered and joined.
+torch::Tensor recv_from_stage(RankContext& ctx, const PipelineStage& stage, int src, int tag) {
+  torch::Tensor part = ctx.comm.recv(src, tag);
+  if (stage.scatter_gather.size() <= 1)
+    return part;
+  const torch::Tensor parts = ctx.comm.all_gather(part, stage.scatter_gather);
+  return torch::cat(parts.unbind(0), -1);
+}
+
+} // namespace
+
 double run_pipeline_step(
     RankContext& ctx, PipelineStage& stage, const std::vector<Action>& actions,
     const std::vector<torch::Tensor>& inputs, const std::vector<torch::Tensor>& targets,
@@ -209,7 +236,7 @@ double run_pipeline_step(
     MicroBatch& mb = mbs[static_cast<size_t>(k) * micro_batches + m];
     switch (a.kind) {
     case ActionKind::RecvActivation:
-      mb.input = ctx.comm.recv(stage.prev_rank, pipeline_activation_tag(m, k, V));
+      mb.input = recv_from_stage(ctx, stage, stage.prev_rank, pipeline_activation_tag(m, k, V));
       // A leaf, so backward leaves the gradient to send back in input.grad().
       if (mb.input.is_floating_point())
         mb.input.requires_grad_(true);
@@ -242,11 +269,11 @@ double run_pipeline_step(
       if (!mb.output.defined())
         throw std::invalid_argument("pipeline action " + a.str() + " before its forward");
       // Into the next virtual stage, the next rank's chunk (a.stage + 1) / P.
-      ctx.comm.send(mb.output.detach(), stage.next_rank,
+      send_to_stage(ctx, stage, mb.output.detach(), stage.next_rank,
                     pipeline_activation_tag(m, (a.stage + 1) / P, V));
       break;
     case ActionKind::RecvGrad:
-      mb.output_grad = ctx.comm.recv(stage.next_rank, pipeline_grad_tag(m, k, V));
+      mb.output_grad = recv_from_stage(ctx, stage, stage.next_rank, pipeline_grad_tag(m, k, V));
       break;
     case ActionKind::Backward: {
       const auto t = ctx.mark();
@@ -282,7 +309,8 @@ double run_pipeline_step(
       if (!mb.input_grad.defined())
         throw std::invalid_argument("pipeline action " + a.str() + " before its backward");
       // Back to the previous virtual stage, the previous rank's chunk (a.stage - 1) / P.
-      ctx.comm.send(mb.input_grad, stage.prev_rank, pipeline_grad_tag(m, (a.stage - 1) / P, V));
+      send_to_stage(ctx, stage, mb.input_grad, stage.prev_rank,
+                    pipeline_grad_tag(m, (a.stage - 1) / P, V));
       mb.input_grad = torch::Tensor();
       break;
     }

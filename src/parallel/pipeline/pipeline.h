@@ -66,6 +66,11 @@ struct PipelineStage {
   /// times the loss scale), installed around its forwards for a mixture of experts' balancing
   /// loss (MoeLossScale, models/layers/moe.h); empty: 1.
   std::vector<double> loss_factors;
+  /// Megatron-LM's scatter/gather of pipeline messages (Narayanan et al. SC'21 §4.1): the tp
+  /// group, every member of which holds the stage's output and its gradient whole. Each sends
+  /// its 1/tp of them, over its own link, and the receiving stage's tp ranks all-gather the
+  /// parts. Empty: every rank sends the whole tensor.
+  Group scatter_gather;
   int virtual_stages() const { return chunks.empty() ? 1 : static_cast<int>(chunks.size()); }
 };
 
