@@ -26,6 +26,7 @@ struct StageImageLayout {
   const char* cp_comm = "allgather";
   int64_t layers = 12;
   int first_stage_layers = 0, last_stage_layers = 0;
+  bool pp_scatter_gather = false;
 };
 
 class PlanStageImages : public ::testing::TestWithParam<StageImageLayout> {};
@@ -47,6 +48,7 @@ TrainConfig stage_image_config(const StageImageLayout& l) {
   c.micro_batches = l.micro_batches;
   c.first_stage_layers = l.first_stage_layers;
   c.last_stage_layers = l.last_stage_layers;
+  c.pp_scatter_gather = l.pp_scatter_gather;
   c.shape.layers = l.layers;
   c.shape.seq_len = 64;
   c.batch_size = 6;
@@ -141,6 +143,8 @@ INSTANTIATE_TEST_SUITE_P(
         StageImageLayout{"gpt_pp6_gpipe_three", "gpt", 6, 6, 3, "gpipe"},
         StageImageLayout{"gpt_pp6_dp2_zero3", "gpt", 12, 6, 2, "1f1b", 3},
         StageImageLayout{"gpt_pp6_tp2_zero1", "gpt", 12, 6, 1, "1f1b", 1, 1, 2},
+        StageImageLayout{"gpt_pp6_tp2_messages_scattered", "gpt", 12, 6, 2, "1f1b", 1, 1, 2,
+                         "allgather", 12, 0, 0, true},
         StageImageLayout{"llama_pp6_cp2_ring", "llama", 12, 6, 2, "1f1b", 0, 2, 1, "ring"},
         StageImageLayout{"llama_pp8_cp2_allgather_zero3", "llama", 16, 8, 2, "1f1b", 3, 2, 1,
                          "allgather", 16},
