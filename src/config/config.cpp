@@ -45,6 +45,10 @@ bool uses_mesh_layout(const TrainConfig& c) {
          c.cp > 1 || c.ep > 1;
 }
 
+bool pipeline_messages_whole_on_tp(const TrainConfig& c) {
+  return c.tp > 1 && c.pp > 1 && !c.sequence_parallel;
+}
+
 namespace {
 
 // --inject-fault RANK:STEP, each part checked on its own so the message names the wrong one.

@@ -159,6 +159,10 @@ constexpr double kMaxTensorNumbers = 576460752303423488.0;
 /// --micro-batches --recompute).
 bool uses_mesh_layout(const TrainConfig& config);
 
+/// Whether every tp rank of a pipeline stage holds the stage's messages whole (tp and pp of 2 or
+/// more, no sequence parallelism), so that --pp-scatter-gather can split them over tp.
+bool pipeline_messages_whole_on_tp(const TrainConfig& config);
+
 /// The run's named dimensions (mesh/parallel_dims.h): --gpus, --tp, --pp and --dp-shard.
 /// Throws std::invalid_argument as ParallelDims::make does.
 ParallelDims layout_dims(const TrainConfig& config);

@@ -124,7 +124,7 @@ void validate_layout(TrainConfig& c) {
           fmt::format("unknown --moe-dispatch '{}' (choose deepep or alltoall)", c.moe_dispatch));
   require(!c.sequence_parallel || c.tp > 1,
           "--sequence-parallel needs --tp 2 or more: it splits the sequence over the tp group");
-  require(!c.pp_scatter_gather || (c.tp > 1 && c.pp > 1 && !c.sequence_parallel),
+  require(!c.pp_scatter_gather || pipeline_messages_whole_on_tp(c),
           fmt::format("--pp-scatter-gather splits the pipeline's messages, which every tp rank "
                       "holds whole, over tp: it needs --tp 2 or more and --pp 2 or more without "
                       "--sequence-parallel (got --tp {}, --pp {}{})",

@@ -82,8 +82,7 @@ TrainConfig candidate(const TrainConfig& base, int world, const FamilyShape& sha
   c.micro_batch_size = micro_batch_size;
   c.micro_batches = 0;
   c.sequence_parallel = sp;
-  // Where the layout splits what the pipeline sends over tp ranks that all hold it.
-  c.pp_scatter_gather = base.pp_scatter_gather && shape.tp > 1 && shape.pp > 1 && !sp;
+  c.pp_scatter_gather = base.pp_scatter_gather && pipeline_messages_whole_on_tp(c);
   c.recompute = recompute;
   c.schedule = "1f1b";
   c.virtual_stages = 1; // the search plans plain 1F1B

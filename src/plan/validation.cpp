@@ -113,7 +113,7 @@ TrainConfig megatron_config(const MegatronRun& run) {
   c.attention = "eager"; // Megatron-LM in 2021: softmax fused, the scores in memory
   // Its pipeline sent each tp rank's 1/tp of a message and all-gathered them on arrival (on by
   // default then: --no-scatter-gather-tensors-in-pipeline turned it off; the paper's §4.1).
-  c.pp_scatter_gather = run.pp > 1 && run.tp > 1;
+  c.pp_scatter_gather = pipeline_messages_whole_on_tp(c);
   c.micro_batch_size = run.micro_batch;
   c.global_batch_size = run.global_batch;
   if (run.layers_per_virtual_stage > 0)
